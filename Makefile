@@ -1,0 +1,40 @@
+# The two set-up commands of the README: `make demo` and `make test`. Each creates .venv
+# when it is missing and installs what it needs, so a fresh machine needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP_DEV := $(VENV)/.stamp-dev
+STAMP_BENCH := $(VENV)/.stamp-bench
+
+.PHONY: demo test test-all bench lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP_DEV): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+$(STAMP_BENCH): pyproject.toml $(STAMP_DEV)
+	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $@
+
+demo: $(STAMP_DEV)
+	$(VENV)/bin/neurojax run hh --plot hh_fi.png
+
+# The default suite (slow tests included) takes a few minutes on 2 CPU cores.
+test: $(STAMP_DEV)
+	$(PY) -m pytest -q
+
+test-fast: $(STAMP_DEV)
+	$(PY) -m pytest -q -m "not slow"
+
+bench: $(STAMP_BENCH)
+	$(PY) -m benchmarks.run_all
+
+lint: $(STAMP_DEV)
+	$(VENV)/bin/ruff check neurojax tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,8 @@
+"""neurojax: JAX-native, purely functional, differentiable spiking-neural-network simulation."""
+
+from . import surrogate as surrogate
+from .neurons import LIF as LIF
+from .neurons import LIFState as LIFState
+from .neurons import NeuronModel as NeuronModel
+
+__version__ = "0.1.0"

@@ -1,0 +1,157 @@
+"""Shared parameter conversion and validation.
+
+Every model stores its physical parameters as array leaves produced by `as_float`, so that a
+parameter given as a Python number, a NumPy array or a JAX array ends up with the default
+floating dtype (float32, or float64 when `jax_enable_x64` is on). Validation helpers run at
+construction time on concrete values; when a model is built inside a JAX transformation
+(for example `jax.vmap(lambda a: Izhikevich(a=a))`) the values are tracers and cannot be
+inspected, so the checks are skipped for those leaves rather than forcing a host sync.
+"""
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "as_float",
+    "default_float",
+    "check_finite",
+    "check_positive",
+    "check_nonnegative",
+    "check_less",
+    "check_choice",
+    "check_dt",
+    "check_positive_int",
+    "is_concrete",
+]
+
+
+def default_float() -> Any:
+    """The floating dtype JAX uses by default (float64 only when x64 is enabled)."""
+    return jnp.result_type(float)
+
+
+def as_float(x: Any) -> jax.Array:
+    """Convert a parameter to an array of the default floating dtype.
+
+    Raises `TypeError` for values that are not real numbers (strings, complex numbers,
+    booleans), so that a typo such as `tau_m="10"` fails at construction.
+    """
+    if isinstance(x, jax.Array) and isinstance(x, jax.core.Tracer):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x.astype(default_float())
+        return x
+    if isinstance(x, (str, bytes)):
+        raise TypeError(f"expected a real number or array of real numbers, got string {x!r}")
+    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        raise TypeError(f"expected a real number or array of real numbers, got boolean {x!r}")
+    arr = np.asarray(x) if not isinstance(x, jax.Array) else x
+    if jnp.issubdtype(arr.dtype, jnp.complexfloating):
+        raise TypeError(f"expected a real number or array of real numbers, got complex {x!r}")
+    if not (jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)):
+        raise TypeError(
+            f"expected a real number or array of real numbers, got dtype {arr.dtype} ({x!r})"
+        )
+    if jnp.issubdtype(arr.dtype, jnp.floating) and arr.dtype == default_float():
+        return jnp.asarray(arr)
+    return jnp.asarray(arr, dtype=default_float())
+
+
+def is_concrete(x: Any) -> bool:
+    """True when `x` holds values that can be inspected on the host (not a tracer)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _fmt(x: Any) -> str:
+    a = np.asarray(x)
+    if a.ndim == 0:
+        return repr(float(a)) if a.dtype.kind == "f" else repr(a.item())
+    if a.size <= 6:
+        return np.array2string(a, separator=", ")
+    return f"array of shape {a.shape} (min {a.min():g}, max {a.max():g})"
+
+
+def _check(owner: str, name: str, value: Any, ok: Callable[[np.ndarray], np.ndarray], rule: str):
+    if not is_concrete(value):
+        return
+    a = np.asarray(value)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{owner}: {name} must be finite, got {_fmt(a)}")
+    bad = ~ok(a)
+    if np.any(bad):
+        shown = a if a.ndim == 0 else a[bad]
+        raise ValueError(f"{owner}: {name} must be {rule}, got {_fmt(shown)}")
+
+
+def check_finite(owner: str, name: str, value: Any) -> None:
+    _check(owner, name, value, lambda a: np.ones(a.shape, bool), "finite")
+
+
+def check_positive(owner: str, name: str, value: Any, unit: str = "") -> None:
+    _check(owner, name, value, lambda a: a > 0, f"> 0{(' ' + unit) if unit else ''}")
+
+
+def check_nonnegative(owner: str, name: str, value: Any, unit: str = "") -> None:
+    _check(owner, name, value, lambda a: a >= 0, f">= 0{(' ' + unit) if unit else ''}")
+
+
+def check_less(owner: str, lo_name: str, lo: Any, hi_name: str, hi: Any) -> None:
+    """Check `lo < hi` elementwise (after broadcasting), naming both parameters."""
+    if not (is_concrete(lo) and is_concrete(hi)):
+        return
+    a, b = np.broadcast_arrays(np.asarray(lo), np.asarray(hi))
+    bad = ~(a < b)
+    if np.any(bad):
+        raise ValueError(
+            f"{owner}: {lo_name} must be < {hi_name}, got {lo_name}={_fmt(a[bad] if a.ndim else a)}"
+            f" and {hi_name}={_fmt(b[bad] if b.ndim else b)}"
+        )
+
+
+def check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{owner}: {name} must be one of {allowed}, got {value!r}")
+
+
+def check_dt(owner: str, dt: Any) -> float:
+    """`dt` must be a static, finite, positive Python number (milliseconds)."""
+    if isinstance(dt, jax.core.Tracer):
+        raise TypeError(
+            f"{owner}: dt must be a static Python number (ms), got a traced value; "
+            "pass dt as a Python float, not through jit/vmap arguments"
+        )
+    if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)):
+        if isinstance(dt, (np.ndarray, jax.Array)) and np.ndim(dt) == 0:
+            dt = float(dt)
+        else:
+            raise TypeError(f"{owner}: dt must be a Python number in ms, got {dt!r}")
+    dt = float(dt)
+    if not math.isfinite(dt) or dt <= 0:
+        raise ValueError(f"{owner}: dt must be finite and > 0 ms, got {dt!r}")
+    return dt
+
+
+def check_positive_int(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}: {name} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def normalize_shape(owner: str, shape: Any) -> tuple[int, ...]:
+    """Accept an int or a tuple of non-negative ints as a state shape."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    if not isinstance(shape, (tuple, list)) or not all(
+        isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape
+    ):
+        raise TypeError(f"{owner}: shape must be an int or a tuple of ints, got {shape!r}")
+    shape = tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{owner}: shape entries must be >= 0, got {shape}")
+    return shape
