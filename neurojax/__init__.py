@@ -6,3 +6,5 @@ from .neurons import LIFState as LIFState
 from .neurons import NeuronModel as NeuronModel
 
 __version__ = "0.1.0"
+from ._simulate import Recording as Recording
+from ._simulate import simulate as simulate

@@ -1,0 +1,507 @@
+"""`simulate`: step any neurojax model with `jax.lax.scan` under `jit`."""
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+
+from ._validation import check_dt, check_positive_int
+
+__all__ = ["simulate", "Recording"]
+
+# Incremented each time the scan body is traced; tests use it to prove that changing only
+# parameter or state values reuses the compiled program.
+_TRACE_COUNT = 0
+
+
+class Recording(eqx.Module):
+    """What `simulate` recorded. Time is the leading axis of every array.
+
+    Attributes:
+        t: time [ms] at the end of each recorded step, shape `(n_rec,)`.
+        spikes: the step outputs (spikes), one entry per recorded step. With `record_every=1`
+            and the default `spike_dtype="bool"` they are booleans; with `record_every > 1`
+            they are spike counts over each window of `record_every` steps, so that no spike
+            is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
+        values: the recorded state fields (`{name: array}`) or the PyTree returned by a
+            `record` function. State fields are also attributes: `recording.v`.
+    """
+
+    t: Any
+    spikes: Any
+    values: Any
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: expose recorded fields as attributes.
+        values = self.__dict__.get("values")
+        if isinstance(values, dict) and name in values:
+            return values[name]
+        raise AttributeError(
+            f"Recording has no attribute {name!r}; recorded fields: "
+            f"{sorted(values) if isinstance(values, dict) else 'none (custom record function)'}"
+        )
+
+
+def _is_tracer(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _state_fields(state: Any) -> list[str]:
+    if hasattr(state, "_fields"):  # NamedTuple
+        return list(state._fields)
+    if isinstance(state, eqx.Module):
+        return [f for f in vars(state)]
+    if isinstance(state, dict):
+        return list(state)
+    return []
+
+
+def _get_field(state: Any, name: str) -> Any:
+    return state[name] if isinstance(state, dict) else getattr(state, name)
+
+
+def _describe(tree: Any) -> str:
+    shapes = jtu.tree_map(lambda x: tuple(np.shape(x)), tree)
+    return str(shapes)
+
+
+def _abstract(tree: Any) -> Any:
+    return jtu.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)), tree)
+
+
+def _step_ok(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
+    """Whether one step with input `inp` keeps the state's structure, shapes and dtypes."""
+    try:
+        new_state, _ = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
+    except (TypeError, ValueError) as err:
+        return False, str(err).splitlines()[0]
+    want = _abstract(state)
+    got = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), new_state)
+    if jtu.tree_structure(want) != jtu.tree_structure(got):
+        return False, "the step changed the state's structure"
+    for a, b in zip(jtu.tree_leaves(want), jtu.tree_leaves(got)):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False, (
+                f"the step turned a state leaf of shape {a.shape} {a.dtype} into {b.shape} {b.dtype}"
+            )
+    return True, ""
+
+
+def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
+    """Decide how `inputs` is read: 'none', 'fn', 'const' or 'series'; return it and n_steps."""
+    if inputs is None:
+        kind = "none"
+    elif callable(inputs) and not isinstance(inputs, (jax.Array, np.ndarray)):
+        kind = "fn"
+    else:
+        leaves = jtu.tree_leaves(inputs)
+        if not leaves:
+            raise ValueError(f"simulate: inputs must contain at least one array, got {inputs!r}")
+        lead = {np.shape(x)[0] if np.ndim(x) >= 1 else None for x in leaves}
+        series_len = lead.pop() if len(lead) == 1 else None
+        if n_steps is None:
+            if series_len is None:
+                raise ValueError(
+                    "simulate: n_steps is required unless inputs is a time-major array (leading "
+                    f"axis = time, shared by every leaf); got inputs of shapes {_describe(inputs)}"
+                )
+            kind = "series"
+        else:
+            const_ok, const_why = _step_ok(model, state, inputs, dt)
+            series_ok, series_why = False, ""
+            if series_len == n_steps:
+                first = jtu.tree_map(lambda x: x[0], inputs)
+                series_ok, series_why = _step_ok(model, state, first, dt)
+            if const_ok and series_ok:
+                raise ValueError(
+                    f"simulate: inputs of shapes {_describe(inputs)} are ambiguous with n_steps="
+                    f"{n_steps}: they fit both as a constant input and as a time series of "
+                    f"{n_steps} steps. For a time series omit n_steps; for a constant pass "
+                    "inputs=lambda t, i: x"
+                )
+            if const_ok:
+                kind = "const"
+            elif series_ok:
+                kind = "series"
+            else:
+                why = series_why or const_why
+                raise ValueError(
+                    f"simulate: inputs of shapes {_describe(inputs)} fit the state of shapes "
+                    f"{_describe(state)} neither as a constant nor as a time series of n_steps="
+                    f"{n_steps} steps ({why})"
+                )
+        if kind == "series":
+            if n_steps is None:
+                n_steps = series_len
+            elif series_len != n_steps:
+                raise ValueError(
+                    f"simulate: time-major inputs have {series_len} steps but n_steps={n_steps}"
+                )
+            ok, why = _step_ok(model, state, jtu.tree_map(lambda x: x[0], inputs), dt)
+            if not ok:
+                raise ValueError(
+                    f"simulate: one time step of inputs (shapes {_describe(inputs)} without the "
+                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}"
+                )
+    if n_steps is None:
+        raise ValueError(
+            "simulate: n_steps is required when inputs is None, a constant or a function"
+        )
+    if kind == "fn":
+        try:
+            sample = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
+        except Exception as err:  # the user's function may raise anything while tracing
+            raise ValueError(
+                "simulate: the inputs function must take (t_ms, step_index) and return the "
+                f"step input; calling it failed: {type(err).__name__}: {err}"
+            ) from err
+        ok, why = _step_ok(model, state, sample, dt)
+        if not ok:
+            raise ValueError(
+                f"simulate: the inputs function returns shapes {_describe(sample)} which do not "
+                f"fit the state of shapes {_describe(state)}: {why}"
+            )
+    if kind == "none":
+        ok, why = _step_ok(model, state, None, dt)
+        if not ok:
+            raise ValueError(f"simulate: the model cannot step without inputs: {why}")
+    return kind, n_steps
+
+
+def _record_spec(record: Any, state: Any) -> Any:
+    if record is None or callable(record):
+        return record
+    if isinstance(record, str):
+        record = (record,)
+    if not isinstance(record, (tuple, list)) or not all(isinstance(r, str) for r in record):
+        raise TypeError(
+            "simulate: record must be None, a tuple of state field names or a function "
+            f"(state, outputs) -> PyTree, got {record!r}"
+        )
+    fields = _state_fields(state)
+    for name in record:
+        if name not in fields:
+            raise ValueError(
+                f"simulate: record names unknown state field {name!r}; the state has {fields}"
+            )
+    if len(set(record)) != len(record):
+        raise ValueError(f"simulate: record lists a field twice: {tuple(record)}")
+    return tuple(record)
+
+
+def _nonfinite_index(state: Any) -> jax.Array:
+    """Index of the first float leaf of `state` holding a non-finite value, or -1."""
+    flags = [
+        ~jnp.all(jnp.isfinite(x))
+        for x in jtu.tree_leaves(state)
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
+    if not flags:
+        return jnp.int32(-1)
+    flags = jnp.stack(flags)
+    return jnp.where(jnp.any(flags), jnp.argmax(flags).astype(jnp.int32), jnp.int32(-1))
+
+
+def _float_leaf_names(state: Any) -> list[str]:
+    names = []
+    for path, x in jtu.tree_leaves_with_path(state):
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            names.append(jtu.keystr(path).lstrip("."))
+    return names
+
+
+def _count_dtype(record_every: int):
+    return jnp.uint8 if record_every <= 255 else jnp.int32
+
+
+def _run_chunk(
+    model,
+    state,
+    inputs,
+    start,
+    diag,
+    *,
+    dt: float,
+    n_rec: int,
+    record_every: int,
+    kind: str,
+    input_fn: Callable | None,
+    record: Any,
+    spike_dtype: str | None,
+    check: bool,
+    unroll: int,
+):
+    """Scan `n_rec * record_every` steps starting at global step index `start`."""
+    global _TRACE_COUNT
+    _TRACE_COUNT += 1
+    float_dtype = jnp.result_type(float)
+
+    def one_step(carry, x):
+        st, i, dg = carry
+        if kind == "fn":
+            inp = input_fn(i.astype(float_dtype) * dt, i)
+        elif kind == "series":
+            inp = x
+        elif kind == "const":
+            inp = inputs
+        else:
+            inp = None
+        st, out = model.step(st, inp, dt)
+        if check:
+            bad = _nonfinite_index(st)
+            first = (dg[0] < 0) & (bad >= 0)
+            dg = (jnp.where(first, i, dg[0]), jnp.where(first, bad, dg[1]))
+        return (st, i + 1, dg), out
+
+    def to_record(out):
+        if spike_dtype is None:
+            return out
+        return jtu.tree_map(
+            lambda o: o > 0 if jnp.issubdtype(o.dtype, jnp.floating) else o.astype(bool), out
+        )
+
+    def window(carry, xs):
+        if record_every == 1:
+            carry, out = one_step(carry, xs)
+            spikes = to_record(out)
+        else:
+            carry, outs = jax.lax.scan(one_step, carry, xs, length=record_every, unroll=unroll)
+            out = jtu.tree_map(lambda o: o[-1], outs)
+            if spike_dtype is None:
+                spikes = jtu.tree_map(lambda o: o.sum(0), outs)
+            else:
+                spikes = jtu.tree_map(
+                    lambda o: (o > 0).sum(0, dtype=_count_dtype(record_every)), outs
+                )
+        st = carry[0]
+        if record is None:
+            values = {}
+        elif callable(record):
+            values = record(st, out)
+        else:
+            values = {name: _get_field(st, name) for name in record}
+        return carry, (spikes, values)
+
+    xs = None
+    if kind == "series":
+        xs = inputs
+        if record_every > 1:
+            xs = jtu.tree_map(lambda x: x.reshape((n_rec, record_every) + x.shape[1:]), xs)
+    carry = (state, start, diag)
+    carry, (spikes, values) = jax.lax.scan(
+        window, carry, xs, length=n_rec, unroll=unroll if record_every == 1 else 1
+    )
+    state, _, diag = carry
+    return state, spikes, values, diag
+
+
+_run_chunk_jit = eqx.filter_jit(_run_chunk)
+
+
+def simulate(
+    model: Any,
+    state: Any,
+    inputs: Any = None,
+    *,
+    dt: float,
+    n_steps: int | None = None,
+    record: Any = None,
+    record_every: int = 1,
+    chunk_size: int | None = None,
+    progress: bool = False,
+    check: bool = False,
+    spike_dtype: str | None = "bool",
+    unroll: int = 1,
+) -> tuple[Any, Recording]:
+    """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
+
+    `model` is any object with `step(state, inputs, dt) -> (state, outputs)`: a neuron
+    model, and later a synapse, network or brain.
+
+    Args:
+        model: the steppable object (an `equinox.Module`; its array leaves are traced, so
+            changing parameter values reuses the compiled program).
+        state: the initial state (for example `model.init_state(n)`).
+        inputs: what the model receives at each step:
+            - `None`: no input;
+            - a constant (scalar, array or PyTree) given at every step;
+            - a time-major array (or PyTree of arrays sharing a leading time axis) whose
+              row `i` is the input of step `i`; `n_steps` may then be omitted;
+            - a function `(t_ms, step_index) -> input`, traced inside the scan, where
+              `t_ms = step_index * dt` is the time at the start of the step.
+            An array whose leading axis equals `n_steps` and that would also fit as a
+            constant is rejected as ambiguous: omit `n_steps` for a time series, or pass
+            `lambda t, i: x` for a constant.
+        dt: time step [ms], a static Python number.
+        n_steps: number of steps (positive int).
+        record: `None` records only the step outputs (spikes); a tuple of state field names
+            (`("v",)`) also records those fields; a function `(state, outputs) -> PyTree`
+            records whatever it returns (available as `recording.values`).
+        record_every: record every `record_every`-th step (state after that step); spikes
+            are then summed over each window so that none is lost. Must divide `n_steps`.
+        chunk_size: run the scan in jitted chunks of this many steps and move each chunk's
+            recording to the host (NumPy) before the next, so that long runs fit in device
+            memory. Must be a multiple of `record_every`. Results are bit-identical to an
+            unchunked run.
+        progress: show a progress bar (tqdm) with simulated time and steps/s. Without
+            `chunk_size`, the run is split into about 20 chunks whose recordings stay on
+            the device.
+        check: guard against non-finite state. After the run, raise `FloatingPointError`
+            naming the first step and state field that became NaN or infinite. Costs one
+            reduction per state leaf per step; free when off.
+        spike_dtype: `"bool"` (default) stores spikes as booleans (counts with
+            `record_every > 1`); `None` keeps the model's float outputs, for example to
+            differentiate through the recorded spikes.
+        unroll: steps per iteration of the compiled loop (`lax.scan`'s `unroll`); larger
+            values cut per-step loop overhead for small models at the cost of compile time.
+
+    Returns:
+        `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
+        stays on the device (JAX arrays); with it, it is on the host (NumPy arrays).
+
+    Same inputs and key give bit-identical results, chunked or not.
+
+    Example:
+    ```python
+    import neurojax as nj
+    lif = nj.LIF()
+    final, rec = nj.simulate(lif, lif.init_state(100), 20.0, dt=0.1, n_steps=1000,
+                             record=("v",))
+    rec.spikes.shape, rec.v.shape     # (1000, 100), (1000, 100)
+    ```
+    """
+    dt = check_dt("simulate", dt)
+    if not hasattr(model, "step") or not callable(model.step):
+        raise TypeError(
+            f"simulate: model must have a step(state, inputs, dt) method, got {type(model)!r}"
+        )
+    if n_steps is not None:
+        n_steps = check_positive_int("simulate", "n_steps", n_steps)
+    record_every = check_positive_int("simulate", "record_every", record_every)
+    unroll = check_positive_int("simulate", "unroll", unroll)
+    if chunk_size is not None:
+        chunk_size = check_positive_int("simulate", "chunk_size", chunk_size)
+    if spike_dtype not in ("bool", None):
+        raise ValueError(f"simulate: spike_dtype must be 'bool' or None, got {spike_dtype!r}")
+    if not isinstance(progress, bool):
+        raise TypeError(f"simulate: progress must be a bool, got {progress!r}")
+    if not isinstance(check, bool):
+        raise TypeError(f"simulate: check must be a bool, got {check!r}")
+    record = _record_spec(record, state)
+    kind, n_steps = _classify_inputs(model, state, inputs, n_steps, dt)
+    if n_steps % record_every:
+        raise ValueError(
+            f"simulate: record_every={record_every} must divide n_steps={n_steps}"
+        )
+    if chunk_size is not None and chunk_size % record_every:
+        raise ValueError(
+            f"simulate: chunk_size={chunk_size} must be a multiple of record_every={record_every}"
+        )
+    traced = any(_is_tracer(x) for x in jtu.tree_leaves((model, state, inputs)))
+    if traced and (chunk_size is not None or progress):
+        raise ValueError(
+            "simulate: chunk_size and progress move data to the host between chunks and cannot "
+            "run inside jit/vmap/grad; call simulate outside the transformation, or drop them"
+        )
+
+    to_host = chunk_size is not None
+    if chunk_size is None:
+        chunk_size = n_steps
+        if progress:
+            chunk_size = record_every * max(1, math.ceil(n_steps / record_every / 20))
+    n_rec_total = n_steps // record_every
+
+    input_fn = inputs if kind == "fn" else None
+    if kind in ("const", "series"):
+        # Python scalars would be static under jit (a new value would recompile): make arrays.
+        inputs = jtu.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), inputs)
+    const = inputs if kind == "const" else None
+    diag = (jnp.int32(-1), jnp.int32(-1))
+    chunks = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, unit="step", desc="simulate", dynamic_ncols=True)
+    t_start = time.perf_counter()
+    try:
+        for start in range(0, n_steps, chunk_size):
+            length = min(chunk_size, n_steps - start)
+            if kind == "series":
+                chunk_inputs = jtu.tree_map(lambda x: x[start : start + length], inputs)
+            else:
+                chunk_inputs = const
+            state, spikes, values, diag = _run_chunk_jit(
+                model,
+                state,
+                chunk_inputs,
+                jnp.int32(start),
+                diag,
+                dt=dt,
+                n_rec=length // record_every,
+                record_every=record_every,
+                kind=kind,
+                input_fn=input_fn,
+                record=record,
+                spike_dtype=spike_dtype,
+                check=check,
+                unroll=unroll,
+            )
+            if _is_tracer(diag[0]):
+                # An inputs function or record function closing over traced values puts the
+                # whole run under the caller's transformation, even with concrete arguments.
+                traced = True
+                if to_host or progress:
+                    raise ValueError(
+                        "simulate: chunk_size and progress move data to the host between chunks "
+                        "and cannot run inside jit/vmap/grad; call simulate outside the "
+                        "transformation, or drop them"
+                    )
+            if to_host:
+                spikes, values = jax.device_get((spikes, values))
+            chunks.append((spikes, values))
+            if bar is not None:
+                jax.block_until_ready(state)
+                elapsed = time.perf_counter() - t_start
+                bar.update(length)
+                bar.set_postfix_str(
+                    f"t={(start + length) * dt:.1f} ms, {(start + length) / elapsed:.3g} steps/s"
+                )
+    finally:
+        if bar is not None:
+            bar.close()
+
+    if len(chunks) == 1:
+        spikes, values = chunks[0]
+    else:
+        cat = np.concatenate if to_host else jnp.concatenate
+        spikes, values = jtu.tree_map(lambda *xs: cat(xs, axis=0), *chunks)
+
+    if check:
+        bad_step, bad_leaf = diag
+        names = _float_leaf_names(state)
+        if traced:
+            state = eqx.branched_error_if(
+                state,
+                bad_leaf >= 0,
+                jnp.maximum(bad_leaf, 0),
+                [f"simulate(check=True): state field {n!r} became non-finite" for n in names],
+            )
+        elif int(bad_leaf) >= 0:
+            step = int(bad_step)
+            raise FloatingPointError(
+                f"simulate: state field {names[int(bad_leaf)]!r} became non-finite at step {step}"
+                f" (t = {step * dt:g} to {(step + 1) * dt:g} ms); check dt against the model's "
+                "stability limit and the size of the inputs"
+            )
+
+    t = (np.arange(1, n_rec_total + 1) * record_every * dt).astype(np.float64)
+    if not to_host:
+        t = jnp.asarray(t, dtype=jnp.result_type(float))
+    return state, Recording(t=t, spikes=spikes, values=values)
