@@ -38,7 +38,8 @@ class LIF(NeuronModel):
     the time grid.
 
     **Surrogate.** The spike is `H((v - v_th) / (v_th - v_reset))`; its gradient is the
-    surrogate's pseudo-derivative of that dimensionless distance.
+    surrogate's pseudo-derivative of that dimensionless distance. The reset is detached (no
+    gradient flows through it), so below threshold gradients are those of the exact dynamics.
 
     **Units.** time ms, voltage mV, current nA, resistance MOhm (so `r_m I` is in mV).
 
@@ -103,9 +104,10 @@ class LIF(NeuronModel):
         clamped = state.refractory > 0.5 * dt
         v = jnp.where(clamped, self.v_reset, v_free)
         s = self.surrogate((v - self.v_th) / (self.v_th - self.v_reset))
-        # Written as a blend rather than `where` so that the reset carries the surrogate
-        # gradient; for s in {0, 1} the result is exactly v_reset or v.
-        v = s * self.v_reset + (1.0 - s) * v
+        # Detached reset: the surrogate gradient reaches the loss through the spike output,
+        # not through the reset, so sub-threshold trajectories keep their exact gradient
+        # (Zenke and Vogels 2021, Neural Comput 33:899, found detaching the reset helps).
+        v = jnp.where(s > 0, self.v_reset, v)
         ref_left = jnp.where(clamped, state.refractory - dt, 0.0)
         refractory = jnp.where(s > 0, self.t_ref, ref_left)
         return LIFState(v=v, refractory=refractory), s

@@ -1,0 +1,99 @@
+"""Shared test helpers: the registry of every public neuron model and small utilities.
+
+Each `ModelCase` is one configuration that the contract tests in `test_contract.py` run
+through the same checks (jit vs eager, batching, gradients, recompilation, chunking). A new
+neuron model is covered by adding one entry here.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import neurojax as nj
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCase:
+    id: str
+    make: Callable[[], Any]  # builds the model (inside an x64 context when needed)
+    drive: tuple[float, ...]  # one supra-threshold input per neuron (model units)
+    sub: float  # a sub-threshold input for smooth-gradient checks
+    dt: float  # ms
+    n_steps: int
+    # a parameter name whose value can be perturbed without changing any static field
+    param: str
+
+
+MODEL_CASES = [
+    ModelCase("lif", lambda: nj.LIF(t_ref=2.0), (16.0, 20.0, 30.0), 5.0, 0.1, 400, "tau_m"),
+    ModelCase(
+        "lif-per-neuron",
+        lambda: nj.LIF(tau_m=jnp.array([8.0, 10.0, 12.0]), t_ref=1.0, surrogate="arctan"),
+        (16.0, 20.0, 30.0),
+        5.0,
+        0.1,
+        400,
+        "v_th",
+    ),
+    ModelCase(
+        "izhikevich-rs-euler",
+        lambda: nj.Izhikevich.preset("RS"),
+        (6.0, 10.0, 14.0),
+        1.0,
+        0.1,
+        1000,
+        "a",
+    ),
+    ModelCase(
+        "izhikevich-fs-published",
+        lambda: nj.Izhikevich.preset("FS", method="published"),
+        (6.0, 10.0, 14.0),
+        1.0,
+        0.25,
+        400,
+        "b",
+    ),
+    ModelCase(
+        "hh-rk4",
+        lambda: nj.HodgkinHuxley(method="rk4"),
+        (8.0, 10.0, 20.0),
+        1.0,
+        0.025,
+        2000,
+        "g_na",
+    ),
+    ModelCase(
+        "hh-exp-euler",
+        lambda: nj.HodgkinHuxley(method="exp_euler", surrogate="triangular"),
+        (8.0, 10.0, 20.0),
+        1.0,
+        0.025,
+        2000,
+        "g_k",
+    ),
+    ModelCase("adex-euler", lambda: nj.AdEx(method="euler"), (0.8, 1.0, 1.5), 0.2, 0.05, 2000, "a"),
+    ModelCase("adex-rk4", lambda: nj.AdEx(method="rk4"), (0.8, 1.0, 1.5), 0.2, 0.05, 2000, "tau_w"),
+]
+
+
+def case_ids(cases=MODEL_CASES) -> list[str]:
+    return [c.id for c in cases]
+
+
+def python_loop(model, state, current, dt: float, n_steps: int):
+    """Reference driver: a plain Python loop over `model.step`, eagerly, op by op."""
+    spikes, vs = [], []
+    for _ in range(n_steps):
+        state, s = model.step(state, current, dt)
+        spikes.append(np.asarray(s))
+        vs.append(np.asarray(state.v))
+    return state, np.stack(spikes), np.stack(vs)
+
+
+def leaves_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb))
