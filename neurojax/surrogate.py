@@ -61,7 +61,12 @@ class Surrogate(eqx.Module):
         """Pseudo-derivative of the step at `x` (dimensionless)."""
 
     def __call__(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
-        return spike(self, x)
+        return spike(self, _as_float_array(x))
+
+
+def _as_float_array(x) -> Float[Array, "..."]:
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
 
 
 @jax.custom_jvp
@@ -142,19 +147,19 @@ def as_surrogate(s: "Surrogate | str") -> Surrogate:
 
 def fast_sigmoid(x: ArrayLike, slope: ArrayLike = 25.0) -> Float[Array, "..."]:
     """Spike `x >= 0` with the fast-sigmoid surrogate gradient."""
-    return spike(FastSigmoid(slope), jnp.asarray(x, dtype=jnp.result_type(x, float)))
+    return spike(FastSigmoid(slope), _as_float_array(x))
 
 
 def arctan(x: ArrayLike, alpha: ArrayLike = 2.0) -> Float[Array, "..."]:
     """Spike `x >= 0` with the arctan surrogate gradient."""
-    return spike(Arctan(alpha), jnp.asarray(x, dtype=jnp.result_type(x, float)))
+    return spike(Arctan(alpha), _as_float_array(x))
 
 
 def triangular(x: ArrayLike, width: ArrayLike = 1.0) -> Float[Array, "..."]:
     """Spike `x >= 0` with the triangular surrogate gradient."""
-    return spike(Triangular(width), jnp.asarray(x, dtype=jnp.result_type(x, float)))
+    return spike(Triangular(width), _as_float_array(x))
 
 
 def heaviside(x: ArrayLike) -> Float[Array, "..."]:
     """Spike `x >= 0` with the straight-through gradient."""
-    return spike(Heaviside(), jnp.asarray(x, dtype=jnp.result_type(x, float)))
+    return spike(Heaviside(), _as_float_array(x))
