@@ -1,0 +1,161 @@
+"""`simulate`: input kinds, recording, record_every, chunking, progress, the check guard."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import Array, Float
+
+import neurojax as nj
+
+
+class Echo(eqx.Module):
+    """A test model whose state accumulates its input and whose output is `input > 0`.
+
+    Its recordings reveal exactly what `simulate` fed it at every step.
+    """
+
+    gain: Float[Array, ""] = eqx.field(default=1.0, converter=jnp.asarray)
+
+    def init_state(self, shape, *, key=None):
+        shape = (shape,) if isinstance(shape, int) else shape
+        return {"v": jnp.zeros(shape), "last": jnp.zeros(shape)}
+
+    def step(self, state, inp, dt):
+        inp = jnp.zeros(()) if inp is None else jnp.asarray(inp, jnp.float32)
+        inp = jnp.broadcast_to(inp, state["v"].shape)
+        new = {"v": state["v"] + self.gain * inp * dt, "last": inp}
+        return new, (inp > 0).astype(jnp.float32)
+
+
+class TwoPops(eqx.Module):
+    """A model with a PyTree of outputs, as a network has."""
+
+    def init_state(self, shape, *, key=None):
+        return {"a": jnp.zeros(2), "b": jnp.zeros(3)}
+
+    def step(self, state, inp, dt):
+        new = {"a": state["a"] + 1.0, "b": state["b"] + 2.0}
+        return new, {"a": (new["a"] % 3 == 0).astype(jnp.float32), "b": jnp.ones(3)}
+
+
+def test_input_kinds_agree():
+    m = Echo()
+    s = m.init_state(3)
+    x = jnp.array([1.0, 2.0, -1.0])
+    _, r_const = nj.simulate(m, s, x, dt=0.5, n_steps=4, record=("last",))
+    _, r_series = nj.simulate(m, s, jnp.tile(x, (4, 1)), dt=0.5, record=("last",))
+    _, r_fn = nj.simulate(m, s, lambda t, i: x, dt=0.5, n_steps=4, record=("last",))
+    for r in (r_const, r_series, r_fn):
+        np.testing.assert_array_equal(np.asarray(r.last), np.tile(np.asarray(x), (4, 1)))
+    _, r_none = nj.simulate(m, s, None, dt=0.5, n_steps=4, record=("last",))
+    assert float(jnp.abs(r_none.last).sum()) == 0.0
+
+
+def test_function_input_sees_start_time_and_index():
+    m = Echo()
+    _, rec = nj.simulate(
+        m, m.init_state(2), lambda t, i: jnp.stack([t, i.astype(t.dtype)]), dt=0.25, n_steps=6,
+        record=("last",),
+    )
+    np.testing.assert_allclose(np.asarray(rec.last[:, 0]), 0.25 * np.arange(6))
+    np.testing.assert_allclose(np.asarray(rec.last[:, 1]), np.arange(6))
+    # Recording times are the ends of the steps.
+    np.testing.assert_allclose(np.asarray(rec.t), 0.25 * np.arange(1, 7))
+
+
+def test_time_series_rows_are_steps():
+    m = Echo()
+    series = jnp.arange(10.0).reshape(5, 2)
+    final, rec = nj.simulate(m, m.init_state(2), series, dt=1.0, record=("last", "v"))
+    np.testing.assert_array_equal(np.asarray(rec.last), np.asarray(series))
+    np.testing.assert_array_equal(np.asarray(final["v"]), np.asarray(series.sum(0)))
+    assert rec.spikes.dtype == jnp.bool_ and rec.spikes.shape == (5, 2)
+
+
+def test_record_every_subsamples_fields_and_counts_spikes():
+    m = Echo()
+    pattern = (jnp.arange(24.0) % 3 == 0).astype(jnp.float32).reshape(12, 2)  # some steps spike
+    _, full = nj.simulate(m, m.init_state(2), pattern, dt=0.1, record=("v",))
+    _, sub = nj.simulate(m, m.init_state(2), pattern, dt=0.1, record=("v",), record_every=4)
+    np.testing.assert_array_equal(np.asarray(sub.v), np.asarray(full.v)[3::4])
+    counts = np.asarray(full.spikes).reshape(3, 4, 2).sum(1)
+    np.testing.assert_array_equal(np.asarray(sub.spikes), counts)
+    assert sub.spikes.dtype == jnp.uint8
+    np.testing.assert_allclose(np.asarray(sub.t), [0.4, 0.8, 1.2], rtol=1e-6)
+    # Chunked with record_every gives the same.
+    _, ch = nj.simulate(m, m.init_state(2), pattern, dt=0.1, record=("v",), record_every=4,
+                        chunk_size=8)
+    np.testing.assert_array_equal(ch.v, np.asarray(sub.v))
+    np.testing.assert_array_equal(ch.spikes, np.asarray(sub.spikes))
+
+
+def test_record_function_and_pytree_outputs():
+    _, rec = nj.simulate(
+        TwoPops(), TwoPops().init_state(0), None, dt=1.0, n_steps=6,
+        record=lambda st, out: {"sum_a": st["a"].sum(), "b0": st["b"][0]},
+    )
+    np.testing.assert_array_equal(np.asarray(rec.sum_a), 2.0 * np.arange(1, 7))
+    np.testing.assert_array_equal(np.asarray(rec.values["b0"]), 2.0 * np.arange(1, 7))
+    assert set(rec.spikes) == {"a", "b"}
+    assert rec.spikes["a"].dtype == jnp.bool_
+    np.testing.assert_array_equal(np.asarray(rec.spikes["a"][:, 0]), np.arange(1, 7) % 3 == 0)
+    with pytest.raises(AttributeError, match="Recording has no attribute 'w'"):
+        rec.w
+
+
+def test_spike_dtype_none_keeps_float_outputs_for_gradients():
+    lif = nj.LIF()
+    _, rec = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=100, spike_dtype=None)
+    assert rec.spikes.dtype == jnp.float32
+    g = jax.grad(
+        lambda i: nj.simulate(lif, lif.init_state(2), i, dt=0.1, n_steps=100,
+                              spike_dtype=None)[1].spikes.sum()
+    )(jnp.array([20.0, 30.0]))
+    assert np.all(np.asarray(g) > 0)
+
+
+def test_reproducible_and_jittable():
+    lif = nj.LIF(t_ref=1.0)
+    state = lif.init_state(50, key=jax.random.key(3))
+    a = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
+    b = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
+    assert all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a),
+                                                   jax.tree_util.tree_leaves(b)))
+    jitted = jax.jit(lambda s: nj.simulate(lif, s, 18.0, dt=0.1, n_steps=300, record=("v",)))
+    c = jitted(state)
+    np.testing.assert_array_equal(np.asarray(c[1].spikes), np.asarray(a[1].spikes))
+
+
+def test_progress_bar_reports_time_and_speed(capsys):
+    lif = nj.LIF()
+    _, plain = nj.simulate(lif, lif.init_state(4), 20.0, dt=0.1, n_steps=200)
+    _, rec = nj.simulate(lif, lif.init_state(4), 20.0, dt=0.1, n_steps=200, progress=True)
+    err = capsys.readouterr().err
+    assert "steps/s" in err and "t=20.0 ms" in err
+    # progress without chunk_size keeps the recording on the device and identical.
+    assert isinstance(rec.spikes, jax.Array)
+    np.testing.assert_array_equal(np.asarray(rec.spikes), np.asarray(plain.spikes))
+
+
+def test_check_names_first_nonfinite_step_and_field():
+    lif = nj.LIF()
+    bad = lambda t, i: jnp.where(i >= 37, jnp.nan, 1.0)  # noqa: E731
+    with pytest.raises(FloatingPointError, match=r"field 'v' became non-finite at step 37 \(t = 3.7"):
+        nj.simulate(lif, lif.init_state(3), bad, dt=0.1, n_steps=100, check=True)
+    # Off by default: the NaN simply propagates.
+    final, _ = nj.simulate(lif, lif.init_state(3), bad, dt=0.1, n_steps=100)
+    assert np.all(np.isnan(np.asarray(final.v)))
+    # Inside the caller's jit the guard still stops the run and names the field.
+    f = jax.jit(lambda i: nj.simulate(lif, lif.init_state(3), lambda t, k: jnp.where(k >= 37, jnp.nan, i),
+                                      dt=0.1, n_steps=100, check=True)[0].v)
+    with pytest.raises(Exception, match="state field 'v' became non-finite"):
+        jax.block_until_ready(f(1.0))
+
+
+def test_chunking_inside_jit_is_rejected():
+    lif = nj.LIF()
+    f = jax.jit(lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, chunk_size=5)[0])
+    with pytest.raises(ValueError, match="chunk_size and progress move data to the host"):
+        f(lif.init_state(2))
