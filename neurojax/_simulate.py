@@ -88,7 +88,8 @@ def _step_ok(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     for a, b in zip(jtu.tree_leaves(want), jtu.tree_leaves(got)):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False, (
-                f"the step turned a state leaf of shape {a.shape} {a.dtype} into {b.shape} {b.dtype}"
+                f"the step turned a state leaf of shape {a.shape} {a.dtype} into "
+                f"{b.shape} {b.dtype}"
             )
     return True, ""
 
@@ -396,9 +397,7 @@ def simulate(
     record = _record_spec(record, state)
     kind, n_steps = _classify_inputs(model, state, inputs, n_steps, dt)
     if n_steps % record_every:
-        raise ValueError(
-            f"simulate: record_every={record_every} must divide n_steps={n_steps}"
-        )
+        raise ValueError(f"simulate: record_every={record_every} must divide n_steps={n_steps}")
     if chunk_size is not None and chunk_size % record_every:
         raise ValueError(
             f"simulate: chunk_size={chunk_size} must be a multiple of record_every={record_every}"
@@ -434,7 +433,8 @@ def simulate(
         for start in range(0, n_steps, chunk_size):
             length = min(chunk_size, n_steps - start)
             if kind == "series":
-                chunk_inputs = jtu.tree_map(lambda x: x[start : start + length], inputs)
+                window = slice(start, start + length)
+                chunk_inputs = jtu.tree_map(lambda x, w=window: x[w], inputs)
             else:
                 chunk_inputs = const
             state, spikes, values, diag = _run_chunk_jit(

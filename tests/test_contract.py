@@ -102,16 +102,18 @@ def test_grad_through_surrogate_spikes_is_finite_and_nonzero(case):
     state = model.init_state(3)
 
     def count(current):
-        _, rec = nj.simulate(model, state, current, dt=case.dt, n_steps=case.n_steps,
-                             spike_dtype=None)
+        _, rec = nj.simulate(
+            model, state, current, dt=case.dt, n_steps=case.n_steps, spike_dtype=None
+        )
         return rec.spikes.sum()
 
     g = jax.grad(count)(_drive(case))
     assert np.all(np.isfinite(np.asarray(g)))
     assert np.any(np.asarray(g) != 0), "surrogate gradient of the spike count vanished"
     # jit(grad) equals grad.
-    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(count))(_drive(case))), np.asarray(g),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(jax.grad(count))(_drive(case))), np.asarray(g), rtol=1e-5, atol=1e-6
+    )
 
 
 @CASES

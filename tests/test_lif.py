@@ -64,7 +64,9 @@ def test_rheobase():
 def test_refractory_clamp_lasts_t_ref():
     dt, t_ref = 0.1, 2.0
     lif = nj.LIF(**NEST)
-    _, rec = nj.simulate(lif, lif.init_state(1), 3.0, dt=dt, n_steps=200, record=("v", "refractory"))
+    _, rec = nj.simulate(
+        lif, lif.init_state(1), 3.0, dt=dt, n_steps=200, record=("v", "refractory")
+    )
     first = int(np.argmax(np.asarray(rec.spikes[:, 0])))
     v = np.asarray(rec.v[:, 0])
     n_ref = round(t_ref / dt)

@@ -56,7 +56,11 @@ def test_input_kinds_agree():
 def test_function_input_sees_start_time_and_index():
     m = Echo()
     _, rec = nj.simulate(
-        m, m.init_state(2), lambda t, i: jnp.stack([t, i.astype(t.dtype)]), dt=0.25, n_steps=6,
+        m,
+        m.init_state(2),
+        lambda t, i: jnp.stack([t, i.astype(t.dtype)]),
+        dt=0.25,
+        n_steps=6,
         record=("last",),
     )
     np.testing.assert_allclose(np.asarray(rec.last[:, 0]), 0.25 * np.arange(6))
@@ -85,15 +89,20 @@ def test_record_every_subsamples_fields_and_counts_spikes():
     assert sub.spikes.dtype == jnp.uint8
     np.testing.assert_allclose(np.asarray(sub.t), [0.4, 0.8, 1.2], rtol=1e-6)
     # Chunked with record_every gives the same.
-    _, ch = nj.simulate(m, m.init_state(2), pattern, dt=0.1, record=("v",), record_every=4,
-                        chunk_size=8)
+    _, ch = nj.simulate(
+        m, m.init_state(2), pattern, dt=0.1, record=("v",), record_every=4, chunk_size=8
+    )
     np.testing.assert_array_equal(ch.v, np.asarray(sub.v))
     np.testing.assert_array_equal(ch.spikes, np.asarray(sub.spikes))
 
 
 def test_record_function_and_pytree_outputs():
     _, rec = nj.simulate(
-        TwoPops(), TwoPops().init_state(0), None, dt=1.0, n_steps=6,
+        TwoPops(),
+        TwoPops().init_state(0),
+        None,
+        dt=1.0,
+        n_steps=6,
         record=lambda st, out: {"sum_a": st["a"].sum(), "b0": st["b"][0]},
     )
     np.testing.assert_array_equal(np.asarray(rec.sum_a), 2.0 * np.arange(1, 7))
@@ -102,7 +111,7 @@ def test_record_function_and_pytree_outputs():
     assert rec.spikes["a"].dtype == jnp.bool_
     np.testing.assert_array_equal(np.asarray(rec.spikes["a"][:, 0]), np.arange(1, 7) % 3 == 0)
     with pytest.raises(AttributeError, match="Recording has no attribute 'w'"):
-        rec.w
+        _ = rec.w
 
 
 def test_spike_dtype_none_keeps_float_outputs_for_gradients():
@@ -110,8 +119,9 @@ def test_spike_dtype_none_keeps_float_outputs_for_gradients():
     _, rec = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=100, spike_dtype=None)
     assert rec.spikes.dtype == jnp.float32
     g = jax.grad(
-        lambda i: nj.simulate(lif, lif.init_state(2), i, dt=0.1, n_steps=100,
-                              spike_dtype=None)[1].spikes.sum()
+        lambda i: nj.simulate(lif, lif.init_state(2), i, dt=0.1, n_steps=100, spike_dtype=None)[
+            1
+        ].spikes.sum()
     )(jnp.array([20.0, 30.0]))
     assert np.all(np.asarray(g) > 0)
 
@@ -121,8 +131,10 @@ def test_reproducible_and_jittable():
     state = lif.init_state(50, key=jax.random.key(3))
     a = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
     b = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
-    assert all(np.array_equal(x, y) for x, y in zip(jax.tree_util.tree_leaves(a),
-                                                   jax.tree_util.tree_leaves(b)))
+    assert all(
+        np.array_equal(x, y)
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+    )
     jitted = jax.jit(lambda s: nj.simulate(lif, s, 18.0, dt=0.1, n_steps=300, record=("v",)))
     c = jitted(state)
     np.testing.assert_array_equal(np.asarray(c[1].spikes), np.asarray(a[1].spikes))
@@ -142,14 +154,26 @@ def test_progress_bar_reports_time_and_speed(capsys):
 def test_check_names_first_nonfinite_step_and_field():
     lif = nj.LIF()
     bad = lambda t, i: jnp.where(i >= 37, jnp.nan, 1.0)  # noqa: E731
-    with pytest.raises(FloatingPointError, match=r"field 'v' became non-finite at step 37 \(t = 3.7"):
+    with pytest.raises(
+        FloatingPointError, match=r"field 'v' became non-finite at step 37 \(t = 3.7"
+    ):
         nj.simulate(lif, lif.init_state(3), bad, dt=0.1, n_steps=100, check=True)
     # Off by default: the NaN simply propagates.
     final, _ = nj.simulate(lif, lif.init_state(3), bad, dt=0.1, n_steps=100)
     assert np.all(np.isnan(np.asarray(final.v)))
     # Inside the caller's jit the guard still stops the run and names the field.
-    f = jax.jit(lambda i: nj.simulate(lif, lif.init_state(3), lambda t, k: jnp.where(k >= 37, jnp.nan, i),
-                                      dt=0.1, n_steps=100, check=True)[0].v)
+    f = jax.jit(
+        lambda i: (
+            nj.simulate(
+                lif,
+                lif.init_state(3),
+                lambda t, k: jnp.where(k >= 37, jnp.nan, i),
+                dt=0.1,
+                n_steps=100,
+                check=True,
+            )[0].v
+        )
+    )
     with pytest.raises(Exception, match="state field 'v' became non-finite"):
         jax.block_until_ready(f(1.0))
 

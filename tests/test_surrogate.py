@@ -14,7 +14,10 @@ X = jnp.array([-2.0, -0.7, -0.1, 0.0, 0.05, 0.3, 1.5])
 ANALYTIC = {
     "fast_sigmoid": (sg.FastSigmoid(slope=4.0), lambda x: 1.0 / (1.0 + 4.0 * np.abs(x)) ** 2),
     "arctan": (sg.Arctan(alpha=3.0), lambda x: 1.5 / (1.0 + (np.pi * 1.5 * x) ** 2)),
-    "triangular": (sg.Triangular(width=0.5), lambda x: np.maximum(0.0, 1.0 - np.abs(x) / 0.5) / 0.5),
+    "triangular": (
+        sg.Triangular(width=0.5),
+        lambda x: np.maximum(0.0, 1.0 - np.abs(x) / 0.5) / 0.5,
+    ),
     "heaviside": (sg.Heaviside(), lambda x: np.ones_like(x)),
 }
 
@@ -37,7 +40,8 @@ def test_derivative_equals_analytic_form(name):
 
 def test_lowercase_functions_and_names():
     np.testing.assert_allclose(
-        np.asarray(jax.grad(lambda x: sg.fast_sigmoid(x, slope=4.0))(0.3)), 1.0 / (1 + 1.2) ** 2,
+        np.asarray(jax.grad(lambda x: sg.fast_sigmoid(x, slope=4.0))(0.3)),
+        1.0 / (1 + 1.2) ** 2,
         rtol=1e-6,
     )
     assert float(jax.grad(sg.heaviside)(-3.0)) == 1.0
@@ -54,8 +58,9 @@ def test_hyperparameters_are_leaves_not_closures():
     def d(slope):
         return jax.grad(lambda x: sg.FastSigmoid(slope)(x))(0.2)
 
-    np.testing.assert_allclose(np.asarray(jax.vmap(d)(slopes)), 1.0 / (1.0 + slopes * 0.2) ** 2,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(d)(slopes)), 1.0 / (1.0 + slopes * 0.2) ** 2, rtol=1e-6
+    )
     # The step does not depend on the hyperparameter: its gradient is zero, not an error.
     g = jax.grad(lambda s: s(jnp.float32(0.2)))(sg.FastSigmoid(5.0))
     assert float(g.slope) == 0.0
