@@ -49,8 +49,8 @@ MODEL_CASES = [
         "a",
     ),
     ModelCase(
-        "izhikevich-fs-published",
-        lambda: nj.Izhikevich.preset("FS", method="published"),
+        "izhikevich-rs-published",
+        lambda: nj.Izhikevich.preset("RS", method="published"),
         (6.0, 10.0, 14.0),
         1.0,
         0.25,

