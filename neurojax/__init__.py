@@ -8,3 +8,7 @@ from .neurons import NeuronModel as NeuronModel
 __version__ = "0.1.0"
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
+from .neurons import Izhikevich as Izhikevich
+from .neurons import IzhikevichState as IzhikevichState
+from .neurons import AdEx as AdEx
+from .neurons import AdExState as AdExState

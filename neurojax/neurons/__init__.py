@@ -3,3 +3,7 @@
 from ._base import NeuronModel as NeuronModel
 from ._lif import LIF as LIF
 from ._lif import LIFState as LIFState
+from ._izhikevich import Izhikevich as Izhikevich
+from ._izhikevich import IzhikevichState as IzhikevichState
+from ._adex import AdEx as AdEx
+from ._adex import AdExState as AdExState
