@@ -73,6 +73,75 @@ CASES = [
         ValueError,
         r"LIF: parameter tau_m has shape \(4,\), which does not broadcast to the population shape \(3,\)",
     ),
+    # Izhikevich
+    (
+        "izh-unknown-preset",
+        lambda: nj.Izhikevich.preset("XX"),
+        ValueError,
+        r"Izhikevich.preset: name must be one of \('RS', 'IB', 'CH', 'FS', 'LTS', 'TC', 'RZ'\), got 'XX'",
+    ),
+    (
+        "izh-unknown-override",
+        lambda: nj.Izhikevich.preset("RS", e=1.0),
+        TypeError,
+        r"Izhikevich.preset: unknown override\(s\) \['e'\]",
+    ),
+    (
+        "izh-unknown-method",
+        lambda: nj.Izhikevich(method="rk4"),
+        ValueError,
+        r"Izhikevich: method must be one of \('euler', 'published'\), got 'rk4'",
+    ),
+    (
+        "izh-reset-above-peak",
+        lambda: nj.Izhikevich(c=40.0),
+        ValueError,
+        r"Izhikevich: c must be < v_peak, got c=40.0 and v_peak=30.0",
+    ),
+    (
+        "izh-a-nan",
+        lambda: nj.Izhikevich(a=float("nan")),
+        ValueError,
+        r"Izhikevich: a must be finite, got nan",
+    ),
+    # AdEx
+    ("adex-c-m-zero", lambda: nj.AdEx(c_m=0.0), ValueError, r"AdEx: c_m must be > 0 pF, got 0.0"),
+    (
+        "adex-g-l-negative",
+        lambda: nj.AdEx(g_l=-3.0),
+        ValueError,
+        r"AdEx: g_l must be > 0 nS, got -3.0",
+    ),
+    (
+        "adex-delta-t-negative",
+        lambda: nj.AdEx(delta_t=-1.0),
+        ValueError,
+        r"AdEx: delta_t must be > 0 mV, got -1.0",
+    ),
+    (
+        "adex-tau-w-zero",
+        lambda: nj.AdEx(tau_w=0.0),
+        ValueError,
+        r"AdEx: tau_w must be > 0 ms, got 0.0",
+    ),
+    (
+        "adex-unknown-method",
+        lambda: nj.AdEx(method="midpoint"),
+        ValueError,
+        r"AdEx: method must be one of \('rk4', 'euler'\), got 'midpoint'",
+    ),
+    (
+        "adex-exp-overflow",
+        lambda: nj.AdEx(delta_t=0.5),
+        ValueError,
+        r"AdEx: \(v_peak - v_t\) / delta_t must be <= 78.7 so that the exponential term stays finite in float32",
+    ),
+    (
+        "adex-reset-above-peak",
+        lambda: nj.AdEx(v_reset=30.0),
+        ValueError,
+        r"AdEx: v_reset must be < v_peak, got v_reset=30.0 and v_peak=20.0",
+    ),
     # state shapes
     (
         "init-state-negative-shape",
