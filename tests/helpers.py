@@ -63,7 +63,7 @@ MODEL_CASES = [
         (8.0, 10.0, 20.0),
         1.0,
         0.025,
-        2000,
+        1000,
         "g_na",
     ),
     ModelCase(
@@ -72,7 +72,7 @@ MODEL_CASES = [
         (8.0, 10.0, 20.0),
         1.0,
         0.025,
-        2000,
+        1000,
         "g_k",
     ),
     ModelCase("adex-euler", lambda: nj.AdEx(method="euler"), (0.8, 1.0, 1.5), 0.2, 0.05, 2000, "a"),
