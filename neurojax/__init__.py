@@ -12,3 +12,5 @@ from .neurons import Izhikevich as Izhikevich
 from .neurons import IzhikevichState as IzhikevichState
 from .neurons import AdEx as AdEx
 from .neurons import AdExState as AdExState
+from .neurons import HodgkinHuxley as HodgkinHuxley
+from .neurons import HHState as HHState

@@ -7,3 +7,5 @@ from ._izhikevich import Izhikevich as Izhikevich
 from ._izhikevich import IzhikevichState as IzhikevichState
 from ._adex import AdEx as AdEx
 from ._adex import AdExState as AdExState
+from ._hodgkin_huxley import HodgkinHuxley as HodgkinHuxley
+from ._hodgkin_huxley import HHState as HHState
