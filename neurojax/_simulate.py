@@ -75,8 +75,45 @@ def _abstract(tree: Any) -> Any:
     return jtu.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)), tree)
 
 
+def _signature(tree: Any) -> Any:
+    """A hashable description of a PyTree's structure, shapes and dtypes (None if unhashable)."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    sig = []
+    for x in leaves:
+        if isinstance(x, (jax.Array, np.ndarray, np.generic)) or isinstance(x, jax.core.Tracer):
+            sig.append((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))))
+        elif isinstance(x, (bool, int, float, complex)):
+            sig.append((type(x).__name__,))
+        else:
+            try:
+                hash(x)
+            except TypeError:
+                return None
+            sig.append(("object", x))
+    return treedef, tuple(sig)
+
+
+# Results of `_step_ok`, keyed by the abstract signature of its arguments: checking shapes
+# traces `step`, which costs milliseconds, more than a whole short compiled run.
+_STEP_OK_CACHE: dict[Any, tuple[bool, str]] = {}
+_STEP_OK_CACHE_MAX = 512
+
+
 def _step_ok(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     """Whether one step with input `inp` keeps the state's structure, shapes and dtypes."""
+    key = (_signature(model), _signature(state), _signature(inp), dt)
+    cacheable = None not in key[:3]
+    if cacheable and key in _STEP_OK_CACHE:
+        return _STEP_OK_CACHE[key]
+    result = _step_ok_uncached(model, state, inp, dt)
+    if cacheable:
+        if len(_STEP_OK_CACHE) >= _STEP_OK_CACHE_MAX:
+            _STEP_OK_CACHE.pop(next(iter(_STEP_OK_CACHE)))
+        _STEP_OK_CACHE[key] = result
+    return result
+
+
+def _step_ok_uncached(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     try:
         new_state, _ = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
     except (TypeError, ValueError) as err:
