@@ -14,3 +14,4 @@ from .neurons import AdEx as AdEx
 from .neurons import AdExState as AdExState
 from .neurons import HodgkinHuxley as HodgkinHuxley
 from .neurons import HHState as HHState
+from . import connectivity as connect

@@ -1,0 +1,189 @@
+"""Eager argument checks shared by the connectivity builders.
+
+Builders run on the host, outside `jit`: every check here inspects concrete values and raises
+`TypeError` (wrong kind of value) or `ValueError` (right kind, bad value) with a message that
+names the builder, the argument, the rule and the value received.
+"""
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from .._validation import _fmt, as_float
+
+__all__ = [
+    "MAX_SIZE",
+    "check_key",
+    "check_optional_key",
+    "check_size",
+    "check_count",
+    "check_probability",
+    "host_reals",
+    "check_flag",
+    "check_real",
+    "check_positive_real",
+    "check_positions",
+    "check_box",
+    "check_same_population",
+]
+
+# Indices are int32; sizes stay below 2**30 so that the samplers' intermediate sums of two
+# positions (unsigned 32-bit) can never overflow.
+MAX_SIZE = 2**30
+
+
+def check_key(owner: str, key: Any, name: str = "key") -> jax.Array:
+    """A single JAX PRNG key (typed `jax.random.key` or legacy `jax.random.PRNGKey`)."""
+    if isinstance(key, jax.core.Tracer):
+        raise TypeError(
+            f"{owner}: {name} is a traced value; connectivity builders run eagerly on the host,"
+            " so call them outside jit/vmap"
+        )
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(
+                f"{owner}: {name} must be a single PRNG key, got a batch of keys of shape"
+                f" {key.shape}"
+            )
+        return key
+    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32:
+        try:
+            return jr.wrap_key_data(jnp.asarray(key))
+        except (TypeError, ValueError):
+            pass
+    if hasattr(key, "dtype"):
+        shown = f"array of shape {np.shape(key)} and dtype {key.dtype}"
+    else:
+        shown = repr(key)
+    raise TypeError(
+        f"{owner}: {name} must be a JAX PRNG key such as jax.random.key(0), got {shown}"
+    )
+
+
+def check_optional_key(owner: str, key: Any) -> jax.Array | None:
+    return None if key is None else check_key(owner, key)
+
+
+def _int(owner: str, name: str, value: Any, rule: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{owner}: {name} must be {rule}, got {value!r}")
+    return int(value)
+
+
+def check_size(owner: str, name: str, value: Any) -> int:
+    """A population size: a positive Python or NumPy int, at most `MAX_SIZE`."""
+    n = _int(owner, name, value, "a positive int")
+    if n <= 0:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {n}")
+    if n > MAX_SIZE:
+        raise ValueError(f"{owner}: {name} must be <= 2**30 (int32 indices), got {n}")
+    return n
+
+
+def check_count(owner: str, name: str, value: Any) -> int:
+    """A non-negative int (degrees, caps)."""
+    k = _int(owner, name, value, "a non-negative int")
+    if k < 0:
+        raise ValueError(f"{owner}: {name} must be a non-negative int, got {k}")
+    return k
+
+
+def check_flag(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{owner}: {name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def host_reals(owner: str, name: str, value: Any) -> np.ndarray:
+    """Real numbers as float64 on the host (type rules of `as_float`, without its rounding)."""
+    try:
+        as_float(value)
+    except TypeError as err:
+        raise TypeError(f"{owner}: {name}: {err}") from None
+    # Python floats keep their exact value here (as_float would round them to float32, and a
+    # message would then show 0.10000000149011612 for 0.1).
+    return np.asarray(value, dtype=np.float64)
+
+
+def check_real(owner: str, name: str, value: Any) -> float:
+    """A finite real scalar, returned as a Python float."""
+    arr = host_reals(owner, name, value)
+    if arr.ndim != 0:
+        raise ValueError(f"{owner}: {name} must be a scalar, got an array of shape {arr.shape}")
+    x = float(arr)
+    if not math.isfinite(x):
+        raise ValueError(f"{owner}: {name} must be finite, got {_fmt(arr)}")
+    return x
+
+
+def check_positive_real(owner: str, name: str, value: Any, unit: str = "") -> float:
+    x = check_real(owner, name, value)
+    if not x > 0:
+        raise ValueError(f"{owner}: {name} must be > 0{(' ' + unit) if unit else ''}, got {x!r}")
+    return x
+
+
+def check_probability(owner: str, name: str, value: Any) -> float:
+    """A probability: a real scalar in [0, 1]."""
+    arr = host_reals(owner, name, value)
+    if arr.ndim != 0:
+        raise ValueError(f"{owner}: {name} must be a scalar, got an array of shape {arr.shape}")
+    x = float(arr)
+    if not (0.0 <= x <= 1.0):
+        raise ValueError(f"{owner}: {name} must be in [0, 1], got {x!r}")
+    return x
+
+
+def check_positions(owner: str, name: str, value: Any) -> jax.Array:
+    """Positions of a population: a finite real array of shape (n, d), n >= 1, d >= 1.
+
+    Returned with the default float dtype.
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{owner}: {name} is a traced value; connectivity builders run eagerly, outside jit"
+        )
+    try:
+        pos = as_float(value)
+    except TypeError as err:
+        raise TypeError(f"{owner}: {name}: {err}") from None
+    if pos.ndim != 2 or pos.shape[0] == 0 or pos.shape[1] == 0:
+        raise ValueError(
+            f"{owner}: {name} must have shape (n, d) with n >= 1 and d >= 1, got shape {pos.shape}"
+        )
+    if pos.shape[0] > MAX_SIZE:
+        raise ValueError(f"{owner}: {name} has {pos.shape[0]} rows, more than 2**30")
+    host = np.asarray(pos)
+    if not np.all(np.isfinite(host)):
+        raise ValueError(f"{owner}: {name} must be finite, got non-finite entries")
+    return pos
+
+
+def check_box(owner: str, name: str, value: Any, d: int) -> np.ndarray | None:
+    """A periodic box: `None`, or one positive length per dimension (a scalar means all)."""
+    if value is None:
+        return None
+    box = host_reals(owner, name, value)
+    if box.ndim == 0:
+        box = np.full(d, float(box))
+    if box.shape != (d,):
+        raise ValueError(
+            f"{owner}: {name} must be a scalar or have one length per dimension (shape ({d},)),"
+            f" got shape {box.shape}"
+        )
+    if not np.all(np.isfinite(box)) or not np.all(box > 0):
+        raise ValueError(f"{owner}: {name} lengths must be finite and > 0, got {_fmt(box)}")
+    return box
+
+
+def check_same_population(owner: str, n_pre: int, n_post: int) -> None:
+    """`allow_self=False` only makes sense when pre and post are one population."""
+    if n_pre != n_post:
+        raise ValueError(
+            f"{owner}: allow_self=False requires n_pre == n_post (one population), got"
+            f" n_pre={n_pre} and n_post={n_post}"
+        )
