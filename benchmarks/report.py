@@ -1,0 +1,327 @@
+"""Render benchmark JSON lines as Markdown tables and check the performance targets.
+
+`python -m benchmarks.report results.jsonl [more.jsonl ...]` prints the tables that
+`benchmarks/RESULTS.md` is built from: the measured machine limits, per benchmark a table of
+loop times with the ratio of each peer to neurojax in the same run, the spike-time accuracy
+of every Hodgkin-Huxley implementation, and the targets with the numbers that decide them.
+`run_all` writes this rendering next to its JSON lines.
+"""
+
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load", "render"]
+
+
+def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Read JSON lines (other lines are ignored)."""
+    records = []
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith("{"):
+                records.append(json.loads(line))
+    return records
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) >= 1e5 or abs(x) < 1e-3:
+            return f"{x:.{digits - 1}e}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(r: dict[str, Any]) -> str:
+    parts = [r["impl"], r.get("method", "")]
+    if r["impl"] == "jaxley" or (r["impl"] == "neurojax" and r.get("dtype") != "float32"):
+        parts.append(r.get("dtype", ""))
+    if r["impl"] == "neurojax" and r.get("unroll", 1) != 1:
+        parts.append(f"unroll={r['unroll']}")
+    return " ".join(p for p in parts if p)
+
+
+def _machine(records: list[dict[str, Any]]) -> str:
+    rows = []
+    for m in records:
+        if m.get("bench") != "machine":
+            continue
+        rows.append(
+            [
+                m["threads"],
+                m["numpy_matmul_flops"] / 1e9,
+                m["jax_matmul_flops"] / 1e9,
+                m["numpy_copy_bytes_per_s"] / 1e9,
+                m["jax_triad_bytes_per_s"] / 1e9,
+                m["numpy_exp_per_s"] / 1e9,
+                m["jax_exp_per_s"] / 1e9,
+            ]
+        )
+    if not rows:
+        return ""
+    header = [
+        "threads",
+        "NumPy matmul GFLOP/s",
+        "XLA matmul GFLOP/s",
+        "NumPy copy GB/s",
+        "XLA triad GB/s",
+        "NumPy exp G/s",
+        "XLA exp G/s",
+    ]
+    return "### Machine limits (float32, best of repeats)\n\n" + _table(header, rows)
+
+
+def _hh(records: list[dict[str, Any]], threads: int) -> str:
+    hh = [r for r in records if r.get("bench") == "hh_batch" and r.get("threads") == threads]
+    if not hh:
+        return ""
+    out = [f"### hh_batch, {threads} thread(s): loop time [s] (median)"]
+    labels = sorted({_label(r) for r in hh if "error" not in r}, key=_order)
+    sizes = sorted({r["n"] for r in hh})
+    rows = []
+    for lab in labels:
+        row = [lab]
+        for n in sizes:
+            match = [r for r in hh if r["n"] == n and _label(r) == lab and "error" not in r]
+            row.append(match[0]["run_s"] if match else None)
+        rows.append(row)
+    out.append(_table(["implementation"] + [f"N={n}" for n in sizes], rows))
+
+    out.append(f"\n### hh_batch, {threads} thread(s): peer time / neurojax time (same method)")
+    rows = []
+    for lab in labels:
+        if lab.startswith("neurojax"):
+            continue
+        row = [lab]
+        for n in sizes:
+            match = [r for r in hh if r["n"] == n and _label(r) == lab and "error" not in r]
+            sp = match[0].get("neurojax_speedup", {}) if match else {}
+            row.append(" / ".join(f"{k}: {_fmt(v)}" for k, v in sp.items()) if sp else None)
+        rows.append(row)
+    out.append(_table(["peer"] + [f"N={n}" for n in sizes], rows))
+
+    rows = []
+    for r in hh:
+        if r["impl"] == "neurojax" and r.get("unroll", 1) == 1 and "error" not in r:
+            rows.append(
+                [
+                    r["method"],
+                    r["n"],
+                    r["compile_s"],
+                    r["run_s"],
+                    r.get("call_s"),
+                    r["neuron_steps_per_s"],
+                    r["flops_per_neuron_step"],
+                    r["transcendentals_per_neuron_step"],
+                    r["flops_per_s"] / 1e9,
+                    r["frac_peak_flops"],
+                    r["frac_peak_exp"],
+                ]
+            )
+    out.append(f"\n### hh_batch, {threads} thread(s): neurojax detail")
+    out.append(
+        _table(
+            [
+                "method",
+                "N",
+                "compile s",
+                "loop s",
+                "simulate() call s",
+                "neuron-steps/s",
+                "flop/step",
+                "transc./step",
+                "GFLOP/s",
+                "of matmul peak",
+                "of exp peak",
+            ],
+            rows,
+        )
+    )
+    errors = [r for r in hh if "error" in r]
+    if errors:
+        out.append("\nFailed configurations:\n")
+        out += [f"- {_label(r)} N={r['n']}: {r['error'][:300]}" for r in errors]
+    return "\n\n".join(out)
+
+
+def _order(label: str) -> tuple[int, str]:
+    for i, prefix in enumerate(["neurojax", "brian2_standalone", "brian2_cython", "jaxley"]):
+        if label.startswith(prefix):
+            return i, label
+    return 9, label
+
+
+def _accuracy(records: list[dict[str, Any]]) -> str:
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r.get("bench") == "hh_batch" and "spikes_compared" in r:
+            lab = _label({**r, "unroll": 1})
+            lab = lab.replace("brian2_standalone", "brian2").replace("brian2_cython", "brian2")
+            seen.setdefault(lab, r)
+    if not seen:
+        return ""
+    rows = [
+        [
+            lab,
+            r.get("dtype"),
+            r["spike_err_max_ms"],
+            r["spike_err_median_ms"],
+            r["spikes_compared"],
+            r["spike_count_mismatches"],
+        ]
+        for lab, r in sorted(seen.items(), key=lambda kv: _order(kv[0]))
+    ]
+    return "### hh_batch: spike-time error against solve_ivp (rtol 1e-10)\n\n" + _table(
+        ["implementation", "dtype", "max err ms", "median err ms", "spikes", "count mismatches"],
+        rows,
+    )
+
+
+def _lif(records: list[dict[str, Any]], threads: int) -> str:
+    lif = [r for r in records if r.get("bench") == "lif_population" and r.get("threads") == threads]
+    if not lif:
+        return ""
+    rows = []
+    for r in sorted(lif, key=lambda r: (r["n"], _order(r["impl"]))):
+        if "error" in r:
+            rows.append([r["n"], r["impl"], "error: " + r["error"][:120]] + [None] * 7)
+            continue
+        rows.append(
+            [
+                r["n"],
+                r["impl"],
+                r.get("dtype"),
+                r.get("compile_s"),
+                r["run_s"],
+                r["updates_per_s"],
+                r["frac_bandwidth"],
+                r["rate_hz"],
+                r.get("neurojax_speedup"),
+                r.get("call_s"),
+            ]
+        )
+    header = [
+        "N",
+        "implementation",
+        "dtype",
+        "compile/build s",
+        "loop s",
+        "updates/s",
+        "of bandwidth",
+        "rate Hz",
+        "peer/neurojax",
+        "simulate() call s",
+    ]
+    return f"### lif_population, {threads} thread(s)\n\n" + _table(header, rows)
+
+
+def _find(records, **want) -> list[dict[str, Any]]:
+    return [r for r in records if "error" not in r and all(r.get(k) == v for k, v in want.items())]
+
+
+def targets(records: list[dict[str, Any]], threads: int = 1) -> list[tuple[str, str, str]]:
+    """(target, verdict, evidence) for each performance target, from one thread setting."""
+    out = []
+    big = _find(records, bench="hh_batch", impl="neurojax", n=100_000, threads=threads, unroll=1)
+    rk4 = [r for r in big if r["method"] == "rk4"]
+    if rk4:
+        t = rk4[0]["run_s"]
+        out.append(("HH N=1e5 RK4 <= 2 s", "met" if t <= 2.0 else "not met", f"{t:.3g} s"))
+    jx = _find(records, bench="hh_batch", impl="jaxley", n=100_000, threads=threads)
+    if big and jx:
+        best_jx = min(jx, key=lambda r: r["run_s"])
+        jx_err = best_jx.get("spike_err_max_ms")
+        ee = [r for r in big if r["method"] == "exp_euler"]
+        cands = sorted(big, key=lambda r: r["run_s"])
+        ok = [
+            r
+            for r in cands
+            if r.get("spike_err_max_ms") is not None
+            and jx_err is not None
+            and r["spike_err_max_ms"] <= jx_err
+        ]
+        evidence = (
+            f"Jaxley best {best_jx['dtype']} {best_jx['run_s']:.3g} s (err {_fmt(jx_err)} ms); "
+            + "; ".join(
+                f"neurojax {r['method']} {r['run_s']:.3g} s (err {_fmt(r.get('spike_err_max_ms'))}"
+                " ms)"
+                for r in cands
+            )
+        )
+        cheap_ok = bool(ee) and ee[0] in ok and ee[0]["run_s"] < best_jx["run_s"]
+        any_ok = bool(ok) and ok[0]["run_s"] < best_jx["run_s"]
+        verdict = "met" if cheap_ok else ("met with rk4 only" if any_ok else "not met")
+        out.append(("HH N=1e5 faster than Jaxley at equal or better accuracy", verdict, evidence))
+    one = _find(records, bench="hh_batch", impl="neurojax", n=1, threads=threads)
+    b2 = _find(records, bench="hh_batch", impl="brian2_standalone", n=1, threads=threads)
+    for method in ("rk4", "exp_euler"):
+        mine = [r for r in one if r["method"] == method]
+        theirs = [r for r in b2 if r["method"] == method]
+        if mine and theirs:
+            best = min(mine, key=lambda r: r["run_s"])
+            t, tb = best["run_s"], theirs[0]["run_s"]
+            out.append(
+                (
+                    f"HH N=1 {method} no slower than Brian2 C++ standalone",
+                    "met" if t <= tb else "not met",
+                    f"neurojax {t * 1e3:.3g} ms (unroll={best.get('unroll')}) vs Brian2 "
+                    f"{tb * 1e3:.3g} ms",
+                )
+            )
+    lif_nj = _find(records, bench="lif_population", impl="neurojax", n=1_000_000, threads=threads)
+    lif_b2 = _find(
+        records, bench="lif_population", impl="brian2_standalone", n=1_000_000, threads=threads
+    )
+    if lif_nj and lif_b2:
+        ratio = lif_b2[0]["run_s"] / lif_nj[0]["run_s"]
+        out.append(
+            (
+                "LIF N=1e6 >= 3x Brian2 C++ standalone",
+                "met" if ratio >= 3 else "not met",
+                f"neurojax {lif_nj[0]['run_s']:.3g} s vs Brian2 {lif_b2[0]['run_s']:.3g} s "
+                f"({ratio:.2f}x)",
+            )
+        )
+    return out
+
+
+def render(records: list[dict[str, Any]]) -> str:
+    """All tables and the target verdicts as one Markdown string."""
+    parts = [_machine(records)]
+    thread_settings = sorted({r["threads"] for r in records if "threads" in r})
+    for threads in thread_settings:
+        parts.append(_hh(records, threads))
+    parts.append(_accuracy(records))
+    for threads in thread_settings:
+        parts.append(_lif(records, threads))
+    for threads in thread_settings:
+        rows = [list(t) for t in targets(records, threads)]
+        if rows:
+            parts.append(
+                f"### Targets, {threads} thread(s)\n\n"
+                + _table(["target", "verdict", "evidence"], rows)
+            )
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    paths = sys.argv[1:] if argv is None else argv
+    if not paths:
+        raise SystemExit("usage: python -m benchmarks.report RESULTS.jsonl [...]")
+    print(render(load(paths)), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Smoke tests of the benchmark scripts: they run and print one valid JSON line per result.
+
+The benchmarks are scripts, not tests; these only check that `--quick --no-peers` runs end to
+end and that what it prints is well-formed and plausible. Plausibility is checked against
+independent references: the spike counts of a plain NumPy re-implementation
+(`benchmarks.peers`) and spike times from a scipy solve, so a broken harness that reports
+numbers from the wrong computation fails here.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.peers import _hh, _lif
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(module: str) -> list[dict]:
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--quick", "--no-peers"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines, "no output on stdout"
+    # Every stdout line must be one JSON object: progress goes to stderr.
+    return [json.loads(line) for line in lines]
+
+
+def _check_timing(r: dict) -> None:
+    assert r["repeats"] >= 1 and len(r["times_s"]) == r["repeats"]
+    assert 0 < r["run_min_s"] <= r["run_s"] <= max(r["times_s"])
+    assert r["compile_s"] > 0
+    assert r["total_s"] == pytest.approx(r["compile_s"] + r["run_s"])
+
+
+@pytest.mark.slow
+def test_hh_batch_quick_prints_valid_json():
+    records = _run("benchmarks.hh_batch")
+    machine = [r for r in records if r["bench"] == "machine"]
+    assert len(machine) == 1
+    assert machine[0]["threads"] == 1
+    assert machine[0]["peak_flops"] > 0 and machine[0]["peak_bytes_per_s"] > 0
+    runs = [r for r in records if r["bench"] == "hh_batch"]
+    assert {(r["n"], r["method"], r["unroll"]) for r in runs} == {
+        (1, "rk4", 1),
+        (1, "rk4", 8),
+        (1, "exp_euler", 1),
+        (1, "exp_euler", 8),
+        (100, "rk4", 1),
+        (100, "exp_euler", 1),
+    }
+    for r in runs:
+        assert r["impl"] == "neurojax" and r["dtype"] == "float32" and r["steps"] == 1000
+        _check_timing(r)
+        assert r["neuron_steps_per_s"] == pytest.approx(r["n"] * r["steps"] / r["run_s"])
+        assert r["flops_per_neuron_step"] > 0 and r["transcendentals_per_neuron_step"] > 0
+        # Spike counts in the quick run (10 ms) must equal those of the float64 NumPy RK4
+        # peer at the same dt. No tolerance is needed: the latest spike of the quick batch
+        # is at 6.4 ms, far from the end, and the currents nearest the single-spike
+        # threshold (2.24 uA/cm^2) are 2.2 (silent) and 2.4 (one spike at 6.4 ms).
+        raster, _ = _hh.simulate(
+            _hh.batch_currents(r["n"]),
+            _hh.rest_state(),
+            dt=r["dt"],
+            n_steps=r["steps"],
+            method="rk4",
+            dtype="float64",
+        )
+        assert r["n_spikes"] == int(raster.sum())
+        # Accuracy against the scipy reference: no spike missing, and the first spikes
+        # within 0.01 ms (one step) for both methods; RK4 in float32 is near 1e-4 ms.
+        assert r["spike_count_mismatches"] == 0 and r["spikes_compared"] == 6
+        assert r["spike_err_max_ms"] < (1e-3 if r["method"] == "rk4" else 1e-2)
+
+
+@pytest.mark.slow
+def test_lif_population_quick_prints_valid_json():
+    records = _run("benchmarks.lif_population")
+    runs = [r for r in records if r["bench"] == "lif_population"]
+    assert len(runs) == 1
+    r = runs[0]
+    assert r["impl"] == "neurojax" and r["n"] == 10_000 and r["steps"] == 1000
+    _check_timing(r)
+    assert r["updates_per_s"] == pytest.approx(r["n"] * r["steps"] / r["run_s"])
+    assert r["bytes_per_s"] == pytest.approx(r["updates_per_s"] * _lif.BYTES_PER_NEURON_STEP)
+    # The plain NumPy re-implementation of the same step order gives the same spike count
+    # up to float32 rounding of exp between NumPy and XLA, which can move a spike of a
+    # neuron sitting exactly at threshold by one step: allow 0.1 %.
+    raster, _ = _lif.simulate(_lif.batch_currents(r["n"]), dt=r["dt"], n_steps=r["steps"])
+    assert r["n_spikes"] == pytest.approx(int(raster.sum()), rel=1e-3)
+    # And the mean rate is close to the analytic LIF rate averaged over the currents
+    # (ISI = t_ref + tau_m ln(RI / (RI - 15 mV))). The grid adds up to one step to each ISI
+    # and the first spike comes after one free ISI without refractoriness: 5 % covers both.
+    p = _lif.PARAMS
+    ri = p["r_m"] * _lif.batch_currents(r["n"])
+    isi = p["t_ref"] + p["tau_m"] * np.log(ri / (ri - (p["v_th"] - p["v_rest"])))
+    assert r["rate_hz"] == pytest.approx(np.mean(1e3 / isi), rel=0.05)
