@@ -15,3 +15,11 @@ from .neurons import AdExState as AdExState
 from .neurons import HodgkinHuxley as HodgkinHuxley
 from .neurons import HHState as HHState
 from . import connectivity as connect
+from . import synapses as synapses
+from .synapses import Alpha as Alpha
+from .synapses import ConductanceOutput as ConductanceOutput
+from .synapses import CurrentOutput as CurrentOutput
+from .synapses import Delta as Delta
+from .synapses import DualExponential as DualExponential
+from .synapses import Exponential as Exponential
+from .synapses import GapJunction as GapJunction
