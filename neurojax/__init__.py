@@ -1,21 +1,25 @@
-"""neurojax: JAX-native, purely functional, differentiable spiking-neural-network simulation."""
+"""neurojax: JAX-native, purely functional, differentiable spiking-neural-network simulation.
 
+The most used names are lifted here; the subpackages hold the rest:
+`neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders)
+and `neurojax.surrogate`.
+"""
+
+from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
+from . import neurons as neurons
 from . import surrogate as surrogate
-from .neurons import LIF as LIF
-from .neurons import LIFState as LIFState
-from .neurons import NeuronModel as NeuronModel
-
-__version__ = "0.1.0"
+from . import synapses as synapses
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
-from .neurons import Izhikevich as Izhikevich
-from .neurons import IzhikevichState as IzhikevichState
+from .neurons import LIF as LIF
 from .neurons import AdEx as AdEx
 from .neurons import AdExState as AdExState
-from .neurons import HodgkinHuxley as HodgkinHuxley
 from .neurons import HHState as HHState
-from . import connectivity as connect
-from . import synapses as synapses
+from .neurons import HodgkinHuxley as HodgkinHuxley
+from .neurons import Izhikevich as Izhikevich
+from .neurons import IzhikevichState as IzhikevichState
+from .neurons import LIFState as LIFState
+from .neurons import NeuronModel as NeuronModel
 from .synapses import Alpha as Alpha
 from .synapses import ConductanceOutput as ConductanceOutput
 from .synapses import CurrentOutput as CurrentOutput
@@ -23,3 +27,5 @@ from .synapses import Delta as Delta
 from .synapses import DualExponential as DualExponential
 from .synapses import Exponential as Exponential
 from .synapses import GapJunction as GapJunction
+
+__version__ = "0.1.0"
