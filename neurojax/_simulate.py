@@ -372,7 +372,11 @@ def simulate(
             - a time-major array (or PyTree of arrays sharing a leading time axis) whose
               row `i` is the input of step `i`; `n_steps` may then be omitted;
             - a function `(t_ms, step_index) -> input`, traced inside the scan, where
-              `t_ms = step_index * dt` is the time at the start of the step.
+              `t_ms = step_index * dt` is the time at the start of the step. A plain
+              function or lambda is part of the compiled program's identity (a new lambda
+              recompiles, and arrays it closes over are baked in as constants); an
+              `equinox.Module` with a `__call__(t_ms, step_index)` keeps its array fields as
+              traced inputs, so new values reuse the compiled program.
             An array whose leading axis equals `n_steps` and that would also fit as a
             constant is rejected as ambiguous: omit `n_steps` for a time series, or pass
             `lambda t, i: x` for a constant.
