@@ -128,6 +128,8 @@ def _hh(records: list[dict[str, Any]], threads: int) -> str:
                     r["flops_per_s"] / 1e9,
                     r["frac_peak_flops"],
                     r["frac_peak_exp"],
+                    r.get("cpu_util"),
+                    r.get("loadavg_1m"),
                 ]
             )
     out.append(f"\n### hh_batch, {threads} thread(s): neurojax detail")
@@ -145,6 +147,8 @@ def _hh(records: list[dict[str, Any]], threads: int) -> str:
                 "GFLOP/s",
                 "of matmul peak",
                 "of exp peak",
+                "cores busy",
+                "load (1 min)",
             ],
             rows,
         )
@@ -196,7 +200,7 @@ def _lif(records: list[dict[str, Any]], threads: int) -> str:
     rows = []
     for r in sorted(lif, key=lambda r: (r["n"], _order(r["impl"]))):
         if "error" in r:
-            rows.append([r["n"], r["impl"], "error: " + r["error"][:120]] + [None] * 7)
+            rows.append([r["n"], r["impl"], "error: " + r["error"][:120]] + [None] * 8)
             continue
         rows.append(
             [
@@ -210,6 +214,7 @@ def _lif(records: list[dict[str, Any]], threads: int) -> str:
                 r["rate_hz"],
                 r.get("neurojax_speedup"),
                 r.get("call_s"),
+                r.get("loadavg_1m"),
             ]
         )
     header = [
@@ -223,6 +228,7 @@ def _lif(records: list[dict[str, Any]], threads: int) -> str:
         "rate Hz",
         "peer/neurojax",
         "simulate() call s",
+        "load (1 min)",
     ]
     return f"### lif_population, {threads} thread(s)\n\n" + _table(header, rows)
 

@@ -82,7 +82,6 @@ def test_hh_batch_quick_prints_valid_json():
         assert r["spike_err_max_ms"] < (1e-3 if r["method"] == "rk4" else 1e-2)
 
 
-@pytest.mark.slow
 def test_lif_population_quick_prints_valid_json():
     records = _run("benchmarks.lif_population")
     runs = [r for r in records if r["bench"] == "lif_population"]
