@@ -149,7 +149,13 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
                     "simulate: n_steps is required unless inputs is a time-major array (leading "
                     f"axis = time, shared by every leaf); got inputs of shapes {_describe(inputs)}"
                 )
-            kind = "series"
+            kind, n_steps = "series", series_len
+            ok, why = _step_ok(model, state, jtu.tree_map(lambda x: x[0], inputs), dt)
+            if not ok:
+                raise ValueError(
+                    f"simulate: one time step of inputs (shapes {_describe(inputs)} without the "
+                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}"
+                )
         else:
             const_ok, const_why = _step_ok(model, state, inputs, dt)
             series_ok, series_why = False, ""
@@ -173,19 +179,6 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
                     f"simulate: inputs of shapes {_describe(inputs)} fit the state of shapes "
                     f"{_describe(state)} neither as a constant nor as a time series of n_steps="
                     f"{n_steps} steps ({why})"
-                )
-        if kind == "series":
-            if n_steps is None:
-                n_steps = series_len
-            elif series_len != n_steps:
-                raise ValueError(
-                    f"simulate: time-major inputs have {series_len} steps but n_steps={n_steps}"
-                )
-            ok, why = _step_ok(model, state, jtu.tree_map(lambda x: x[0], inputs), dt)
-            if not ok:
-                raise ValueError(
-                    f"simulate: one time step of inputs (shapes {_describe(inputs)} without the "
-                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}"
                 )
     if n_steps is None:
         raise ValueError(
@@ -341,6 +334,11 @@ def _run_chunk(
 
 _run_chunk_jit = eqx.filter_jit(_run_chunk)
 
+_HOST_TRANSFER_UNDER_TRACE = (
+    "simulate: chunk_size and progress move data to the host between chunks and cannot run "
+    "inside jit/vmap/grad; call simulate outside the transformation, or drop them"
+)
+
 
 def simulate(
     model: Any,
@@ -445,10 +443,7 @@ def simulate(
         )
     traced = any(_is_tracer(x) for x in jtu.tree_leaves((model, state, inputs)))
     if traced and (chunk_size is not None or progress):
-        raise ValueError(
-            "simulate: chunk_size and progress move data to the host between chunks and cannot "
-            "run inside jit/vmap/grad; call simulate outside the transformation, or drop them"
-        )
+        raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
 
     to_host = chunk_size is not None
     if chunk_size is None:
@@ -499,11 +494,7 @@ def simulate(
                 # whole run under the caller's transformation, even with concrete arguments.
                 traced = True
                 if to_host or progress:
-                    raise ValueError(
-                        "simulate: chunk_size and progress move data to the host between chunks "
-                        "and cannot run inside jit/vmap/grad; call simulate outside the "
-                        "transformation, or drop them"
-                    )
+                    raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
             if to_host:
                 spikes, values = jax.device_get((spikes, values))
             chunks.append((spikes, values))
