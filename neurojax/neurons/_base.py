@@ -10,7 +10,13 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._validation import default_float, normalize_shape
 
-__all__ = ["NeuronModel", "input_current", "check_broadcast"]
+__all__ = [
+    "NeuronModel",
+    "input_current",
+    "check_broadcast",
+    "refractory_clamped",
+    "refractory_next",
+]
 
 
 class NeuronModel(eqx.Module):
@@ -71,3 +77,23 @@ def check_broadcast(model: eqx.Module, shape: tuple[int, ...]) -> None:
 def full(shape: tuple[int, ...], value: Any) -> Float[Array, "..."]:
     """An array of `shape` and the default float dtype filled with (broadcast) `value`."""
     return jnp.broadcast_to(jnp.asarray(value, default_float()), shape)
+
+
+def refractory_clamped(refractory: Float[Array, "..."], dt: float) -> Float[Array, "..."]:
+    """Whether a neuron with `refractory` ms left stays clamped during this step.
+
+    Compared with `dt / 2` so that a refractory period lasts `round(t_ref / dt)` whole steps
+    rather than depending on the rounding of repeated float subtraction.
+    """
+    return refractory > 0.5 * dt
+
+
+def refractory_next(
+    refractory: Float[Array, "..."],
+    clamped: Float[Array, "..."],
+    spikes: Float[Array, "..."],
+    t_ref: Float[Array, "..."],
+    dt: float,
+) -> Float[Array, "..."]:
+    """Refractory time left after the step: `t_ref` after a spike, else counted down by `dt`."""
+    return jnp.where(spikes > 0, t_ref, jnp.where(clamped, refractory - dt, 0.0))

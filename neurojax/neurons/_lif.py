@@ -7,7 +7,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._validation import as_float, check_finite, check_less, check_nonnegative, check_positive
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
-from ._base import NeuronModel, full, input_current
+from ._base import NeuronModel, full, input_current, refractory_clamped, refractory_next
 
 __all__ = ["LIF", "LIFState"]
 
@@ -99,15 +99,12 @@ class LIF(NeuronModel):
         i = input_current(current, state.v)
         v_inf = self.v_rest + self.r_m * i
         v_free = v_inf + (state.v - v_inf) * jnp.exp(-dt / self.tau_m)
-        # Remaining refractory time is compared with dt/2 so that t_ref is rounded to whole
-        # steps instead of depending on the rounding of repeated float subtraction.
-        clamped = state.refractory > 0.5 * dt
+        clamped = refractory_clamped(state.refractory, dt)
         v = jnp.where(clamped, self.v_reset, v_free)
         s = self.surrogate((v - self.v_th) / (self.v_th - self.v_reset))
         # Detached reset: the surrogate gradient reaches the loss through the spike output,
         # not through the reset, so sub-threshold trajectories keep their exact gradient
         # (Zenke and Vogels 2021, Neural Comput 33:899, found detaching the reset helps).
         v = jnp.where(s > 0, self.v_reset, v)
-        ref_left = jnp.where(clamped, state.refractory - dt, 0.0)
-        refractory = jnp.where(s > 0, self.t_ref, ref_left)
+        refractory = refractory_next(state.refractory, clamped, s, self.t_ref, dt)
         return LIFState(v=v, refractory=refractory), s
