@@ -1,16 +1,23 @@
 """neurojax: JAX-native, purely functional, differentiable spiking-neural-network simulation.
 
 The most used names are lifted here; the subpackages hold the rest:
-`neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders)
-and `neurojax.surrogate`.
+`neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders),
+`neurojax.network` (projections, networks, spike sources) and `neurojax.surrogate`.
 """
 
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
+from . import models as models
+from . import network as network
 from . import neurons as neurons
 from . import surrogate as surrogate
 from . import synapses as synapses
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
+from .network import Network as Network
+from .network import NetworkState as NetworkState
+from .network import PoissonSource as PoissonSource
+from .network import PoissonState as PoissonState
+from .network import Projection as Projection
 from .neurons import LIF as LIF
 from .neurons import AdEx as AdEx
 from .neurons import AdExState as AdExState

@@ -417,6 +417,15 @@ RUN_MODELS: dict[str, RunModel] = {
 }
 
 
+def _register_networks() -> None:
+    from ._cli_networks import network_models
+
+    RUN_MODELS.update(network_models(RunModel))
+
+
+_register_networks()
+
+
 class _ConstantInput(eqx.Module):
     """The same input at every step, as an `inputs` function of `nj.simulate`.
 
@@ -532,7 +541,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"{PROG} run {model.name}: error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(result))
+        # Keys starting with "_" carry arrays for the plot only.
+        print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))
     else:
         model.report(result)
     return 0

@@ -5,11 +5,20 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validation import as_float, check_finite, check_less, check_nonnegative, check_positive
+from .._validation import (
+    as_float,
+    check_choice,
+    check_finite,
+    check_less,
+    check_nonnegative,
+    check_positive,
+)
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
 from ._base import NeuronModel, full, input_current, refractory_clamped, refractory_next
 
 __all__ = ["LIF", "LIFState"]
+
+_METHODS = ("exact", "euler")
 
 
 class LIFState(eqx.Module):
@@ -24,9 +33,12 @@ class LIF(NeuronModel):
 
     $$\tau_m \frac{dv}{dt} = -(v - v_{rest}) + r_m I$$
 
-    **Integration.** The input current is held constant over each step, so the membrane
-    equation is integrated exactly: `v <- v_inf + (v - v_inf) exp(-dt / tau_m)` with
-    `v_inf = v_rest + r_m I`. The result is independent of `dt` between spikes.
+    **Integration** (`method`, static). `"exact"` (default): the input current is held
+    constant over each step, so the membrane equation is integrated exactly:
+    `v <- v_inf + (v - v_inf) exp(-dt / tau_m)` with `v_inf = v_rest + r_m I`; the result is
+    independent of `dt` between spikes. `"euler"`: forward Euler,
+    `v <- v + dt / tau_m (v_inf - v)`, the scheme of the published simulator comparisons on
+    the Brette et al. (2007) networks (`nj.models.coba`); it needs `dt << tau_m`.
 
     **Order within a step.** (1) a neuron still refractory stays clamped at `v_reset` and
     its remaining refractory time shrinks by `dt`; (2) every other neuron integrates;
@@ -51,6 +63,7 @@ class LIF(NeuronModel):
         r_m: membrane resistance [MOhm], > 0.
         t_ref: absolute refractory period [ms], >= 0.
         surrogate: a `neurojax.surrogate.Surrogate` or its name (default fast sigmoid).
+        method: `"exact"` or `"euler"` (see Integration).
 
     Every parameter may be a scalar or an array broadcastable to the population (for example
     one value per neuron).
@@ -72,8 +85,10 @@ class LIF(NeuronModel):
     r_m: Float[Array, "..."] = eqx.field(default=1.0, converter=as_float)
     t_ref: Float[Array, "..."] = eqx.field(default=0.0, converter=as_float)
     surrogate: Surrogate = eqx.field(default_factory=FastSigmoid, converter=as_surrogate)
+    method: str = eqx.field(default="exact", static=True)
 
     def __check_init__(self):
+        check_choice("LIF", "method", self.method, _METHODS)
         check_positive("LIF", "tau_m", self.tau_m, "ms")
         check_finite("LIF", "v_rest", self.v_rest)
         check_finite("LIF", "v_reset", self.v_reset)
@@ -98,7 +113,10 @@ class LIF(NeuronModel):
     def step(self, state: LIFState, current, dt: float):
         i = input_current(current, state.v)
         v_inf = self.v_rest + self.r_m * i
-        v_free = v_inf + (state.v - v_inf) * jnp.exp(-dt / self.tau_m)
+        if self.method == "euler":
+            v_free = state.v + (dt / self.tau_m) * (v_inf - state.v)
+        else:
+            v_free = v_inf + (state.v - v_inf) * jnp.exp(-dt / self.tau_m)
         clamped = refractory_clamped(state.refractory, dt)
         v = jnp.where(clamped, self.v_reset, v_free)
         s = self.surrogate((v - self.v_th) / (self.v_th - self.v_reset))

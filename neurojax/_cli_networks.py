@@ -1,0 +1,247 @@
+"""`neurojax run coba | cuba | izhikevich-lattice`: the ready-made networks from the command line.
+
+Each run builds the network (`nj.models`), compiles one program (timed apart), runs it once,
+and reports neurons, synapses, mean rate per population, compile time, run time and simulated
+seconds per wall-clock second. Spikes are recorded as counts per neuron in 1 ms bins (exact
+rates, a raster at 1 ms resolution), so that a batch of trials fits in memory.
+"""
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["network_models"]
+
+_NET_DESCRIPTION = """\
+{title}
+
+{body}
+The run uses --batch independent trials (vmap-free batch dimension: the same connectivity,
+independent initial states{inputs}). Printed: neurons, synapses, the mean firing rate of each
+population over the whole run and all trials, the compile time (building the program, once),
+the run time, and simulated seconds per wall-clock second. --plot FILE saves a raster of the
+first trial with the distribution of per-neuron rates of each population.
+
+Units: time ms, rate Hz.
+"""
+
+_BODIES = {
+    "coba": (
+        "COBA benchmark network of Brette et al. (2007)",
+        "4000 conductance-based LIF neurons (3200 excitatory, 800 inhibitory), 2 % random\n"
+        "connectivity, exponential conductances (5 ms / 10 ms) in units of the leak conductance\n"
+        "(jumps 0.6 / 6.7), 20 mV drive, forward Euler, 5 ms refractory period. Brian2 gives\n"
+        "mean rates near 22-23 Hz.\n",
+    ),
+    "cuba": (
+        "CUBA benchmark network of Brette et al. (2007)",
+        "4000 current-based LIF neurons (3200 excitatory, 800 inhibitory), 2 % random\n"
+        "connectivity, exponential currents (5 ms / 10 ms) as voltage jumps of 1.62 mV / -9 mV,\n"
+        "E_L = -49 mV above threshold, exact integration, 5 ms refractory period.\n",
+    ),
+    "izhikevich-lattice": (
+        "A 2-D lattice of Izhikevich neurons with gap junctions",
+        "Regular-spiking excitatory and fast-spiking inhibitory neurons (parameters drawn as in\n"
+        "Izhikevich 2003) on a lattice, with local chemical synapses (radius 3 sites), gap\n"
+        "junctions between neighbouring inhibitory neurons and one Poisson input train per\n"
+        "neuron. Use dt = 0.5 ms (Izhikevich's half step) or less.\n",
+    ),
+}
+
+
+def _build(name: str, args: argparse.Namespace) -> tuple[Any, Any]:
+    import neurojax as nj
+
+    key = jax.random.key(args.seed)
+    batch = () if args.batch == 1 else (args.batch,)
+    if name == "coba":
+        return nj.models.coba(key, batch=batch)
+    if name == "cuba":
+        return nj.models.cuba(key, batch=batch)
+    return nj.models.izhikevich_lattice(key, batch=batch, side=args.side)
+
+
+def _bin_steps(dt: float) -> int:
+    """Steps per 1 ms recording bin (1 when 1 ms is not a whole number of steps)."""
+    n = round(1.0 / dt)
+    return n if n >= 1 and abs(n * dt - 1.0) < 1e-9 else 1
+
+
+def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[str, Any]:
+    import neurojax as nj
+    from neurojax.cli import RunError, _steps
+
+    from .network._sources import PoissonSource
+
+    t0 = time.perf_counter()
+    net, state = _build(name, args)
+    build_s = time.perf_counter() - t0
+    n_steps = _steps(args.duration, args.dt)
+    every = _bin_steps(args.dt)
+    if n_steps % every:
+        every = 1
+
+    def run(n, s):
+        return nj.simulate(n, s, dt=args.dt, n_steps=n_steps, record_every=every)
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(run).lower(net, state).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    final, rec = compiled(net, state)
+    jax.block_until_ready((final, rec))
+    run_s = time.perf_counter() - t0
+
+    for pname, st in final.populations.items():
+        v = getattr(st, "v", None)
+        if v is not None and not bool(np.isfinite(np.asarray(v)).all()):
+            raise RunError(
+                f"the membrane potential of population {pname} became non-finite; --dt "
+                f"{args.dt:g} ms is probably too large for this model"
+            )
+    counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
+    seconds = n_steps * args.dt / 1000.0
+    rates = {k: float(c.sum(axis=0).mean() / seconds) for k, c in counts.items()}
+    sources = [k for k, m in net.populations.items() if isinstance(m, PoissonSource)]
+    neurons = {k: n for k, n in net.sizes.items() if k not in sources}
+    first = {k: (c if args.batch == 1 else c[:, 0]) for k, c in counts.items()}
+    return {
+        "model": name,
+        "n_neurons": sum(neurons.values()),
+        "n_synapses": net.n_synapses,
+        "duration_ms": args.duration,
+        "dt_ms": args.dt,
+        "batch": args.batch,
+        "seed": args.seed,
+        "populations": neurons,
+        "sources": {k: net.sizes[k] for k in sources},
+        "rates_hz": rates,
+        "build_s": build_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "n_steps": n_steps,
+        "steps_per_s": n_steps / run_s,
+        "sim_s_per_wall_s": seconds * args.batch / run_s,
+        "backend": jax.default_backend(),
+        "dtype": str(np.dtype(jax.numpy.result_type(float))),
+        "_raster": {k: v for k, v in first.items() if k in neurons},
+        "_bin_ms": every * args.dt,
+    }
+
+
+def _report(result: dict[str, Any]) -> None:
+    print(
+        f"{result['model']}: {result['n_neurons']} neurons, {result['n_synapses']} synapses, "
+        f"{result['duration_ms']:g} ms at dt {result['dt_ms']:g} ms, batch {result['batch']}"
+    )
+    print(f"{'population':>12}  {'neurons':>8}  {'rate [Hz]':>10}")
+    sizes = {**result["populations"], **result["sources"]}
+    for k, r in result["rates_hz"].items():
+        tag = " (source)" if k in result["sources"] else ""
+        print(f"{k:>12}  {sizes[k]:>8d}  {r:>10.2f}{tag}")
+    print()
+    rows = [
+        ("build time", f"{result['build_s']:.2f} s"),
+        ("compile time", f"{result['compile_s']:.2f} s"),
+        ("run time", f"{result['run_s']:.3f} s"),
+        ("steps/s", f"{result['steps_per_s']:.3g}"),
+        ("simulated s / wall s", f"{result['sim_s_per_wall_s']:.3g}"),
+        ("backend", f"{result['backend']} ({result['dtype']})"),
+    ]
+    if result.get("plot"):
+        rows.append(("plot", result["plot"]))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+def _plot(result: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    raster = result["_raster"]
+    bin_ms = result["_bin_ms"]
+    seconds = result["duration_ms"] / 1000.0
+    names = list(raster)
+    colors = dict(zip(names, ["tab:red", "tab:blue", "tab:green", "tab:orange"], strict=False))
+    fig = plt.figure(figsize=(9.0, 5.0), layout="constrained")
+    grid = fig.add_gridspec(len(names), 2, width_ratios=(3, 1))
+    ax_r = fig.add_subplot(grid[:, 0])
+    offset = 0
+    for k in names:
+        counts = raster[k]
+        t_idx, n_idx = np.nonzero(counts)
+        ax_r.scatter(
+            (t_idx + 0.5) * bin_ms, n_idx + offset, s=0.3, c=colors[k], label=k, rasterized=True
+        )
+        offset += counts.shape[1]
+    ax_r.set_xlabel("time [ms]")
+    ax_r.set_ylabel("neuron")
+    ax_r.set_xlim(0, result["duration_ms"])
+    ax_r.set_ylim(0, offset)
+    ax_r.legend(loc="upper right", markerscale=12, fontsize=8)
+    ax_r.set_title(
+        f"{result['model']}: {result['n_neurons']} neurons, {result['n_synapses']} synapses "
+        f"(trial 1 of {result['batch']})",
+        fontsize=10,
+    )
+    for i, k in enumerate(names):
+        ax = fig.add_subplot(grid[i, 1])
+        per_neuron = raster[k].sum(axis=0) / seconds
+        ax.hist(per_neuron, bins=30, color=colors[k])
+        ax.set_title(f"{k}: mean {per_neuron.mean():.1f} Hz", fontsize=9)
+        ax.set_xlabel("rate [Hz]" if i == len(names) - 1 else "")
+        ax.set_ylabel("neurons")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _lattice_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("izhikevich-lattice options")
+    from neurojax.cli import positive_int
+
+    g.add_argument(
+        "--side",
+        type=positive_int,
+        default=40,
+        metavar="N",
+        help="lattice side: N*N neurons (default 40)",
+    )
+
+
+def _no_arguments(p: argparse.ArgumentParser) -> None:
+    return None
+
+
+def _lattice_validate(args: argparse.Namespace) -> str | None:
+    if args.side < 2:
+        return f"argument --side: must be >= 2, got {args.side}"
+    return None
+
+
+def network_models(run_model: Callable[..., Any]) -> dict[str, Any]:
+    """The `RunModel` entries of the network models (`run_model` is the dataclass)."""
+    out = {}
+    for name, dt in (("coba", 0.1), ("cuba", 0.1), ("izhikevich-lattice", 0.5)):
+        title, body = _BODIES[name]
+        inputs = " and Poisson inputs" if name == "izhikevich-lattice" else ""
+        out[name] = run_model(
+            name=name,
+            help=title,
+            description=_NET_DESCRIPTION.format(title=title, body=body, inputs=inputs),
+            duration_ms=1000.0,
+            dt_ms=dt,
+            batch=1,
+            add_arguments=_lattice_arguments if name == "izhikevich-lattice" else _no_arguments,
+            validate=_lattice_validate if name == "izhikevich-lattice" else (lambda a: None),
+            run=lambda args, progress, _n=name: _run_network(_n, args, progress),
+            report=_report,
+            plot=_plot,
+        )
+    return out

@@ -1,0 +1,202 @@
+r"""The Brette et al. (2007) benchmark networks COBA and CUBA (Vogels and Abbott 2005).
+
+Both are 4000 leaky integrate-and-fire neurons, 3200 excitatory (`"E"`) and 800 inhibitory
+(`"I"`), every ordered pair connected with probability 0.02, dt = 0.1 ms (Brette et al. 2007,
+J Comput Neurosci 23:349, benchmarks 1 and 2). The formulations are those of the published
+simulator comparisons, so that benchmarks compare like with like (REFERENCE.md):
+
+- **COBA**: `tau_m dv/dt = ge (E_exc - v) + gi (E_inh - v) - (v - E_L) + I` with `ge`, `gi` in
+  units of the leak conductance, exponential synapses (5 ms, 10 ms) that jump by 0.6 and 6.7
+  per spike, `I = 20 mV`, forward Euler, `E_L = V_reset = -60 mV`, `V_th = -50 mV`, 5 ms
+  refractory period with `v` clamped, initial `v ~ N(-55, 5) mV`.
+- **CUBA**: `tau_m dv/dt = ge + gi - (v - E_L)` with current synapses in mV (jumps of 1.62 mV
+  and -9 mV, decays 5 ms and 10 ms), `E_L = -49 mV`, `V_th = -50 mV`, `V_reset = -60 mV`,
+  5 ms refractory period, exact integration, initial `v` uniform in `[V_reset, V_th)`.
+
+Each projection's connectivity has its own key derived from `key`, so a seed fixes the
+network; the initial voltages come from a separate sub-key.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.random as jr
+
+from .. import connectivity as connect
+from .._validation import check_choice, default_float, normalize_shape
+from ..network import Network, NetworkState, Projection
+from ..neurons import LIF
+from ..synapses import ConductanceOutput, CurrentOutput, Exponential
+
+__all__ = ["coba", "cuba", "COBA_PARAMS", "CUBA_PARAMS"]
+
+COBA_PARAMS = dict(
+    tau_m=20.0,
+    e_l=-60.0,
+    v_th=-50.0,
+    v_reset=-60.0,
+    t_ref=5.0,
+    tau_exc=5.0,
+    tau_inh=10.0,
+    e_exc=0.0,
+    e_inh=-80.0,
+    w_exc=0.6,
+    w_inh=6.7,
+    drive=20.0,
+    v0_mean=-55.0,
+    v0_std=5.0,
+)
+CUBA_PARAMS = dict(
+    tau_m=20.0,
+    e_l=-49.0,
+    v_th=-50.0,
+    v_reset=-60.0,
+    t_ref=5.0,
+    tau_exc=5.0,
+    tau_inh=10.0,
+    w_exc=1.62,
+    w_inh=-9.0,
+)
+_METHODS = ("auto", "event", "dense", "bcoo")
+
+
+def _check_common(owner: str, n_exc: Any, n_inh: Any, p: Any, method: str) -> tuple[int, int]:
+    sizes = []
+    for name, value in (("n_exc", n_exc), ("n_inh", n_inh)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+        sizes.append(value)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{owner}: p must be a probability in [0, 1], got {p!r}")
+    check_choice(owner, "method", method, _METHODS)
+    return sizes[0], sizes[1]
+
+
+def _wire(key, n_exc, n_inh, p, w_exc, w_inh, syn_exc, syn_inh, out_exc, out_inh, method):
+    """The four projections E->E, E->I, I->E, I->I with independent Bernoulli(p) pairs."""
+    k = jr.split(key, 4)
+    sizes = {"E": n_exc, "I": n_inh}
+    projs = []
+    for kk, (pre, post) in zip(k, (("E", "E"), ("E", "I"), ("I", "E"), ("I", "I")), strict=True):
+        w = w_exc if pre == "E" else w_inh
+        conn = connect.fixed_prob(kk, sizes[pre], sizes[post], p, weight=w)
+        syn, out = (syn_exc, out_exc) if pre == "E" else (syn_inh, out_inh)
+        projs.append(Projection(pre, post, conn, synapse=syn, output=out, method=method))
+    return projs
+
+
+def _with_voltages(state: NetworkState, v_e: jax.Array, v_i: jax.Array) -> NetworkState:
+    return eqx.tree_at(lambda s: (s.populations["E"].v, s.populations["I"].v), state, (v_e, v_i))
+
+
+def coba(
+    key: jax.Array | None = None,
+    *,
+    n_exc: int = 3200,
+    n_inh: int = 800,
+    p: float = 0.02,
+    batch: int | tuple[int, ...] = (),
+    method: str = "auto",
+) -> tuple[Network, NetworkState]:
+    """The COBA network (conductance-based synapses) and a random initial state.
+
+    Args:
+        key: PRNG key for connectivity and initial voltages (default `jax.random.key(0)`).
+        n_exc, n_inh: population sizes (default 3200 and 800, the benchmark).
+        p: connection probability of every ordered pair (default 0.02).
+        batch: leading batch dimensions of the state: independent initial voltages per trial
+            on the same connectivity.
+        method: propagation path of the projections (see `nj.Projection`).
+
+    Returns:
+        `(network, state)`; `network.step` returns spikes `{"E": ..., "I": ...}`.
+
+    Example:
+    ```python
+    net, state = nj.models.coba(jax.random.key(0))
+    state, rec = nj.simulate(net, state, dt=0.1, n_steps=10000)
+    rec.spikes["E"].mean() * 1e4   # mean excitatory rate in Hz (~20)
+    ```
+    """
+    n_exc, n_inh = _check_common("coba", n_exc, n_inh, p, method)
+    batch = normalize_shape("coba", batch)
+    key = jr.key(0) if key is None else key
+    c = COBA_PARAMS
+    k_conn, k_v = jr.split(key)
+    lif = LIF(
+        tau_m=c["tau_m"],
+        v_rest=c["e_l"],
+        v_reset=c["v_reset"],
+        v_th=c["v_th"],
+        r_m=1.0,
+        t_ref=c["t_ref"],
+        method="euler",
+    )
+    projs = _wire(
+        k_conn,
+        n_exc,
+        n_inh,
+        p,
+        c["w_exc"],
+        c["w_inh"],
+        Exponential(c["tau_exc"]),
+        Exponential(c["tau_inh"]),
+        ConductanceOutput(c["e_exc"]),
+        ConductanceOutput(c["e_inh"]),
+        method,
+    )
+    net = Network(
+        populations={"E": (lif, n_exc), "I": (lif, n_inh)},
+        projections=projs,
+        inputs={"E": c["drive"], "I": c["drive"]},
+    )
+    state = net.init_state(batch=batch)
+    v = c["v0_mean"] + c["v0_std"] * jr.normal(k_v, batch + (n_exc + n_inh,), default_float())
+    return net, _with_voltages(state, v[..., :n_exc], v[..., n_exc:])
+
+
+def cuba(
+    key: jax.Array | None = None,
+    *,
+    n_exc: int = 3200,
+    n_inh: int = 800,
+    p: float = 0.02,
+    batch: int | tuple[int, ...] = (),
+    method: str = "auto",
+) -> tuple[Network, NetworkState]:
+    """The CUBA network (current-based synapses, voltage jumps) and a random initial state.
+
+    Arguments as for `coba`. Initial voltages are uniform in `[V_reset, V_th)`.
+    """
+    n_exc, n_inh = _check_common("cuba", n_exc, n_inh, p, method)
+    batch = normalize_shape("cuba", batch)
+    key = jr.key(0) if key is None else key
+    c = CUBA_PARAMS
+    k_conn, k_v = jr.split(key)
+    lif = LIF(
+        tau_m=c["tau_m"],
+        v_rest=c["e_l"],
+        v_reset=c["v_reset"],
+        v_th=c["v_th"],
+        r_m=1.0,
+        t_ref=c["t_ref"],
+    )
+    projs = _wire(
+        k_conn,
+        n_exc,
+        n_inh,
+        p,
+        c["w_exc"],
+        c["w_inh"],
+        Exponential(c["tau_exc"]),
+        Exponential(c["tau_inh"]),
+        CurrentOutput(),
+        CurrentOutput(),
+        method,
+    )
+    net = Network(populations={"E": (lif, n_exc), "I": (lif, n_inh)}, projections=projs)
+    state = net.init_state(batch=batch)
+    u = jr.uniform(k_v, batch + (n_exc + n_inh,), default_float())
+    v = c["v_reset"] + u * (c["v_th"] - c["v_reset"])
+    return net, _with_voltages(state, v[..., :n_exc], v[..., n_exc:])
