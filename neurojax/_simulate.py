@@ -302,14 +302,31 @@ def _run_chunk(
             carry, out = one_step(carry, xs)
             spikes = to_record(out)
         else:
-            carry, outs = jax.lax.scan(one_step, carry, xs, length=record_every, unroll=unroll)
-            out = jtu.tree_map(lambda o: o[-1], outs)
-            if spike_dtype is None:
-                spikes = jtu.tree_map(lambda o: o.sum(0), outs)
-            else:
-                spikes = jtu.tree_map(
-                    lambda o: (o > 0).sum(0, dtype=_count_dtype(record_every)), outs
-                )
+            # Counts accumulate in the carry: stacking the window's outputs and summing them
+            # afterwards would write and re-read record_every full output arrays per window.
+            shapes = jax.eval_shape(
+                one_step, carry, None if xs is None else jtu.tree_map(lambda x: x[0], xs)
+            )[1]
+            count_dtype = _count_dtype(record_every)
+
+            def acc_dtype(o):
+                return o.dtype if spike_dtype is None else count_dtype
+
+            acc0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, acc_dtype(o)), shapes)
+            last0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
+
+            def inner(c, x):
+                carry_, acc, _ = c
+                carry_, out_ = one_step(carry_, x)
+                if spike_dtype is None:
+                    acc = jtu.tree_map(jnp.add, acc, out_)
+                else:
+                    acc = jtu.tree_map(lambda a, o: a + (o > 0).astype(a.dtype), acc, out_)
+                return (carry_, acc, out_), None
+
+            (carry, spikes, out), _ = jax.lax.scan(
+                inner, (carry, acc0, last0), xs, length=record_every, unroll=unroll
+            )
         st = carry[0]
         if record is None:
             values = {}

@@ -11,9 +11,21 @@ import numpy as np
 import pytest
 
 import neurojax as nj
-from neurojax.network import _propagation
+from neurojax.network import _kernel, _propagation
 
 DT = 0.1
+
+
+@pytest.fixture(params=["kernel", "jax"])
+def path(request, monkeypatch):
+    """Run a test through the compiled CPU kernel and through the pure-JAX event path."""
+    if request.param == "kernel" and not _kernel.available():
+        pytest.skip("the compiled CPU kernel could not be built here")
+    if request.param == "jax":
+        monkeypatch.setattr(_kernel, "available", lambda: False)
+    jax.clear_caches()
+    yield request.param
+    jax.clear_caches()
 
 
 def arrivals_of(net, state, n_steps, proj_index=0):
@@ -59,7 +71,7 @@ def bcoo_arrays(conn):
 
 
 @pytest.mark.parametrize("method", ["event", "dense", "bcoo"])
-def test_arrivals_match_reference_without_delay(method):
+def test_arrivals_match_reference_without_delay(method, path):
     conn = nj.connect.fixed_prob(
         jax.random.key(3), 40, 30, 0.2, weight=nj.connect.uniform(0.1, 1.0), allow_self=True
     )
@@ -71,7 +83,7 @@ def test_arrivals_match_reference_without_delay(method):
     np.testing.assert_allclose(arr, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_heterogeneous_delays_match_reference():
+def test_heterogeneous_delays_match_reference(path):
     key = jax.random.key(7)
     conn = nj.connect.fixed_prob(key, 25, 20, 0.3, weight=nj.connect.uniform(0.2, 1.0))
     # Delays on and between grid points, including 0 and a half-way case (0.25 ms -> 3 steps).
@@ -88,7 +100,7 @@ def test_heterogeneous_delays_match_reference():
 
 
 @pytest.mark.parametrize("method", ["event", "dense"])
-def test_homogeneous_delay_matches_reference(method):
+def test_homogeneous_delay_matches_reference(method, path):
     conn = nj.connect.fixed_prob(jax.random.key(4), 15, 12, 0.4, weight=0.5)
     net = poisson_net(conn, 500.0, delay=1.5, method=method, dt=DT)
     _, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(5)), 150)
@@ -98,7 +110,7 @@ def test_homogeneous_delay_matches_reference(method):
     np.testing.assert_allclose(arr, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_overflow_beyond_largest_buffer_delivers_every_spike():
+def test_overflow_beyond_largest_buffer_delivers_every_spike(path):
     # 20000 sources that all spike every step: more than the largest spike buffer (16384).
     n_pre, n_post = 20000, 7
     conn = nj.connect.fixed_outdegree(jax.random.key(0), n_pre, n_post, 2, weight=0.001)
@@ -111,7 +123,7 @@ def test_overflow_beyond_largest_buffer_delivers_every_spike():
     np.testing.assert_allclose(arr[2], expected, rtol=1e-5)
 
 
-def test_every_bucket_size_gives_the_same_delivery():
+def test_every_bucket_size_gives_the_same_delivery(path):
     # Rates chosen so that the per-step spike counts fall in several buckets.
     conn = nj.connect.fixed_prob(jax.random.key(1), 3000, 50, 0.05, weight=0.01)
     dense = np.asarray(conn.todense())
@@ -150,7 +162,7 @@ def lif_pair_net(method, weight_scale=1.0):
     )
 
 
-def test_event_dense_and_bcoo_networks_agree():
+def test_event_dense_and_bcoo_networks_agree(path):
     results = {}
     for method in ("event", "dense", "bcoo"):
         net = lif_pair_net(method)
@@ -223,7 +235,7 @@ def test_merged_populations_equal_one_concatenated_population():
     np.testing.assert_array_equal(both, r2.spikes["all"])
 
 
-def test_batch_dimension_equals_separate_trials():
+def test_batch_dimension_equals_separate_trials(path):
     net = lif_pair_net("event")
     batch = net.init_state(jax.random.key(0), batch=3)
     assert batch.populations["E"].v.shape == (3, 30)
@@ -251,7 +263,7 @@ def state_axes(state):
     return jax.tree.map(lambda x: None if x.ndim == 0 else 0, state)
 
 
-def test_gradients_event_equal_dense():
+def test_gradients_event_equal_dense(path):
     """The event path's custom JVP differentiates sum_pre s w over every synapse."""
 
     def loss(drive, method):
@@ -460,3 +472,36 @@ def test_cli_run_coba_json():
         text=True,
     )
     assert bad.returncode == 2 and "--duration" in bad.stderr
+
+
+def test_kernel_and_jax_paths_give_identical_spikes(monkeypatch):
+    """Both paths add the same terms in the same order: bit-identical COBA over 200 ms."""
+    if not _kernel.available():
+        pytest.skip("the compiled CPU kernel could not be built here")
+    net, state = nj.models.coba(jax.random.key(3), n_exc=800, n_inh=200, p=0.05)
+    jax.clear_caches()
+    fin_k, rec_k = nj.simulate(net, state, dt=DT, n_steps=2000)
+    monkeypatch.setattr(_kernel, "available", lambda: False)
+    jax.clear_caches()
+    fin_j, rec_j = nj.simulate(net, state, dt=DT, n_steps=2000)
+    jax.clear_caches()
+    assert rec_k.spikes["E"].sum() > 1000
+    for pop in ("E", "I"):
+        np.testing.assert_array_equal(rec_k.spikes[pop], rec_j.spikes[pop])
+        np.testing.assert_array_equal(fin_k.populations[pop].v, fin_j.populations[pop].v)
+
+
+def test_kernel_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("NEUROJAX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "/nonexistent/compiler")
+    monkeypatch.setattr(_kernel.shutil, "which", lambda name: None)
+    monkeypatch.setattr(_kernel, "_REGISTERED", [])  # as in a process that never built it
+    _kernel.available.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="pure-JAX path"):
+            assert _kernel.available() is False
+        assert _kernel.available() is False  # cached: no second warning
+    finally:
+        _kernel.available.cache_clear()
+    monkeypatch.setenv("NEUROJAX_CPU_KERNEL", "0")
+    assert _kernel.enabled() is False

@@ -407,11 +407,13 @@ class Network(eqx.Module):
         t = k.astype(default_float()) * dt
 
         # 1. arrivals and kinetics
-        buffers, rows = [], []
+        buffers, rows, fresh = [], [], []
         for buf in state.buffers:
+            fresh.append(buf.shape[-2] == 1)
             if buf.shape[-2] == 1:
+                # Read, then handed to delivery as "fresh": its content no longer counts.
                 rows.append(buf[..., 0, :])
-                buffers.append(jnp.zeros_like(buf))
+                buffers.append(buf)
             else:
                 slot = k % buf.shape[-2]
                 row = lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False)
@@ -477,6 +479,10 @@ class Network(eqx.Module):
         for si, (gi, idx) in enumerate(self.senders):
             n_slots, width = self.ring_shape[si]
             specs, arrays = [], []
+            fresh_si = fresh[si]
+            if fresh_si and any(self.projections[i].method != "event" for i in idx):
+                buffers[si] = jnp.zeros_like(buffers[si])  # dense paths add into it
+                fresh_si = False
             for i in idx:
                 proj = self.projections[i]
                 off = self.ring_of[i][1]
@@ -509,7 +515,11 @@ class Network(eqx.Module):
                     EventArrays(proj.indptr, proj.indices, proj.weights, self.delay_steps[i])
                 )
             if specs:
-                buffers[si] = deliver(specs, group_spikes[gi], k, arrays, buffers[si])
+                buffers[si] = deliver(
+                    specs, group_spikes[gi], k, arrays, buffers[si], fresh=fresh_si
+                )
+            elif fresh_si:
+                buffers[si] = jnp.zeros_like(buffers[si])
 
         new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1)
         return new, spikes

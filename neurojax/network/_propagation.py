@@ -36,7 +36,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+
+from . import _kernel
 
 __all__ = ["EventSpec", "EventArrays", "deliver", "buckets_for", "arrival_slot"]
 
@@ -162,9 +165,54 @@ def _deliver_impl(specs, s, step, arrays, ring):
     return out.reshape(ring.shape)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _deliver(specs, s, step, arrays, ring):
-    return _deliver_impl(specs, s, step, arrays, ring)
+def _deliver_kernel(specs, s, step, arrays, ring, fresh):
+    """The same delivery through the compiled CPU kernel: one call for the whole group."""
+    buffers = []
+    for arr in arrays:
+        delays = jnp.zeros((1,), jnp.int32) if arr.delays is None else arr.delays
+        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype), delays]
+    call = jax.ffi.ffi_call(
+        _kernel.TARGET,
+        jax.ShapeDtypeStruct(ring.shape, ring.dtype),
+        input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )
+
+    def attr(name, f=lambda x: x):
+        return np.array([f(getattr(sp, name)) for sp in specs], np.int64)
+
+    return call(
+        s.astype(ring.dtype),
+        jnp.asarray(step, jnp.int32),
+        ring,
+        *buffers,
+        n_source=np.int64(specs[0].n_source),
+        n_slots=np.int64(specs[0].n_slots),
+        n_targets=np.int64(specs[0].n_targets),
+        overwrite=np.int64(fresh),
+        pre_offset=attr("pre_offset"),
+        n_pre=attr("n_pre"),
+        delay_steps=attr("delay_steps", lambda d: d or 0),
+        target_offset=attr("target_offset"),
+        per_synapse=np.array([a.delays is not None for a in arrays], np.int64),
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 5))
+def _deliver(specs, s, step, arrays, ring, fresh):
+    def jax_path(s, step, arrays, ring):
+        return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring)
+
+    if _kernel.available():
+        return lax.platform_dependent(
+            s,
+            step,
+            arrays,
+            ring,
+            cpu=functools.partial(_deliver_kernel, specs, fresh=fresh),
+            default=jax_path,
+        )
+    return jax_path(s, step, arrays, ring)
 
 
 def _dense_equivalent(spec, arr, s, ds, dw, step, flat):
@@ -181,23 +229,25 @@ def _dense_equivalent(spec, arr, s, ds, dw, step, flat):
 
 
 @_deliver.defjvp
-def _deliver_jvp(specs, primals, tangents):
+def _deliver_jvp(specs, fresh, primals, tangents):
     s, step, arrays, ring = primals
     ds, _, darrays, dring = tangents
-    out = _deliver(specs, s, step, arrays, ring)
+    out = _deliver(specs, s, step, arrays, ring, fresh)
     batch = s.shape[:-1]
-    flat = dring.reshape(batch + (-1,))
+    flat = (jnp.zeros_like(dring) if fresh else dring).reshape(batch + (-1,))
     for spec, arr, darr in zip(specs, arrays, darrays, strict=True):
         flat = _dense_equivalent(spec, arr, s, ds, darr.weights, step, flat)
     return out, flat.reshape(ring.shape)
 
 
-def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring):
+def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring, *, fresh: bool = False):
     """Deliver the spikes `s` (`(*batch, n_source)`, 0/1) of a group of populations.
 
     Every projection in `specs`/`arrays` leaves one population of the group and owns the
     columns `[target_offset, target_offset + n_post)` of the group's ring buffer
     `(*batch, D, n_targets)`; `s * w` is added at the arrival slot of each synapse. The spikes
-    are compacted once and scattered once for all of them.
+    are compacted once and scattered once for all of them. With `fresh=True` the content of
+    `ring` is ignored and taken as zeros (a one-slot buffer that was just read), which spares
+    the compiled kernel a fill.
     """
-    return _deliver(tuple(specs), s, step, tuple(arrays), ring)
+    return _deliver(tuple(specs), s, step, tuple(arrays), ring, bool(fresh))

@@ -1,0 +1,108 @@
+"""The compiled CPU kernel of event-driven delivery (`_csr_kernel.cc`), built on first use.
+
+XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
+about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
+does the same work in one call through XLA's FFI: one pass over the spike vector, then work
+proportional to spikes x fan-out. It is compiled once per machine and JAX version with the
+system C++ compiler (`$CXX`, else `c++`/`g++`) against the FFI headers that ship with jaxlib,
+and cached in `$NEUROJAX_CACHE_DIR` (default `~/.cache/neurojax`).
+
+When no compiler is found or the build fails, neurojax warns once and uses the pure-JAX path,
+which gives the same results. Set `NEUROJAX_CPU_KERNEL=0` to always use the pure-JAX path.
+Other platforms (GPU, TPU) always use the pure-JAX path.
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import jax
+
+__all__ = ["TARGET", "available", "enabled"]
+
+TARGET = "nj_csr_deliver"
+_SOURCE = Path(__file__).with_name("_csr_kernel.cc")
+_REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
+
+
+def enabled() -> bool:
+    """False when `NEUROJAX_CPU_KERNEL=0` asks for the pure-JAX path."""
+    return os.environ.get("NEUROJAX_CPU_KERNEL", "1").strip() not in ("0", "false", "no")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("NEUROJAX_CACHE_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "neurojax"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _build() -> Path:
+    include = jax.ffi.include_dir()
+    source = _SOURCE.read_bytes()
+    tag = hashlib.sha256(source + jax.__version__.encode() + include.encode()).hexdigest()[:16]
+    out = _cache_dir() / f"libnj_csr_{tag}.so"
+    if out.exists():
+        return out
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set CXX)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [
+        cxx,
+        "-O3",
+        "-shared",
+        "-fPIC",
+        "-std=c++17",
+        "-w",
+        f"-I{include}",
+        str(_SOURCE),
+        "-o",
+        tmp,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    os.replace(tmp, out)  # atomic: concurrent builders never see a half-written library
+    return out
+
+
+@functools.cache
+def available() -> bool:
+    """Build (once) and register the kernel; False, with one warning, if that fails."""
+    if not enabled():
+        return False
+    if _REGISTERED:
+        return True
+    try:
+        path = _build()
+        lib = ctypes.cdll.LoadLibrary(str(path))
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.NjCsrDeliver), platform="cpu")
+        _REGISTERED.append(path)
+    except Exception as err:  # any build or load failure falls back to pure JAX
+        warnings.warn(
+            "neurojax: the compiled CPU kernel for event-driven delivery is unavailable "
+            f"({type(err).__name__}: {err}); using the pure-JAX path, which gives the same "
+            "results more slowly. Set NEUROJAX_CPU_KERNEL=0 to silence this.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
