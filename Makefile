@@ -21,7 +21,7 @@ $(STAMP_BENCH): pyproject.toml $(STAMP_DEV)
 	touch $@
 
 demo: $(STAMP_DEV)
-	$(VENV)/bin/neurojax run hh --plot hh_fi.png
+	$(VENV)/bin/neurojax run coba --plot coba.png
 
 # The default suite (slow tests included) takes a few minutes on 2 CPU cores.
 test: $(STAMP_DEV)

@@ -240,7 +240,10 @@ def test_unknown_model_exits_2_naming_the_choices(capsys):
         cli.main(["run", "nope"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "argument MODEL: invalid choice: 'nope' (choose from 'hh')" in err
+    assert (
+        "argument MODEL: invalid choice: 'nope' (choose from 'hh', 'coba', 'cuba', "
+        "'izhikevich-lattice')" in err
+    )
 
 
 def test_bad_argument_exit_code_through_the_console_entry_point():
