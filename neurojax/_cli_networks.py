@@ -173,19 +173,23 @@ def _plot(result: dict[str, Any], path: str) -> None:
     fig = plt.figure(figsize=(9.0, 5.0), layout="constrained")
     grid = fig.add_gridspec(len(names), 2, width_ratios=(3, 1))
     ax_r = fig.add_subplot(grid[:, 0])
+    # At most ~500 neurons in the raster (each population in proportion to its size), so that
+    # single spikes stay visible; the histograms use every neuron.
+    total = sum(raster[k].shape[1] for k in names)
     offset = 0
     for k in names:
-        counts = raster[k]
+        shown = max(1, round(raster[k].shape[1] * min(1.0, 500 / total)))
+        counts = raster[k][:, :shown]
         t_idx, n_idx = np.nonzero(counts)
         ax_r.scatter(
             (t_idx + 0.5) * bin_ms, n_idx + offset, s=0.3, c=colors[k], label=k, rasterized=True
         )
         offset += counts.shape[1]
     ax_r.set_xlabel("time [ms]")
-    ax_r.set_ylabel("neuron")
+    ax_r.set_ylabel(f"neuron (first {min(total, 500)} of {total})")
     ax_r.set_xlim(0, result["duration_ms"])
     ax_r.set_ylim(0, offset)
-    ax_r.legend(loc="upper right", markerscale=12, fontsize=8)
+    ax_r.legend(loc="upper right", markerscale=6, fontsize=8)
     ax_r.set_title(
         f"{result['model']}: {result['n_neurons']} neurons, {result['n_synapses']} synapses "
         f"(trial 1 of {result['batch']})",

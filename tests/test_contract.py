@@ -70,8 +70,9 @@ def test_batched_equals_stacked_single_runs(case):
         np.testing.assert_array_equal(np.asarray(rec.spikes[:, b]), np.asarray(single.spikes))
         # Different array shapes may vectorise differently (SIMD body vs remainder), which
         # rounds differently; the spike upswings amplify that (see the eager test above).
-        np.testing.assert_allclose(np.asarray(rec.v[:, b]), np.asarray(single.v), rtol=1e-3,
-                                   atol=1e-2)
+        np.testing.assert_allclose(
+            np.asarray(rec.v[:, b]), np.asarray(single.v), rtol=1e-3, atol=1e-2
+        )
 
 
 @CASES

@@ -472,6 +472,12 @@ def test_cli_run_coba_json():
         text=True,
     )
     assert bad.returncode == 2 and "--duration" in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "neurojax", "run", "coba", "--threads", "-1"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "argument --threads: must be an integer >= 0" in bad.stderr
 
 
 def test_kernel_and_jax_paths_give_identical_spikes(monkeypatch):
