@@ -9,6 +9,7 @@ from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import models as models
 from . import network as network
 from . import neurons as neurons
+from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
 from ._simulate import Recording as Recording
@@ -27,6 +28,7 @@ from .neurons import Izhikevich as Izhikevich
 from .neurons import IzhikevichState as IzhikevichState
 from .neurons import LIFState as LIFState
 from .neurons import NeuronModel as NeuronModel
+from .plasticity import STDP as STDP
 from .synapses import Alpha as Alpha
 from .synapses import ConductanceOutput as ConductanceOutput
 from .synapses import CurrentOutput as CurrentOutput

@@ -359,8 +359,14 @@ def test_network_validation_messages():
         nj.Projection("A", "A", conn, delay=np.ones(conn.nse + 1))
     with pytest.raises(ValueError, match="per-synapse delays need method='event'"):
         nj.Projection("A", "A", conn, delay=np.arange(conn.nse) * 0.1, method="dense")
-    with pytest.raises(ValueError, match="plasticity must be None"):
+    with pytest.raises(TypeError, match="plasticity must be None or nj.STDP"):
         nj.Projection("A", "A", conn, plasticity="stdp")
+    with pytest.raises(ValueError, match="one delay for all its synapses"):
+        nj.Projection("A", "A", conn, delay=np.arange(conn.nse) * 0.1, plasticity=nj.STDP())
+    with pytest.raises(ValueError, match="within the STDP bounds"):
+        nj.Projection("A", "A", conn, plasticity=nj.STDP(w_max=0.5))
+    with pytest.raises(ValueError, match="plastic weights need method='event'"):
+        nj.Projection("A", "A", conn, plasticity=nj.STDP(), method="dense")
     with pytest.raises(ValueError, match="method must be one of"):
         nj.Projection("A", "A", conn, method="fast")
     with pytest.raises(ValueError, match="size must be a positive int"):

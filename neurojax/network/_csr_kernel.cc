@@ -12,7 +12,8 @@
 // spike, then the work is proportional to spikes x fan-out.
 //
 // Arguments: spikes (*batch, n_source), step () int32, ring (*batch, n_slots, n_targets), then
-// per projection: indptr (n_pre + 1,) int32, indices (nnz,) int32, weights (nnz,), delays
+// per projection: indptr (n_pre + 1,) int32, indices (nnz,) int32, weights (nnz,) or, with
+// `weights_batched`, one row of nnz weights per trial (plastic weights), delays
 // (nnz,) int8/int16/int32 (or a dummy when the delay is homogeneous). Result: the ring,
 // aliased to the input ring; with `overwrite` the input ring is ignored and the result starts
 // from zeros (a fresh one-slot buffer).
@@ -35,12 +36,13 @@ struct Proj {
   ffi::DataType delay_type;
   int64_t pre_offset, n_pre, delay_steps, target_offset;
   bool per_synapse;
+  int64_t w_stride;  // weights of trial b start at b * w_stride (0: shared by all trials)
 };
 
 template <typename F, typename D>
-inline void Row(const Proj& p, int64_t r, F v, F* rb, int64_t step, int64_t n_slots,
+inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, int64_t n_slots,
                 int64_t n_targets) {
-  const F* w = static_cast<const F*>(p.w);
+  const F* w = static_cast<const F*>(p.w) + b * p.w_stride;
   const int32_t end = p.indptr[r + 1];
   F* base = rb + p.target_offset;
   if (n_slots == 1) {
@@ -58,20 +60,20 @@ inline void Row(const Proj& p, int64_t r, F v, F* rb, int64_t step, int64_t n_sl
 }
 
 template <typename F>
-inline void Neuron(const std::vector<Proj>& projs, int64_t i, F v, F* rb, int64_t step,
-                   int64_t n_slots, int64_t n_targets) {
+inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, F* rb,
+                   int64_t step, int64_t n_slots, int64_t n_targets) {
   for (const Proj& p : projs) {
     const int64_t r = i - p.pre_offset;
     if (r < 0 || r >= p.n_pre) continue;
     switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
       case ffi::DataType::S8:
-        Row<F, int8_t>(p, r, v, rb, step, n_slots, n_targets);
+        Row<F, int8_t>(p, b, r, v, rb, step, n_slots, n_targets);
         break;
       case ffi::DataType::S16:
-        Row<F, int16_t>(p, r, v, rb, step, n_slots, n_targets);
+        Row<F, int16_t>(p, b, r, v, rb, step, n_slots, n_targets);
         break;
       default:
-        Row<F, int32_t>(p, r, v, rb, step, n_slots, n_targets);
+        Row<F, int32_t>(p, b, r, v, rb, step, n_slots, n_targets);
     }
   }
 }
@@ -95,11 +97,11 @@ void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
       }
       if (any == 0) continue;
       for (int64_t j = i; j < i + kBlock; ++j) {
-        if (sb[j] != F(0)) Neuron(projs, j, sb[j], rb, step, n_slots, n_targets);
+        if (sb[j] != F(0)) Neuron(projs, b, j, sb[j], rb, step, n_slots, n_targets);
       }
     }
     for (; i < n_source; ++i) {
-      if (sb[i] != F(0)) Neuron(projs, i, sb[i], rb, step, n_slots, n_targets);
+      if (sb[i] != F(0)) Neuron(projs, b, i, sb[i], rb, step, n_slots, n_targets);
     }
   }
 }
@@ -110,7 +112,8 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                           int64_t overwrite, ffi::Span<const int64_t> pre_offset,
                           ffi::Span<const int64_t> n_pre, ffi::Span<const int64_t> delay_steps,
                           ffi::Span<const int64_t> target_offset,
-                          ffi::Span<const int64_t> per_synapse) {
+                          ffi::Span<const int64_t> per_synapse,
+                          ffi::Span<const int64_t> weights_batched) {
   const auto type = ring_in.element_type();
   if (s.element_type() != type || ring_out->element_type() != type ||
       (type != ffi::DataType::F32 && type != ffi::DataType::F64)) {
@@ -122,7 +125,7 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
   }
   const size_t k = pre_offset.size();
   if (rest.size() != 4 * k || n_pre.size() != k || delay_steps.size() != k ||
-      target_offset.size() != k || per_synapse.size() != k) {
+      target_offset.size() != k || per_synapse.size() != k || weights_batched.size() != k) {
     return ffi::Error::InvalidArgument("nj_csr_deliver: inconsistent projection arguments");
   }
   std::vector<Proj> projs(k);
@@ -153,7 +156,8 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                     n_pre[p],
                     delay_steps[p],
                     target_offset[p],
-                    per_synapse[p] != 0};
+                    per_synapse[p] != 0,
+                    weights_batched[p] ? static_cast<int64_t>(post->element_count()) : 0};
   }
   if (overwrite) {
     std::memset(ring_out->untyped_data(), 0, ring_out->size_bytes());
@@ -191,4 +195,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
                                   .Attr<ffi::Span<const int64_t>>("n_pre")
                                   .Attr<ffi::Span<const int64_t>>("delay_steps")
                                   .Attr<ffi::Span<const int64_t>>("target_offset")
-                                  .Attr<ffi::Span<const int64_t>>("per_synapse"));
+                                  .Attr<ffi::Span<const int64_t>>("per_synapse")
+                                  .Attr<ffi::Span<const int64_t>>("weights_batched"));

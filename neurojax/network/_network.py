@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._validation import as_float, check_dt, default_float, is_concrete, normalize_shape
 from ..neurons import NeuronModel
 from ..synapses import GapJunction
+from ._plastic import PlasticLayout, STDPState, stdp_update
 from ._projection import Projection, delay_steps
 from ._propagation import EventArrays, EventSpec, arrival_slot, deliver
 from ._sources import PoissonSource
@@ -34,12 +35,15 @@ class NetworkState(eqx.Module):
             (`D` = longest delay in steps + 1) for the `T` postsynaptic neurons of all its
             projections side by side.
         step: number of steps taken (int32); `step * dt` is the time in ms.
+        plastic: per projection, its `STDPState` (current weights and traces) when it is
+            plastic, else None.
     """
 
     populations: dict[str, Any]
     synapses: tuple[Any, ...]
     buffers: tuple[Float[Array, "*batch d n"], ...]
     step: Int[Array, ""]
+    plastic: tuple[STDPState | None, ...] = ()
 
 
 def _is_source(model: Any) -> bool:
@@ -348,7 +352,22 @@ class Network(eqx.Module):
             pops[name] = model.init_state(batch + (self.sizes[name],), key=k)
         synapses = tuple(p.synapse.init_state(batch + (p.n_post,)) for p in self.projections)
         buffers = tuple(jnp.zeros(batch + shape, default_float()) for shape in self.ring_shape)
-        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32))
+        plastic = []
+        for i, p in enumerate(self.projections):
+            if p.plasticity is None:
+                plastic.append(None)
+                continue
+            d = self.homogeneous_delay_steps[i]
+            dtype = default_float()
+            plastic.append(
+                STDPState(
+                    weights=jnp.broadcast_to(p.weights.astype(dtype), batch + p.weights.shape),
+                    x=jnp.zeros(batch + (p.n_pre,), dtype),
+                    y=jnp.zeros(batch + (p.n_post,), dtype),
+                    history=jnp.zeros(batch + (d, p.n_pre), dtype) if d else None,
+                )
+            )
+        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), tuple(plastic))
 
     # ------------------------------------------------------------------ the step
 
@@ -397,6 +416,29 @@ class Network(eqx.Module):
         for term in terms:
             current = term if current is None else current + term
         return current
+
+    def _plasticity_step(self, i: int, ps: STDPState, spikes: dict, k, dt: float) -> STDPState:
+        proj = self.projections[i]
+        rule = proj.plasticity
+        s_pre = spikes[proj.pre].astype(ps.x.dtype)
+        s_post = spikes[proj.post].astype(ps.y.dtype)
+        history = ps.history
+        if history is None:
+            arrivals = s_pre
+        else:  # spikes emitted d steps ago reach the synapses at the end of this step
+            d = history.shape[-2]
+            slot = k % d
+            arrivals = lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
+            history = lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
+        decay_x, decay_y = rule.decays(dt)
+        x = ps.x * decay_x.astype(ps.x.dtype)
+        y = ps.y * decay_y.astype(ps.y.dtype)
+        lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
+        sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
+        w = stdp_update(rule, lay, sizes, ps.weights, x, y, arrivals, s_post)
+        return STDPState(
+            weights=w, x=rule.trace(x, arrivals), y=rule.trace(y, s_post), history=history
+        )
 
     def step(
         self, state: NetworkState, ext: Mapping[str, Any] | None, dt: float
@@ -511,9 +553,10 @@ class Network(eqx.Module):
                         off,
                     )
                 )
-                arrays.append(
-                    EventArrays(proj.indptr, proj.indices, proj.weights, self.delay_steps[i])
-                )
+                weights = proj.weights
+                if proj.plasticity is not None:
+                    weights = state.plastic[i].weights
+                arrays.append(EventArrays(proj.indptr, proj.indices, weights, self.delay_steps[i]))
             if specs:
                 buffers[si] = deliver(
                     specs, group_spikes[gi], k, arrays, buffers[si], fresh=fresh_si
@@ -521,5 +564,12 @@ class Network(eqx.Module):
             elif fresh_si:
                 buffers[si] = jnp.zeros_like(buffers[si])
 
-        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1)
+        # 4. plasticity, after delivery (this step's spikes were delivered with the weights
+        # they met when emitted)
+        plastic = list(state.plastic) if state.plastic else [None] * len(self.projections)
+        for i, proj in enumerate(self.projections):
+            if proj.plasticity is not None:
+                plastic[i] = self._plasticity_step(i, state.plastic[i], spikes, k, dt)
+
+        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, tuple(plastic))
         return new, spikes

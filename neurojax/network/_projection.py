@@ -128,8 +128,11 @@ class Projection(eqx.Module):
         output: `nj.CurrentOutput()` (default) or `nj.ConductanceOutput(e_rev)`.
         delay: transmission delay [ms], >= 0: a scalar, or one value per synapse in the order
             of `conn`'s stored entries. Rounded to whole steps of the network's `dt`.
-        plasticity: `None` (static weights). Plastic weights (STDP) are not part of this
-            release; any other value is rejected.
+        plasticity: `None` (static weights) or an `nj.STDP` rule: the weights then live in the
+            network state and change inside the simulation (needs the event path and one delay
+            for all synapses; initial weights must lie within the rule's bounds). A plastic
+            projection also stores its synapses by postsynaptic neuron (8 more bytes per
+            synapse) so that potentiation costs spikes x fan-in.
         method: `"auto"`, `"event"`, `"dense"` or `"bcoo"` (see Propagation).
 
     Example:
@@ -156,6 +159,11 @@ class Projection(eqx.Module):
     weights: Float[Array, " nnz"] | None
     matrix: Float[Array, "n_pre n_post"] | None
     conn_bcoo: sparse.BCOO | None
+    plasticity: Any
+    col_ptr: Int[Array, " n_post_plus_1"] | None
+    col_syn: Int[Array, " nnz"] | None
+    col_pre: Int[Array, " nnz"] | None
+    max_fan_in: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -187,12 +195,17 @@ class Projection(eqx.Module):
                 "Projection: output must be nj.CurrentOutput() or nj.ConductanceOutput(e_rev), "
                 f"got {type(output).__name__}"
             )
-        if plasticity is not None:
-            raise ValueError(
-                "Projection: plasticity must be None; plastic weights are not supported in this "
-                f"release of neurojax (got {type(plasticity).__name__})"
+        from ..plasticity import STDP
+
+        if plasticity is not None and not isinstance(plasticity, STDP):
+            raise TypeError(
+                f"Projection: plasticity must be None or nj.STDP(...), got {plasticity!r}"
             )
         check_choice("Projection", "method", method, _METHODS)
+        if plasticity is not None and method not in ("auto", "event"):
+            raise ValueError(
+                f"Projection: plastic weights need method='event' (or 'auto'), got {method!r}"
+            )
         conn = _check_conn(conn)
         n_pre, n_post = (int(d) for d in conn.shape)
         nnz = int(conn.nse)
@@ -217,8 +230,15 @@ class Projection(eqx.Module):
                 f"Projection: delay must be a scalar or have one value per synapse, shape "
                 f"({nnz},), got shape {d.shape}"
             )
+        if plasticity is not None and d_arr is not None:
+            raise ValueError(
+                "Projection: a plastic projection needs one delay for all its synapses (the "
+                "presynaptic spike reaches every synapse at the same time); got per-synapse "
+                "delays"
+            )
         if method == "auto":
-            method = "dense" if n_pre * n_post <= DENSE_AUTO_MAX and d_arr is None else "event"
+            dense_ok = n_pre * n_post <= DENSE_AUTO_MAX and d_arr is None and plasticity is None
+            method = "dense" if dense_ok else "event"
         if method in ("dense", "bcoo") and d_arr is not None:
             raise ValueError(
                 f"Projection: method={method!r} needs one delay for all synapses; per-synapse "
@@ -231,11 +251,22 @@ class Projection(eqx.Module):
         self.n_pre, self.n_post, self.n_synapses = n_pre, n_post, nnz
         self.max_delay = float(d.max()) if d.size else 0.0
         self.indptr = self.indices = self.weights = self.matrix = self.conn_bcoo = None
-        self.max_fan_out = 0
+        self.max_fan_out = self.max_fan_in = 0
+        self.col_ptr = self.col_syn = self.col_pre = None
+        self.plasticity = plasticity
         if method == "event":
             indptr, indices, weights, d_arr, fmax = _csr(conn, d_arr)
             self.indptr, self.indices, self.weights = indptr, indices, weights
             self.max_fan_out = fmax
+            if plasticity is not None:
+                w = np.asarray(weights)
+                lo, hi = float(plasticity.w_min), float(plasticity.w_max)
+                if w.size and (w.min() < lo or w.max() > hi):
+                    raise ValueError(
+                        f"Projection: initial weights must lie within the STDP bounds [{lo}, "
+                        f"{hi}], got weights in [{w.min()}, {w.max()}]"
+                    )
+                self._build_columns()
         elif method == "dense":
             self.matrix = as_float(conn.todense())
         else:
@@ -246,6 +277,20 @@ class Projection(eqx.Module):
                 unique_indices=conn.unique_indices,
             )
         self.delay = homogeneous if d_arr is None else jnp.asarray(d_arr, jnp.float32)
+
+    def _build_columns(self) -> None:
+        """The CSC view used by plasticity: synapse ids grouped by postsynaptic neuron."""
+        post = np.asarray(self.indices)
+        counts = np.diff(np.asarray(self.indptr))
+        pre = np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
+        order = np.argsort(post, kind="stable").astype(np.int32)
+        col_counts = np.bincount(post, minlength=self.n_post)
+        col_ptr = np.zeros(self.n_post + 1, np.int64)
+        np.cumsum(col_counts, out=col_ptr[1:])
+        self.col_ptr = jnp.asarray(col_ptr.astype(np.int32))
+        self.col_syn = jnp.asarray(order)
+        self.col_pre = jnp.asarray(pre[order])
+        self.max_fan_in = int(col_counts.max()) if col_counts.size else 0
 
     @property
     def conn(self) -> sparse.BCOO:
@@ -262,6 +307,7 @@ class Projection(eqx.Module):
     def nbytes(self) -> int:
         """Bytes held by the synapse arrays of this projection (layout, weights, delays)."""
         leaves = [self.indptr, self.indices, self.weights, self.matrix]
+        leaves += [self.col_ptr, self.col_syn, self.col_pre]
         if self.conn_bcoo is not None:
             leaves += [self.conn_bcoo.indices, self.conn_bcoo.data]
         if isinstance(self.delay, jax.Array):

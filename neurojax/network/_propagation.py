@@ -123,46 +123,64 @@ def _window(spec, arr, step, s_flat, idx, valid, oob):
     row = trial * spec.n_slots
     target = (row[:, None] + slot) * spec.n_targets + spec.target_offset + post
     target = jnp.where(ok, target, oob)  # out of range: dropped by the scatter
-    contrib = value[:, None] * arr.weights[pos]
+    if arr.weights.ndim == 1:
+        w = arr.weights[pos]
+    else:  # one weight vector per trial (plastic weights): (*batch, nnz)
+        nnz = arr.weights.shape[-1]
+        w = arr.weights.reshape(-1)[trial[:, None] * nnz + pos]
+    contrib = value[:, None] * w
     return target.reshape(-1), contrib.reshape(-1)
+
+
+def run_bucketed(mask, fn, carry):
+    """Apply `fn(idx, valid, carry) -> carry` to the nonzero entries of the 0/1 `mask`.
+
+    The entries are compacted into a buffer whose size is picked per step from
+    `buckets_for(mask.size)`; when they exceed the largest buffer, `fn` runs on successive
+    buffers until none is left, so every entry is seen exactly once, in ascending order.
+    """
+    n_src = mask.shape[0]
+    sizes = buckets_for(n_src)
+
+    def branch(size):
+        def f(c):
+            idx, valid = _compact(mask, size)
+            return fn(idx, valid, c)
+
+        return f
+
+    def overflow(c):
+        big = sizes[-1]
+
+        def body(state):
+            c_, left = state
+            idx, valid = _compact(left, big)
+            c_ = fn(idx, valid, c_)
+            return c_, left.at[jnp.where(valid, idx, n_src)].set(0.0, mode="drop")
+
+        return lax.while_loop(lambda st: jnp.any(st[1] > 0), body, (c, mask))[0]
+
+    count = jnp.sum(mask).astype(jnp.int32)
+    which = jnp.sum(count > jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
+    return lax.switch(which, [branch(b) for b in sizes] + [overflow], carry)
 
 
 def _deliver_impl(specs, s, step, arrays, ring):
     s_flat = s.reshape(-1)
-    n_src = s_flat.shape[0]
     mask = (s_flat > 0).astype(jnp.float32)
     flat = ring.reshape(-1)
     oob = flat.shape[0]
-    sizes = buckets_for(n_src)
 
-    def run(size, flat_, mask_):
-        idx, valid = _compact(mask_, size)
+    def fn(idx, valid, flat_):
         parts = [
             _window(sp, arr, step, s_flat, idx, valid, oob)
             for sp, arr in zip(specs, arrays, strict=True)
         ]
         target = jnp.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
         contrib = jnp.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-        return flat_.at[target].add(contrib.astype(flat_.dtype), mode="drop"), idx, valid
+        return flat_.at[target].add(contrib.astype(flat_.dtype), mode="drop")
 
-    def branch(size):
-        return lambda flat_: run(size, flat_, mask)[0]
-
-    def overflow(flat_):
-        # More spikes than the largest buffer: deliver them buffer by buffer.
-        big = sizes[-1]
-
-        def body(c):
-            flat_c, left = c
-            flat_c, idx, valid = run(big, flat_c, left)
-            return flat_c, left.at[jnp.where(valid, idx, n_src)].set(0.0, mode="drop")
-
-        return lax.while_loop(lambda c: jnp.any(c[1] > 0), body, (flat_, mask))[0]
-
-    count = jnp.sum(mask).astype(jnp.int32)
-    which = jnp.sum(count > jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
-    out = lax.switch(which, [branch(b) for b in sizes] + [overflow], flat)
-    return out.reshape(ring.shape)
+    return run_bucketed(mask, fn, flat).reshape(ring.shape)
 
 
 def _deliver_kernel(specs, s, step, arrays, ring, fresh):
@@ -170,7 +188,7 @@ def _deliver_kernel(specs, s, step, arrays, ring, fresh):
     buffers = []
     for arr in arrays:
         delays = jnp.zeros((1,), jnp.int32) if arr.delays is None else arr.delays
-        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype), delays]
+        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype).reshape(-1), delays]
     call = jax.ffi.ffi_call(
         _kernel.TARGET,
         jax.ShapeDtypeStruct(ring.shape, ring.dtype),
@@ -195,6 +213,7 @@ def _deliver_kernel(specs, s, step, arrays, ring, fresh):
         delay_steps=attr("delay_steps", lambda d: d or 0),
         target_offset=attr("target_offset"),
         per_synapse=np.array([a.delays is not None for a in arrays], np.int64),
+        weights_batched=np.array([a.weights.ndim > 1 for a in arrays], np.int64),
     )
 
 

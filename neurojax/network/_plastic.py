@@ -1,0 +1,128 @@
+"""Event-driven weight updates of plastic projections (STDP) over the CSR/CSC layouts.
+
+Depression touches the fan-out of the presynaptic spikes that arrive this step (CSR rows),
+potentiation the fan-in of the postsynaptic spikes (CSC columns, built with the projection),
+so a step costs spikes x fan-out + spikes x fan-in, never the number of synapses.
+
+The update is defined by `STDP.dense_update` (every synapse at once); the event path computes
+the same values touching only synapses with an event, and `stdp_update` has a custom JVP that
+differentiates the dense definition (one pass over the synapses, only under differentiation),
+so gradients reach every parameter, weight and spike exactly as through the dense formula.
+"""
+
+import functools
+from typing import NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from ._propagation import run_bucketed
+
+__all__ = ["PlasticLayout", "STDPState", "stdp_update"]
+
+
+class PlasticLayout(NamedTuple):
+    """CSR rows and CSC columns of one projection (synapse ids index the CSR order)."""
+
+    indptr: jax.Array  # (n_pre + 1,) int32
+    indices: jax.Array  # (nnz,) int32: postsynaptic neuron of each synapse
+    col_ptr: jax.Array  # (n_post + 1,) int32
+    col_syn: jax.Array  # (nnz,) int32: synapse ids sorted by postsynaptic neuron
+    col_pre: jax.Array  # (nnz,) int32: presynaptic neuron of col_syn
+
+
+class STDPState(eqx.Module):
+    """Plastic state of one projection.
+
+    Attributes:
+        weights: current weights, `(*batch, nnz)` in the projection's CSR order.
+        x: presynaptic trace of the arrivals at the synapses, `(*batch, n_pre)`.
+        y: postsynaptic trace, `(*batch, n_post)`.
+        history: presynaptic spikes of the last `d` steps for a delay of `d` steps,
+            `(*batch, d, n_pre)`, or None without delay.
+    """
+
+    weights: jax.Array
+    x: jax.Array
+    y: jax.Array
+    history: jax.Array | None
+
+
+def _rows(lay: PlasticLayout, n_pre: int) -> jax.Array:
+    nnz = lay.indices.shape[0]
+    counts = lay.indptr[1:] - lay.indptr[:-1]
+    return jnp.repeat(jnp.arange(n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
+
+
+def _event_update(sizes, rule, lay, w, x, y, s_arr, s_post):
+    n_pre, n_post, max_out, max_in = sizes
+    nnz = w.shape[-1]
+    w_flat = w.reshape(-1)
+    oob = w_flat.shape[0]
+    y_flat = y.reshape(-1)
+    a_flat = s_arr.reshape(-1)
+    x_new = rule.trace(x, s_arr).reshape(-1)
+    p_flat = s_post.reshape(-1)
+
+    def depress(idx, valid, wf):
+        trial, i = idx // n_pre, idx % n_pre
+        start = lay.indptr[i]
+        count = jnp.where(valid, lay.indptr[i + 1] - start, 0)
+        j = jnp.arange(max_out, dtype=jnp.int32)
+        ok = j[None, :] < count[:, None]
+        syn = jnp.where(ok, start[:, None] + j[None, :], 0)
+        at = trial[:, None] * nnz + syn
+        wv = wf[at]
+        post = trial[:, None] * n_post + lay.indices[syn]
+        s = a_flat[idx][:, None]
+        new = rule.clip(wv - rule.a_minus * rule.f_minus(wv) * y_flat[post] * s)
+        return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
+
+    def potentiate(idx, valid, wf):
+        trial, jpost = idx // n_post, idx % n_post
+        start = lay.col_ptr[jpost]
+        count = jnp.where(valid, lay.col_ptr[jpost + 1] - start, 0)
+        m = jnp.arange(max_in, dtype=jnp.int32)
+        ok = m[None, :] < count[:, None]
+        pos = jnp.where(ok, start[:, None] + m[None, :], 0)
+        at = trial[:, None] * nnz + lay.col_syn[pos]
+        wv = wf[at]
+        pre = trial[:, None] * n_pre + lay.col_pre[pos]
+        s = p_flat[idx][:, None]
+        new = rule.clip(wv + rule.a_plus * rule.f_plus(wv) * x_new[pre] * s)
+        return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
+
+    if max_out:
+        w_flat = run_bucketed((a_flat > 0).astype(jnp.float32), depress, w_flat)
+    if max_in:
+        w_flat = run_bucketed((p_flat > 0).astype(jnp.float32), potentiate, w_flat)
+    return w_flat.reshape(w.shape)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _update(sizes, rule, lay, w, x, y, s_arr, s_post):
+    return _event_update(sizes, rule, lay, w, x, y, s_arr, s_post)
+
+
+@_update.defjvp
+def _update_jvp(sizes, primals, tangents):
+    rule, lay, w, x, y, s_arr, s_post = primals
+    d_rule, _, dw, dx, dy, ds_arr, ds_post = tangents
+    out = _update(sizes, rule, lay, w, x, y, s_arr, s_post)
+    rows = _rows(lay, sizes[0])
+
+    def dense(rule_, w_, x_, y_, sa_, sp_):
+        return rule_.dense_update(w_, x_, y_, sa_, sp_, rows, lay.indices)
+
+    _, t_out = jax.jvp(dense, (rule, w, x, y, s_arr, s_post), (d_rule, dw, dx, dy, ds_arr, ds_post))
+    return out, t_out
+
+
+def stdp_update(rule, lay: PlasticLayout, sizes, w, x, y, s_arr, s_post):
+    """New weights after this step's arrivals `s_arr` and postsynaptic spikes `s_post`.
+
+    `x`, `y` are the traces already decayed to the end of the step. `sizes` is the static
+    `(n_pre, n_post, max_fan_out, max_fan_in)`.
+    """
+    return _update(tuple(sizes), rule, lay, w, x, y, s_arr, s_post)
