@@ -161,7 +161,8 @@ def _hh(records: list[dict[str, Any]], threads: int) -> str:
 
 
 def _order(label: str) -> tuple[int, str]:
-    for i, prefix in enumerate(["neurojax", "brian2_standalone", "brian2_cython", "jaxley"]):
+    prefixes = ["neurojax", "brian2_standalone", "brian2_cython", "brainpy_state", "jaxley"]
+    for i, prefix in enumerate(prefixes):
         if label.startswith(prefix):
             return i, label
     return 9, label
@@ -233,6 +234,105 @@ def _lif(records: list[dict[str, Any]], threads: int) -> str:
     return f"### lif_population, {threads} thread(s)\n\n" + _table(header, rows)
 
 
+def _brette_label(r: dict[str, Any]) -> str:
+    if r["impl"] != "neurojax":
+        return r["impl"]
+    label = "neurojax" if r.get("batch", 1) == 1 else f"neurojax batch={r['batch']}"
+    return label + ("" if r.get("record_every", 1) == 1 else f" record_every={r['record_every']}")
+
+
+def _brette(records: list[dict[str, Any]], threads: int) -> str:
+    net = [
+        r for r in records if r.get("bench") == "brette_networks" and r.get("threads") == threads
+    ]
+    if not net:
+        return ""
+    rows = []
+    for r in sorted(net, key=lambda r: (r["model"], _order(r["impl"]), r.get("batch", 1))):
+        if "error" in r:
+            rows.append([r["model"], r["impl"], "error: " + r["error"][:120]] + [None] * 10)
+            continue
+        rows.append(
+            [
+                r["model"],
+                _brette_label(r),
+                r.get("compile_s"),
+                r["run_s"],
+                r["run_per_trial_s"],
+                r.get("rate_exc_hz"),
+                r.get("rate_inh_hz"),
+                r.get("cv_isi"),
+                r.get("neurojax_over_peer"),
+                r.get("neurojax_batch_per_trial_over_peer"),
+                r.get("cpu_util"),
+                r.get("loadavg_1m"),
+            ]
+        )
+    header = [
+        "model",
+        "implementation",
+        "compile/build s",
+        "loop s",
+        "per trial s",
+        "E Hz",
+        "I Hz",
+        "CV ISI",
+        "neurojax/peer",
+        "neurojax batch per trial/peer",
+        "cores busy",
+        "load (1 min)",
+    ]
+    duration = net[0].get("duration_ms")
+    return (
+        f"### brette_networks (COBA, CUBA; {duration:g} ms simulated), {threads} thread(s)"
+        "\n\n" + _table(header, rows)
+    )
+
+
+def _scale(records: list[dict[str, Any]], threads: int) -> str:
+    sc = [r for r in records if r.get("bench") == "network_scale" and r.get("threads") == threads]
+    if not sc:
+        return ""
+    rows = []
+    for r in sorted(sc, key=lambda r: r["n"]):
+        if "error" in r:
+            rows.append([r["n"], "error: " + r["error"][:120]] + [None] * 10)
+            continue
+        rows.append(
+            [
+                r["n"],
+                r["n_synapses"],
+                r["connect_s"],
+                r["build_s"],
+                r["bytes_per_synapse"],
+                r["compile_s"],
+                r["run_s"],
+                r["steps_per_s"],
+                r["rate_hz"],
+                r["peak_rss_gib"],
+                r.get("loadavg_1m"),
+            ]
+        )
+    header = [
+        "N",
+        "synapses",
+        "connect s",
+        "Projection+Network s",
+        "bytes/synapse",
+        "compile s",
+        "loop s",
+        "steps/s",
+        "rate Hz",
+        "peak RSS GiB",
+        "load (1 min)",
+    ]
+    steps = sc[0].get("steps")
+    return (
+        f"### network_scale (LIF, in-degree 100, {steps} steps of 0.1 ms), {threads} thread(s)"
+        "\n\n" + _table(header, rows)
+    )
+
+
 def _find(records, **want) -> list[dict[str, Any]]:
     return [r for r in records if "error" not in r and all(r.get(k) == v for k, v in want.items())]
 
@@ -300,6 +400,85 @@ def targets(records: list[dict[str, Any]], threads: int = 1) -> list[tuple[str, 
                 f"({ratio:.2f}x)",
             )
         )
+    for model in ("coba", "cuba"):
+        want = dict(bench="brette_networks", model=model, threads=threads)
+        nj1 = _find(records, impl="neurojax", batch=1, record_every=1, **want)
+        # The targets are about the full benchmark (1 s simulated, batches of 32 trials).
+        nj1 = [r for r in nj1 if r["duration_ms"] >= 1000]
+        if not nj1:
+            continue
+        t = nj1[0]["run_s"]
+        name = model.upper()
+        for impl, factor, label in (
+            ("brainpy_state", 0.5, "0.5x brainpy-state"),
+            ("brian2_standalone", 2.0, "2x Brian2 C++ standalone"),
+        ):
+            peer = [r for r in _find(records, impl=impl, **want) if r["duration_ms"] >= 1000]
+            if peer:
+                tp = peer[0]["run_s"]
+                out.append(
+                    (
+                        f"{name} single trial <= {label}",
+                        "met" if t <= factor * tp else "not met",
+                        f"neurojax {t * 1e3:.3g} ms vs {impl} {tp * 1e3:.3g} ms ({t / tp:.2f}x)",
+                    )
+                )
+        b2 = [
+            r for r in _find(records, impl="brian2_standalone", **want) if r["duration_ms"] >= 1000
+        ]
+        batched = [
+            r
+            for r in _find(records, impl="neurojax", record_every=1, **want)
+            if r["batch"] >= 32 and r["duration_ms"] >= 1000
+        ]
+        if b2 and batched:
+            r = max(batched, key=lambda r: r["batch"])
+            tb, tp = r["run_per_trial_s"], b2[0]["run_s"]
+            out.append(
+                (
+                    f"{name} batch-{r['batch']} time per trial < Brian2 C++ standalone trial",
+                    "met" if tb < tp else "not met",
+                    f"neurojax {tb * 1e3:.3g} ms per trial vs Brian2 {tp * 1e3:.3g} ms",
+                )
+            )
+        c = nj1[0]["compile_s"]
+        first = nj1[0].get("call_first_s")
+        out.append(
+            (
+                f"{name} compile < 5 s",
+                "met" if c < 5.0 else "not met",
+                f"{c:.3g} s ahead of time"
+                + ("" if first is None else f"; first nj.simulate call {first:.3g} s in all"),
+            )
+        )
+    scale = [
+        r
+        for r in records
+        if r.get("bench") == "network_scale" and r.get("threads") == threads and r["n"] >= 10**6
+    ]
+    if scale:
+        r = max(scale, key=lambda r: r["n"])
+        if "error" in r:
+            out.append((f"Network N={r['n']:.0e} builds and runs", "not met", r["error"][:200]))
+        else:
+            ok = r["n_spikes"] > 0 and all(x > 0 for x in r["rate_bins_hz"])
+            out.append(
+                (
+                    f"Network N={r['n']:.0e}, {r['n_synapses']:.0e} synapses builds and runs",
+                    "met" if ok else "not met",
+                    f"connect {r['connect_s']:.3g} s, build {r['build_s']:.3g} s, compile "
+                    f"{r['compile_s']:.3g} s, {r['steps']} steps in {r['run_s']:.3g} s, "
+                    f"{r['rate_hz']:.3g} Hz, peak RSS {r['peak_rss_gib']:.3g} GiB",
+                )
+            )
+            b = r["bytes_per_synapse"]
+            out.append(
+                (
+                    f"Network N={r['n']:.0e} bytes per synapse <= 8.5",
+                    "met" if b <= 8.5 else "not met",
+                    f"{b:.4g} bytes ({r['weight_dtype']} weight per synapse)",
+                )
+            )
     return out
 
 
@@ -312,6 +491,10 @@ def render(records: list[dict[str, Any]]) -> str:
     parts.append(_accuracy(records))
     for threads in thread_settings:
         parts.append(_lif(records, threads))
+    for threads in thread_settings:
+        parts.append(_brette(records, threads))
+    for threads in thread_settings:
+        parts.append(_scale(records, threads))
     for threads in thread_settings:
         rows = [list(t) for t in targets(records, threads)]
         if rows:

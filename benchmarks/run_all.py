@@ -7,9 +7,8 @@ with `--only`, since sizes differ between benchmarks). JSON lines are echoed to 
 written, with a Markdown rendering of the tables and targets (`benchmarks.report`), to
 `--out` (default `benchmarks/out/`, ignored by git).
 
-`--quick` is a smoke run (small sizes, one thread setting) that finishes in about two
-minutes; the full run (both thread settings, all peers) takes on the order of 30 minutes on
-two cores.
+`--quick` is a smoke run (small sizes, one thread setting) that finishes in a few minutes;
+the full run (both thread settings, all peers) takes on the order of 40 minutes on two cores.
 
 Run: `python -m benchmarks.run_all [--quick] [--threads 1|2|both] [--only hh_batch,...]
 [--no-peers] [--repeats R] [--out DIR]`.
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from . import _harness, report
 
-BENCHMARKS = ("lif_population", "hh_batch")
+BENCHMARKS = ("lif_population", "hh_batch", "brette_networks", "network_scale")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,7 +110,10 @@ def test_homogeneous_delay_matches_reference(method, path):
     np.testing.assert_allclose(arr, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_overflow_beyond_largest_buffer_delivers_every_spike(path):
+@pytest.mark.parametrize("compaction", ["top_k", "nonzero"])
+def test_overflow_beyond_largest_buffer_delivers_every_spike(path, compaction, monkeypatch):
+    if compaction == "nonzero":
+        monkeypatch.setattr(_propagation, "_TOPK_MAX", 8)
     # 20000 sources that all spike every step: more than the largest spike buffer (16384).
     n_pre, n_post = 20000, 7
     conn = nj.connect.fixed_outdegree(jax.random.key(0), n_pre, n_post, 2, weight=0.001)
@@ -123,7 +126,10 @@ def test_overflow_beyond_largest_buffer_delivers_every_spike(path):
     np.testing.assert_allclose(arr[2], expected, rtol=1e-5)
 
 
-def test_every_bucket_size_gives_the_same_delivery(path):
+@pytest.mark.parametrize("compaction", ["top_k", "nonzero"])
+def test_every_bucket_size_gives_the_same_delivery(path, compaction, monkeypatch):
+    if compaction == "nonzero":  # the compaction used above _TOPK_MAX sources
+        monkeypatch.setattr(_propagation, "_TOPK_MAX", 8)
     # Rates chosen so that the per-step spike counts fall in several buckets.
     conn = nj.connect.fixed_prob(jax.random.key(1), 3000, 50, 0.05, weight=0.01)
     dense = np.asarray(conn.todense())
@@ -160,6 +166,20 @@ def lif_pair_net(method, weight_scale=1.0):
         projections=projs,
         inputs={"E": jnp.linspace(9.0, 13.0, 30), "I": 8.0},
     )
+
+
+def test_neuron_zero_spiking_alone_is_delivered_once(path, monkeypatch):
+    """Compaction padding must never repeat a real spike (regression: nonzero's fill value)."""
+    monkeypatch.setattr(_propagation, "_TOPK_MAX", 8)
+    conn = nj.connect.from_arrays(np.arange(40), np.zeros(40, int), 1.0, 40, 1)
+    net = poisson_net(conn, 0.0, method="event")
+    rate = np.zeros(40, np.float32)
+    rate[0] = rate[1] = 1e4  # only neurons 0 and 1 spike, every step
+    net = net.with_population("src", nj.PoissonSource(jnp.asarray(rate)))
+    jax.clear_caches()
+    _, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(0)), 3)
+    assert spikes["src"][:, 2:].sum() == 0 and spikes["src"][:, :2].all()
+    np.testing.assert_allclose(arr[1:, 0], 2.0)
 
 
 def test_event_dense_and_bcoo_networks_agree(path):
@@ -517,3 +537,63 @@ def test_kernel_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path)
         _kernel.available.cache_clear()
     monkeypatch.setenv("NEUROJAX_CPU_KERNEL", "0")
     assert _kernel.enabled() is False
+
+
+def test_kernel_and_jax_paths_give_identical_plastic_weights(monkeypatch):
+    """COBA with STDP on E->E: the compiled and pure-JAX STDP updates agree bit for bit."""
+    if not _kernel.available():
+        pytest.skip("the compiled CPU kernel could not be built here")
+    net, state = nj.models.coba(jax.random.key(4), n_exc=400, n_inh=100, p=0.1)
+    ee = net.projections[0]
+    for mode in ("additive", "multiplicative"):
+        stdp = nj.STDP(a_plus=0.006, a_minus=0.0063, w_max=1.2, mode=mode)
+        plastic = nj.Projection(
+            "E", "E", ee.conn, synapse=ee.synapse, output=ee.output, plasticity=stdp
+        )
+        pnet = nj.Network(
+            {"E": (net.populations["E"], 400), "I": (net.populations["I"], 100)},
+            [plastic, *net.projections[1:]],
+            inputs=net.inputs,
+        )
+        v0 = [jnp.stack([state.populations[p].v] * 2) for p in ("E", "I")]
+        pstate = eqx.tree_at(
+            lambda s: (s.populations["E"].v, s.populations["I"].v), pnet.init_state(batch=2), v0
+        )
+        jax.clear_caches()
+        fin_k, rec_k = nj.simulate(pnet, pstate, dt=DT, n_steps=1500)
+        with monkeypatch.context() as m:
+            m.setattr(_kernel, "available", lambda: False)
+            jax.clear_caches()
+            fin_j, rec_j = nj.simulate(pnet, pstate, dt=DT, n_steps=1500)
+        jax.clear_caches()
+        w_k, w_j = fin_k.plastic[0].weights, fin_j.plastic[0].weights
+        assert float(jnp.abs(w_k - ee.weights).max()) > 1e-3  # the weights did move
+        np.testing.assert_array_equal(w_k, w_j)
+        np.testing.assert_array_equal(rec_k.spikes["E"], rec_j.spikes["E"])
+
+
+def test_populations_view_and_with_population():
+    net = lif_pair_net("event")
+    assert net.groups == (("E", "I"),)
+    views = net.populations
+    np.testing.assert_array_equal(views["E"].tau_m, np.full(30, 20.0))
+    np.testing.assert_array_equal(views["I"].tau_m, np.full(10, 10.0))
+    np.testing.assert_array_equal(views["I"].t_ref, 1.0)
+
+    def final_v(tau):
+        n = net.with_population(
+            "I", nj.LIF(tau_m=tau, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=1.0)
+        )
+        st, _ = nj.simulate(n, n.init_state(), dt=DT, n_steps=50)
+        return jnp.sum(st.populations["I"].v)
+
+    # Below threshold for 5 ms: smooth in tau, so autodiff equals finite differences.
+    g = jax.grad(final_v)(10.0)
+    fd = (final_v(10.05) - final_v(9.95)) / 0.1
+    assert abs(float(g) - float(fd)) < 2e-2 * abs(float(fd)) and abs(float(g)) > 0
+    swept = jax.vmap(final_v)(jnp.array([5.0, 10.0, 20.0]))
+    np.testing.assert_allclose(swept[1], final_v(10.0), rtol=1e-6)
+    with pytest.raises(TypeError, match="must have the same type"):
+        net.with_population("I", nj.Izhikevich())
+    with pytest.raises(KeyError, match="no population 'Z'"):
+        net.with_population("Z", nj.LIF())

@@ -197,3 +197,144 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
                                   .Attr<ffi::Span<const int64_t>>("target_offset")
                                   .Attr<ffi::Span<const int64_t>>("per_synapse")
                                   .Attr<ffi::Span<const int64_t>>("weights_batched"));
+
+// ---------------------------------------------------------------------------------------------
+// STDP weight update of one plastic projection (neurojax.network._plastic), in place.
+//
+// For each trial b: every synapse k of a presynaptic neuron i that arrives this step
+// (s_arr[b, i] != 0) is depressed, w <- clip(w - a_minus * f_-(w) * y[b, post[k]] * s);
+// then every synapse of a postsynaptic neuron j that spikes (s_post[b, j] != 0), found through
+// the CSC view (col_syn, col_pre), is potentiated, w <- clip(w + a_plus * f_+(w) *
+// x[b, pre] * s), with x the presynaptic trace after this step's arrivals. The same
+// operations, in the same order, as `STDP.dense_update` restricted to touched synapses.
+//
+// Arguments: weights (*batch, nnz), x (*batch, n_pre), y (*batch, n_post), s_arr
+// (*batch, n_pre), s_post (*batch, n_post), params (4,) = (a_plus, a_minus, w_min, w_max),
+// indptr, indices, col_ptr, col_syn, col_pre (int32). Result: weights, aliased to the input.
+
+namespace {
+
+template <typename F, typename Bits, typename Fn>
+inline void ForEachNonzero(const F* s, int64_t n, Fn fn) {
+  constexpr int64_t kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    Bits any = 0;
+    for (int64_t j = 0; j < kBlock; ++j) {
+      Bits x;
+      std::memcpy(&x, s + i + j, sizeof(Bits));
+      any |= x;
+    }
+    if (any == 0) continue;
+    for (int64_t j = i; j < i + kBlock; ++j) {
+      if (s[j] != F(0)) fn(j, s[j]);
+    }
+  }
+  for (; i < n; ++i) {
+    if (s[i] != F(0)) fn(i, s[i]);
+  }
+}
+
+template <typename F>
+inline F Clip(F w, F lo, F hi) {
+  w = w < lo ? lo : w;  // max(w, lo) then min(., hi), as jnp.clip
+  return w > hi ? hi : w;
+}
+
+template <typename F, typename Bits>
+void Stdp(F* w, const F* x, const F* y, const F* s_arr, const F* s_post, const F* params,
+          const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
+          const int32_t* col_syn, const int32_t* col_pre, int64_t nnz, int64_t n_pre,
+          int64_t n_post, int64_t n_trials, bool multiplicative) {
+  const F a_plus = params[0], a_minus = params[1], lo = params[2], hi = params[3];
+  for (int64_t b = 0; b < n_trials; ++b) {
+    F* wb = w + b * nnz;
+    const F* xb = x + b * n_pre;
+    const F* yb = y + b * n_post;
+    ForEachNonzero<F, Bits>(s_arr + b * n_pre, n_pre, [&](int64_t i, F s) {
+      for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
+        const F v = wb[k];
+        const F f = multiplicative ? v - lo : F(1);
+        wb[k] = Clip<F>(v - a_minus * f * yb[post[k]] * s, lo, hi);
+      }
+    });
+    ForEachNonzero<F, Bits>(s_post + b * n_post, n_post, [&](int64_t j, F s) {
+      for (int32_t m = col_ptr[j]; m < col_ptr[j + 1]; ++m) {
+        const int32_t k = col_syn[m];
+        const F v = wb[k];
+        const F f = multiplicative ? hi - v : F(1);
+        wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
+      }
+    });
+  }
+}
+
+ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer s_arr,
+                    ffi::AnyBuffer s_post, ffi::AnyBuffer params, ffi::AnyBuffer indptr,
+                    ffi::AnyBuffer post, ffi::AnyBuffer col_ptr, ffi::AnyBuffer col_syn,
+                    ffi::AnyBuffer col_pre, ffi::Result<ffi::AnyBuffer> w_out, int64_t n_pre,
+                    int64_t n_post, int64_t multiplicative) {
+  const auto type = w_in.element_type();
+  for (const ffi::AnyBuffer* buf : {&x, &y, &s_arr, &s_post, &params}) {
+    if (buf->element_type() != type) {
+      return ffi::Error::InvalidArgument("nj_stdp_update: float buffers must share one dtype");
+    }
+  }
+  for (const ffi::AnyBuffer* buf : {&indptr, &post, &col_ptr, &col_syn, &col_pre}) {
+    if (buf->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument("nj_stdp_update: index buffers must be int32");
+    }
+  }
+  if (w_out->untyped_data() != w_in.untyped_data()) {
+    std::memcpy(w_out->untyped_data(), w_in.untyped_data(), w_in.size_bytes());
+  }
+  const int64_t nnz = post.element_count();
+  const int64_t n_trials = nnz > 0 ? w_in.element_count() / nnz : 0;
+  const auto i32 = [](const ffi::AnyBuffer& b) {
+    return static_cast<const int32_t*>(b.untyped_data());
+  };
+  if (type == ffi::DataType::F32) {
+    using F = float;
+    Stdp<F, uint32_t>(static_cast<F*>(w_out->untyped_data()),
+                      static_cast<const F*>(x.untyped_data()),
+                      static_cast<const F*>(y.untyped_data()),
+                      static_cast<const F*>(s_arr.untyped_data()),
+                      static_cast<const F*>(s_post.untyped_data()),
+                      static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
+                      i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
+                      multiplicative != 0);
+  } else if (type == ffi::DataType::F64) {
+    using F = double;
+    Stdp<F, uint64_t>(static_cast<F*>(w_out->untyped_data()),
+                      static_cast<const F*>(x.untyped_data()),
+                      static_cast<const F*>(y.untyped_data()),
+                      static_cast<const F*>(s_arr.untyped_data()),
+                      static_cast<const F*>(s_post.untyped_data()),
+                      static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
+                      i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
+                      multiplicative != 0);
+  } else {
+    return ffi::Error::InvalidArgument("nj_stdp_update: float32 or float64 expected");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
+                                  .Arg<ffi::AnyBuffer>()  // x after arrivals (*batch, n_pre)
+                                  .Arg<ffi::AnyBuffer>()  // y before post spikes
+                                  .Arg<ffi::AnyBuffer>()  // s_arr (*batch, n_pre)
+                                  .Arg<ffi::AnyBuffer>()  // s_post (*batch, n_post)
+                                  .Arg<ffi::AnyBuffer>()  // params (4,)
+                                  .Arg<ffi::AnyBuffer>()  // indptr
+                                  .Arg<ffi::AnyBuffer>()  // indices (post per synapse)
+                                  .Arg<ffi::AnyBuffer>()  // col_ptr
+                                  .Arg<ffi::AnyBuffer>()  // col_syn
+                                  .Arg<ffi::AnyBuffer>()  // col_pre
+                                  .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Attr<int64_t>("n_pre")
+                                  .Attr<int64_t>("n_post")
+                                  .Attr<int64_t>("multiplicative"));

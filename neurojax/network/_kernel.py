@@ -1,9 +1,11 @@
-"""The compiled CPU kernel of event-driven delivery (`_csr_kernel.cc`), built on first use.
+"""The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`), built on
+first use.
 
 XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
 about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
 does the same work in one call through XLA's FFI: one pass over the spike vector, then work
-proportional to spikes x fan-out. It is compiled once per machine and JAX version with the
+proportional to spikes x fan-out; a second kernel updates plastic weights in place. They are
+compiled once per machine and JAX version with the
 system C++ compiler (`$CXX`, else `c++`/`g++`) against the FFI headers that ship with jaxlib,
 and cached in `$NEUROJAX_CACHE_DIR` (default `~/.cache/neurojax`).
 
@@ -24,9 +26,10 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["TARGET", "available", "enabled"]
+__all__ = ["TARGET", "STDP_TARGET", "available", "enabled"]
 
 TARGET = "nj_csr_deliver"
+STDP_TARGET = "nj_stdp_update"
 _SOURCE = Path(__file__).with_name("_csr_kernel.cc")
 _REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
 
@@ -95,6 +98,9 @@ def available() -> bool:
         path = _build()
         lib = ctypes.cdll.LoadLibrary(str(path))
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.NjCsrDeliver), platform="cpu")
+        jax.ffi.register_ffi_target(
+            STDP_TARGET, jax.ffi.pycapsule(lib.NjStdpUpdate), platform="cpu"
+        )
         _REGISTERED.append(path)
     except Exception as err:  # any build or load failure falls back to pure JAX
         warnings.warn(

@@ -132,7 +132,6 @@ class Network(eqx.Module):
     ```
     """
 
-    populations: dict[str, Any]
     sizes: dict[str, int] = eqx.field(static=True)
     projections: tuple[Projection, ...]
     inputs: dict[str, Any]
@@ -302,7 +301,6 @@ class Network(eqx.Module):
         self.senders = tuple((gi, tuple(idx)) for gi, idx in senders.items())
         self.ring_shape = tuple(ring_shape)
         self.ring_of = tuple(ring_of)
-        self.populations = models
         self.sizes = sizes
         self.projections = projections
         self.inputs = inputs
@@ -311,6 +309,73 @@ class Network(eqx.Module):
         self.n_slots = tuple(n_slots)
         self.homogeneous_delay_steps = tuple(homog)
         self.delay_steps = tuple(per_syn)
+
+    # ------------------------------------------------------------------ populations
+
+    def _where(self, name: str) -> tuple[int, int]:
+        """(group index, offset in the group) of population `name`."""
+        for gi, names in enumerate(self.groups):
+            off = 0
+            for n in names:
+                if n == name:
+                    return gi, off
+                off += self.sizes[n]
+        raise KeyError(f"Network: no population {name!r}; populations are {list(self.sizes)}")
+
+    @property
+    def populations(self) -> dict[str, Any]:
+        """Population name -> its model (read-only view).
+
+        Populations of the same model type are stepped as one group whose parameters are
+        concatenated per neuron (`group_models`); this view slices them back. To change a
+        population's parameters use `net.with_population(name, model)`: editing the view
+        (e.g. with `eqx.tree_at`) would not reach the network.
+        """
+        out = {}
+        for gi, names in enumerate(self.groups):
+            model = self.group_models[gi]
+            if len(names) == 1:
+                out[names[0]] = model
+                continue
+            off = 0
+            for n in names:
+                size = self.sizes[n]
+                out[n] = jtu.tree_map(
+                    lambda x, o=off, m=size: x[o : o + m] if x.ndim == 1 else x, model
+                )
+                off += size
+        return out
+
+    def with_population(self, name: str, model: Any) -> "Network":
+        """A copy of the network whose population `name` has the neuron model `model`.
+
+        Works under `jit`, `vmap` and `grad` (for example to sweep or differentiate a
+        population's parameters). The new model must be of the same type as the old one and,
+        when the population is stepped together with others (`net.groups`), have the same
+        static fields (integration method, surrogate type) as they do.
+        """
+        gi, _ = self._where(name)
+        names = self.groups[gi]
+        views = self.populations
+        old = views[name]
+        if type(model) is not type(old):
+            raise TypeError(
+                f"Network.with_population: population {name!r} is a {type(old).__name__}; the "
+                f"new model must have the same type, got {type(model).__name__}"
+            )
+        if len(names) == 1:
+            merged = model
+        else:
+            if not _mergeable(views[names[0]] if names[0] != name else model, model):
+                raise ValueError(
+                    f"Network.with_population: the new model of {name!r} differs in its static "
+                    "fields from the other populations stepped with it; build a new Network"
+                )
+            members = [model if n == name else views[n] for n in names]
+            merged = _merge(members, [self.sizes[n] for n in names])
+        models = list(self.group_models)
+        models[gi] = merged
+        return eqx.tree_at(lambda net: net.group_models, self, tuple(models))
 
     # ------------------------------------------------------------------ sizes and state
 

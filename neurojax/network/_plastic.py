@@ -8,6 +8,8 @@ The update is defined by `STDP.dense_update` (every synapse at once); the event 
 the same values touching only synapses with an event, and `stdp_update` has a custom JVP that
 differentiates the dense definition (one pass over the synapses, only under differentiation),
 so gradients reach every parameter, weight and spike exactly as through the dense formula.
+On CPU the event path runs in the compiled kernel of `_csr_kernel.cc` (weights updated in
+place, the same operations in the same order); the pure-JAX path serves other platforms.
 """
 
 import functools
@@ -16,7 +18,9 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from . import _kernel
 from ._propagation import run_bucketed
 
 __all__ = ["PlasticLayout", "STDPState", "stdp_update"]
@@ -100,8 +104,48 @@ def _event_update(sizes, rule, lay, w, x, y, s_arr, s_post):
     return w_flat.reshape(w.shape)
 
 
+def _kernel_update(sizes, rule, lay, w, x, y, s_arr, s_post):
+    """The same update through the compiled CPU kernel, weights updated in place."""
+    dtype = w.dtype
+    params = jnp.stack([rule.a_plus, rule.a_minus, rule.w_min, rule.w_max]).astype(dtype)
+    call = jax.ffi.ffi_call(
+        _kernel.STDP_TARGET,
+        jax.ShapeDtypeStruct(w.shape, dtype),
+        input_output_aliases={0: 0},
+        vmap_method="sequential",
+    )
+    return call(
+        w,
+        rule.trace(x, s_arr).astype(dtype),
+        y.astype(dtype),
+        s_arr.astype(dtype),
+        s_post.astype(dtype),
+        params,
+        lay.indptr,
+        lay.indices,
+        lay.col_ptr,
+        lay.col_syn,
+        lay.col_pre,
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        multiplicative=np.int64(rule.mode == "multiplicative"),
+    )
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _update(sizes, rule, lay, w, x, y, s_arr, s_post):
+    if _kernel.available():
+        return jax.lax.platform_dependent(
+            rule,
+            lay,
+            w,
+            x,
+            y,
+            s_arr,
+            s_post,
+            cpu=functools.partial(_kernel_update, sizes),
+            default=functools.partial(_event_update, sizes),
+        )
     return _event_update(sizes, rule, lay, w, x, y, s_arr, s_post)
 
 

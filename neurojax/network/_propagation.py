@@ -107,8 +107,10 @@ def _compact(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
     if mask.shape[0] <= _TOPK_MAX:
         vals, idx = lax.top_k(mask, size)
         return idx.astype(jnp.int32), vals > 0
-    idx = jnp.nonzero(mask, size=size, fill_value=0)[0].astype(jnp.int32)
-    return idx, mask[idx] > 0
+    n = mask.shape[0]
+    idx = jnp.nonzero(mask, size=size, fill_value=n)[0].astype(jnp.int32)
+    # Padding entries point past the end: invalid, and clipped so that gathers stay in range.
+    return jnp.minimum(idx, n - 1), idx < n
 
 
 def _window(spec, arr, step, s_flat, idx, valid, oob):
