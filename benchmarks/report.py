@@ -238,6 +238,8 @@ def _brette_label(r: dict[str, Any]) -> str:
     if r["impl"] != "neurojax":
         return r["impl"]
     label = "neurojax" if r.get("batch", 1) == 1 else f"neurojax batch={r['batch']}"
+    if r.get("batch_block"):
+        label += f" blocks of {r['batch_block']}"
     return label + ("" if r.get("record_every", 1) == 1 else f" record_every={r['record_every']}")
 
 
@@ -432,13 +434,16 @@ def targets(records: list[dict[str, Any]], threads: int = 1) -> list[tuple[str, 
             if r["batch"] >= 32 and r["duration_ms"] >= 1000
         ]
         if b2 and batched:
-            r = max(batched, key=lambda r: r["batch"])
+            # The largest batch, run the fastest way it was run (in one block or in blocks).
+            top = max(r["batch"] for r in batched)
+            r = min((r for r in batched if r["batch"] == top), key=lambda r: r["run_per_trial_s"])
             tb, tp = r["run_per_trial_s"], b2[0]["run_s"]
+            how = f" in blocks of {r['batch_block']}" if r.get("batch_block") else ""
             out.append(
                 (
                     f"{name} batch-{r['batch']} time per trial < Brian2 C++ standalone trial",
                     "met" if tb < tp else "not met",
-                    f"neurojax {tb * 1e3:.3g} ms per trial vs Brian2 {tp * 1e3:.3g} ms",
+                    f"neurojax {tb * 1e3:.3g} ms per trial{how} vs Brian2 {tp * 1e3:.3g} ms",
                 )
             )
         c = nj1[0]["compile_s"]

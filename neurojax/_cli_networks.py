@@ -85,8 +85,19 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     if n_steps % every:
         every = 1
 
+    # Trials run in blocks of up to 4 (the largest divisor of --batch not above 4): a block
+    # stays in cache, which makes a batch ~2x cheaper per trial than one big block.
+    block = max(b for b in range(1, min(4, args.batch) + 1) if args.batch % b == 0)
+
     def run(n, s):
-        return nj.simulate(n, s, dt=args.dt, n_steps=n_steps, record_every=every)
+        return nj.simulate(
+            n,
+            s,
+            dt=args.dt,
+            n_steps=n_steps,
+            record_every=every,
+            batch_block=block if args.batch > block else None,
+        )
 
     t0 = time.perf_counter()
     compiled = jax.jit(run).lower(net, state).compile()
@@ -116,6 +127,7 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
         "duration_ms": args.duration,
         "dt_ms": args.dt,
         "batch": args.batch,
+        "batch_block": block,
         "seed": args.seed,
         "populations": neurons,
         "sources": {k: net.sizes[k] for k in sources},

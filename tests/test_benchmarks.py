@@ -115,8 +115,11 @@ def _brian2_reference_rates() -> dict[str, dict[str, float]]:
 def test_brette_networks_quick_prints_valid_json():
     records = _run("benchmarks.brette_networks")
     assert all(r["bench"] == "brette_networks" for r in records)
-    assert {(r["model"], r["batch"], r["record_every"]) for r in records} == {
-        (m, b, e) for m in ("coba", "cuba") for b in (1, 4) for e in (1, 10)
+    assert {(r["model"], r["batch"], r["record_every"], r["batch_block"]) for r in records} == {
+        (m, b, e, k)
+        for m in ("coba", "cuba")
+        for b, k in ((1, None), (8, None), (8, 4))
+        for e in (1, 10)
     }
     reference = _brian2_reference_rates()
     for r in records:
@@ -133,12 +136,14 @@ def test_brette_networks_quick_prints_valid_json():
         for key in ("rate_exc_hz", "rate_inh_hz"):
             assert r[key] == pytest.approx(ref[key], rel=0.3), (r["model"], key)
     # Recording counts instead of the raster changes nothing in the simulation.
-    by = {(r["model"], r["batch"], r["record_every"]): r for r in records}
+    # So does running the batch in blocks.
+    by = {(r["model"], r["batch"], r["record_every"], r["batch_block"]): r for r in records}
     for m in ("coba", "cuba"):
-        for b in (1, 4):
-            assert by[m, b, 1]["n_spikes"] == by[m, b, 10]["n_spikes"]
-        assert 0 < by[m, 1, 1]["cv_isi"] < 3 and by[m, 1, 1]["compile_s"] < 30
-        assert by[m, 4, 1]["rate_hz_trial_std"] > 0  # the trials differ
+        for b, k in ((1, None), (8, None), (8, 4)):
+            assert by[m, b, 1, k]["n_spikes"] == by[m, b, 10, k]["n_spikes"]
+        assert by[m, 8, 1, None]["n_spikes"] == by[m, 8, 1, 4]["n_spikes"]
+        assert 0 < by[m, 1, 1, None]["cv_isi"] < 3 and by[m, 1, 1, None]["compile_s"] < 30
+        assert by[m, 8, 1, None]["rate_hz_trial_std"] > 0  # the trials differ
 
 
 def test_network_scale_quick_prints_valid_json():

@@ -183,3 +183,42 @@ def test_chunking_inside_jit_is_rejected():
     f = jax.jit(lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, chunk_size=5)[0])
     with pytest.raises(ValueError, match="chunk_size and progress move data to the host"):
         f(lif.init_state(2))
+
+
+def test_batch_block_equals_one_block_for_a_network():
+    net, state = nj.models.coba(jax.random.key(2), n_exc=400, n_inh=100, p=0.05, batch=6)
+    final_a, rec_a = nj.simulate(net, state, dt=0.1, n_steps=500, record=lambda s, o: s.step)
+    with pytest.raises(ValueError, match="trial axis right after time"):
+        nj.simulate(net, state, dt=0.1, n_steps=500, record=lambda s, o: s.step, batch_block=2)
+    final_a, rec_a = nj.simulate(net, state, dt=0.1, n_steps=500)
+    final_b, rec_b = nj.simulate(net, state, dt=0.1, n_steps=500, batch_block=2)
+    assert rec_a.spikes["E"].sum() > 100
+    for pop in ("E", "I"):
+        np.testing.assert_array_equal(rec_a.spikes[pop], rec_b.spikes[pop])
+        np.testing.assert_array_equal(final_a.populations[pop].v, final_b.populations[pop].v)
+    assert int(final_b.step) == 500
+    np.testing.assert_array_equal(rec_a.t, rec_b.t)
+
+
+def test_batch_block_gives_blocks_independent_random_numbers():
+    src = nj.PoissonSource(200.0)
+    net = nj.Network({"s": (src, 50)})
+    state = net.init_state(jax.random.key(0), batch=4)
+    _, rec = nj.simulate(net, state, dt=0.1, n_steps=200, batch_block=2)
+    spikes = np.asarray(rec.spikes["s"])
+    assert spikes.shape == (200, 4, 50)
+    # Trials within a block differ (one key, a batch of draws), and so do the blocks.
+    assert not np.array_equal(spikes[:, 0], spikes[:, 1])
+    assert not np.array_equal(spikes[:, :2], spikes[:, 2:])
+
+
+def test_batch_block_errors():
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match="must divide the batch size 5"):
+        nj.simulate(lif, lif.init_state((5, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2)
+    with pytest.raises(ValueError, match="cannot be combined with chunk_size"):
+        nj.simulate(
+            lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2, chunk_size=5
+        )
+    with pytest.raises(TypeError, match="batch_block must be a positive int"):
+        nj.simulate(lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=1.5)
