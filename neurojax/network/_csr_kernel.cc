@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -208,9 +209,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
 // x[b, pre] * s), with x the presynaptic trace after this step's arrivals. The same
 // operations, in the same order, as `STDP.dense_update` restricted to touched synapses.
 //
-// Arguments: weights (*batch, nnz), x (*batch, n_pre), y (*batch, n_post), s_arr
-// (*batch, n_pre), s_post (*batch, n_post), params (4,) = (a_plus, a_minus, w_min, w_max),
-// indptr, indices, col_ptr, col_syn, col_pre (int32). Result: weights, aliased to the input.
+// The traces are advanced here too: x <- x decay_x and y <- y decay_y first, x takes this
+// step's arrivals before potentiation, y this step's postsynaptic spikes at the end
+// (+1, or reset to 1 with `nearest`).
+//
+// Arguments: weights (*batch, nnz), x (*batch, n_pre), y (*batch, n_post) of the previous
+// step, s_arr (*batch, n_pre), s_post (*batch, n_post), params (6,) = (a_plus, a_minus,
+// w_min, w_max, decay_x, decay_y), indptr, indices, col_ptr, col_syn, col_pre (int32).
+// Results: weights, x, y, aliased to the inputs.
 
 namespace {
 
@@ -242,23 +248,36 @@ inline F Clip(F w, F lo, F hi) {
 }
 
 template <typename F, typename Bits>
-void Stdp(F* w, const F* x, const F* y, const F* s_arr, const F* s_post, const F* params,
+void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
           const int32_t* col_syn, const int32_t* col_pre, int64_t nnz, int64_t n_pre,
-          int64_t n_post, int64_t n_trials, bool multiplicative) {
+          int64_t n_post, int64_t n_trials, bool multiplicative, bool nearest) {
   const F a_plus = params[0], a_minus = params[1], lo = params[2], hi = params[3];
+  const F decay_x = params[4], decay_y = params[5];
   for (int64_t b = 0; b < n_trials; ++b) {
     F* wb = w + b * nnz;
-    const F* xb = x + b * n_pre;
-    const F* yb = y + b * n_post;
-    ForEachNonzero<F, Bits>(s_arr + b * n_pre, n_pre, [&](int64_t i, F s) {
+    F* xb = x + b * n_pre;
+    F* yb = y + b * n_post;
+    const F* ab = s_arr + b * n_pre;
+    const F* pb = s_post + b * n_post;
+    for (int64_t i = 0; i < n_pre; ++i) xb[i] = xb[i] * decay_x;
+    for (int64_t j = 0; j < n_post; ++j) yb[j] = yb[j] * decay_y;
+    ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
       for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
         const F v = wb[k];
         const F f = multiplicative ? v - lo : F(1);
         wb[k] = Clip<F>(v - a_minus * f * yb[post[k]] * s, lo, hi);
       }
     });
-    ForEachNonzero<F, Bits>(s_post + b * n_post, n_post, [&](int64_t j, F s) {
+    // Presynaptic trace after the arrivals, then potentiation with it.
+    for (int64_t i = 0; i < n_pre; ++i) {
+      if (nearest) {
+        xb[i] = ab[i] > F(0) ? F(1) : xb[i];
+      } else {
+        xb[i] = xb[i] + ab[i];
+      }
+    }
+    ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F s) {
       for (int32_t m = col_ptr[j]; m < col_ptr[j + 1]; ++m) {
         const int32_t k = col_syn[m];
         const F v = wb[k];
@@ -266,16 +285,25 @@ void Stdp(F* w, const F* x, const F* y, const F* s_arr, const F* s_post, const F
         wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
       }
     });
+    for (int64_t j = 0; j < n_post; ++j) {
+      if (nearest) {
+        yb[j] = pb[j] > F(0) ? F(1) : yb[j];
+      } else {
+        yb[j] = yb[j] + pb[j];
+      }
+    }
   }
 }
 
-ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer s_arr,
-                    ffi::AnyBuffer s_post, ffi::AnyBuffer params, ffi::AnyBuffer indptr,
-                    ffi::AnyBuffer post, ffi::AnyBuffer col_ptr, ffi::AnyBuffer col_syn,
-                    ffi::AnyBuffer col_pre, ffi::Result<ffi::AnyBuffer> w_out, int64_t n_pre,
-                    int64_t n_post, int64_t multiplicative) {
+ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_in,
+                    ffi::AnyBuffer s_arr, ffi::AnyBuffer s_post, ffi::AnyBuffer params,
+                    ffi::AnyBuffer indptr, ffi::AnyBuffer post, ffi::AnyBuffer col_ptr,
+                    ffi::AnyBuffer col_syn, ffi::AnyBuffer col_pre,
+                    ffi::Result<ffi::AnyBuffer> w_out, ffi::Result<ffi::AnyBuffer> x_out,
+                    ffi::Result<ffi::AnyBuffer> y_out, int64_t n_pre, int64_t n_post,
+                    int64_t multiplicative, int64_t nearest) {
   const auto type = w_in.element_type();
-  for (const ffi::AnyBuffer* buf : {&x, &y, &s_arr, &s_post, &params}) {
+  for (const ffi::AnyBuffer* buf : {&x_in, &y_in, &s_arr, &s_post, &params}) {
     if (buf->element_type() != type) {
       return ffi::Error::InvalidArgument("nj_stdp_update: float buffers must share one dtype");
     }
@@ -285,8 +313,12 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
       return ffi::Error::InvalidArgument("nj_stdp_update: index buffers must be int32");
     }
   }
-  if (w_out->untyped_data() != w_in.untyped_data()) {
-    std::memcpy(w_out->untyped_data(), w_in.untyped_data(), w_in.size_bytes());
+  const std::pair<ffi::AnyBuffer*, const ffi::AnyBuffer*> pairs[] = {
+      {&*w_out, &w_in}, {&*x_out, &x_in}, {&*y_out, &y_in}};
+  for (const auto& [out, in] : pairs) {
+    if (out->untyped_data() != in->untyped_data()) {
+      std::memcpy(out->untyped_data(), in->untyped_data(), in->size_bytes());
+    }
   }
   const int64_t nnz = post.element_count();
   const int64_t n_trials = nnz > 0 ? w_in.element_count() / nnz : 0;
@@ -296,23 +328,23 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi
   if (type == ffi::DataType::F32) {
     using F = float;
     Stdp<F, uint32_t>(static_cast<F*>(w_out->untyped_data()),
-                      static_cast<const F*>(x.untyped_data()),
-                      static_cast<const F*>(y.untyped_data()),
+                      static_cast<F*>(x_out->untyped_data()),
+                      static_cast<F*>(y_out->untyped_data()),
                       static_cast<const F*>(s_arr.untyped_data()),
                       static_cast<const F*>(s_post.untyped_data()),
                       static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
                       i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
-                      multiplicative != 0);
+                      multiplicative != 0, nearest != 0);
   } else if (type == ffi::DataType::F64) {
     using F = double;
     Stdp<F, uint64_t>(static_cast<F*>(w_out->untyped_data()),
-                      static_cast<const F*>(x.untyped_data()),
-                      static_cast<const F*>(y.untyped_data()),
+                      static_cast<F*>(x_out->untyped_data()),
+                      static_cast<F*>(y_out->untyped_data()),
                       static_cast<const F*>(s_arr.untyped_data()),
                       static_cast<const F*>(s_post.untyped_data()),
                       static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
                       i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
-                      multiplicative != 0);
+                      multiplicative != 0, nearest != 0);
   } else {
     return ffi::Error::InvalidArgument("nj_stdp_update: float32 or float64 expected");
   }
@@ -335,6 +367,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
                                   .Arg<ffi::AnyBuffer>()  // col_syn
                                   .Arg<ffi::AnyBuffer>()  // col_pre
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // x after this step (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // y after this step (aliased)
                                   .Attr<int64_t>("n_pre")
                                   .Attr<int64_t>("n_post")
-                                  .Attr<int64_t>("multiplicative"));
+                                  .Attr<int64_t>("multiplicative")
+                                  .Attr<int64_t>("nearest"));

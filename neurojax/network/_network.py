@@ -97,8 +97,10 @@ class Network(eqx.Module):
     2. every population integrates over `[t, t + dt]` with the current
        `sum over projections onto it of output(g, v) + inputs[name] + ext[name] + gap`, all
        evaluated with the membrane potential `v` at `t`, and emits its spikes (dated `t + dt`);
-    3. the spikes are delivered into the ring buffers of the outgoing projections, to be read
-       `1 + round(delay / dt)` steps later.
+    3. plastic projections update their weights from this step's presynaptic arrivals and
+       postsynaptic spikes (see `nj.STDP`);
+    4. the spikes are delivered into the ring buffers of the outgoing projections, with the
+       weights after step 3, to be read `1 + round(delay / dt)` steps later.
     A spike therefore acts on its targets from the next step on (after its delay), and all
     populations update synchronously from the same state.
 
@@ -496,14 +498,21 @@ class Network(eqx.Module):
             arrivals = lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
             history = lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
         decay_x, decay_y = rule.decays(dt)
-        x = ps.x * decay_x.astype(ps.x.dtype)
-        y = ps.y * decay_y.astype(ps.y.dtype)
         lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
         sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
-        w = stdp_update(rule, lay, sizes, ps.weights, x, y, arrivals, s_post)
-        return STDPState(
-            weights=w, x=rule.trace(x, arrivals), y=rule.trace(y, s_post), history=history
+        w, x, y = stdp_update(
+            rule,
+            lay,
+            sizes,
+            ps.weights,
+            ps.x,
+            ps.y,
+            arrivals,
+            s_post,
+            decay_x.astype(ps.x.dtype),
+            decay_y.astype(ps.y.dtype),
         )
+        return STDPState(weights=w, x=x, y=y, history=history)
 
     def step(
         self, state: NetworkState, ext: Mapping[str, Any] | None, dt: float
@@ -576,7 +585,15 @@ class Network(eqx.Module):
                 spikes[n] = s_group[..., off : off + size]
                 off += size
 
-        # 3. delivery: dense paths per projection, event paths once per sending group
+        # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
+        # then deliver this step's spikes (updating first lets the compiled kernel work on the
+        # weights in place; with delivery first XLA would copy them every step)
+        plastic = list(state.plastic) if state.plastic else [None] * len(self.projections)
+        for i, proj in enumerate(self.projections):
+            if proj.plasticity is not None:
+                plastic[i] = self._plasticity_step(i, state.plastic[i], spikes, k, dt)
+
+        # 4. delivery: dense paths per projection, event paths once per sending group
         offsets = {}
         for names in self.groups:
             off = 0
@@ -620,7 +637,7 @@ class Network(eqx.Module):
                 )
                 weights = proj.weights
                 if proj.plasticity is not None:
-                    weights = state.plastic[i].weights
+                    weights = plastic[i].weights
                 arrays.append(EventArrays(proj.indptr, proj.indices, weights, self.delay_steps[i]))
             if specs:
                 buffers[si] = deliver(
@@ -628,13 +645,6 @@ class Network(eqx.Module):
                 )
             elif fresh_si:
                 buffers[si] = jnp.zeros_like(buffers[si])
-
-        # 4. plasticity, after delivery (this step's spikes were delivered with the weights
-        # they met when emitted)
-        plastic = list(state.plastic) if state.plastic else [None] * len(self.projections)
-        for i, proj in enumerate(self.projections):
-            if proj.plasticity is not None:
-                plastic[i] = self._plasticity_step(i, state.plastic[i], spikes, k, dt)
 
         new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, tuple(plastic))
         return new, spikes

@@ -8,8 +8,10 @@ The update is defined by `STDP.dense_update` (every synapse at once); the event 
 the same values touching only synapses with an event, and `stdp_update` has a custom JVP that
 differentiates the dense definition (one pass over the synapses, only under differentiation),
 so gradients reach every parameter, weight and spike exactly as through the dense formula.
-On CPU the event path runs in the compiled kernel of `_csr_kernel.cc` (weights updated in
-place, the same operations in the same order); the pure-JAX path serves other platforms.
+On CPU the event path runs in the compiled kernel of `_csr_kernel.cc` (weights and traces
+updated in place, the same operations in the same order; the traces may differ in their last
+bit where XLA fuses a decay and an increment into one multiply-add); the pure-JAX path serves
+other platforms.
 """
 
 import functools
@@ -59,14 +61,17 @@ def _rows(lay: PlasticLayout, n_pre: int) -> jax.Array:
     return jnp.repeat(jnp.arange(n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
 
 
-def _event_update(sizes, rule, lay, w, x, y, s_arr, s_post):
+def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
     n_pre, n_post, max_out, max_in = sizes
     nnz = w.shape[-1]
+    x = x_old * decay_x
+    y = y_old * decay_y
     w_flat = w.reshape(-1)
     oob = w_flat.shape[0]
     y_flat = y.reshape(-1)
     a_flat = s_arr.reshape(-1)
-    x_new = rule.trace(x, s_arr).reshape(-1)
+    x_new = rule.trace(x, s_arr)
+    x_flat = x_new.reshape(-1)
     p_flat = s_post.reshape(-1)
 
     def depress(idx, valid, wf):
@@ -94,30 +99,37 @@ def _event_update(sizes, rule, lay, w, x, y, s_arr, s_post):
         wv = wf[at]
         pre = trial[:, None] * n_pre + lay.col_pre[pos]
         s = p_flat[idx][:, None]
-        new = rule.clip(wv + rule.a_plus * rule.f_plus(wv) * x_new[pre] * s)
+        new = rule.clip(wv + rule.a_plus * rule.f_plus(wv) * x_flat[pre] * s)
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
+    # A loop over buffers of 64 spikes keeps the weights in place (see run_bucketed).
     if max_out:
-        w_flat = run_bucketed((a_flat > 0).astype(jnp.float32), depress, w_flat)
+        w_flat = run_bucketed((a_flat > 0).astype(jnp.float32), depress, w_flat, loop_size=64)
     if max_in:
-        w_flat = run_bucketed((p_flat > 0).astype(jnp.float32), potentiate, w_flat)
-    return w_flat.reshape(w.shape)
+        w_flat = run_bucketed((p_flat > 0).astype(jnp.float32), potentiate, w_flat, loop_size=64)
+    return w_flat.reshape(w.shape), x_new, rule.trace(y, s_post)
 
 
-def _kernel_update(sizes, rule, lay, w, x, y, s_arr, s_post):
-    """The same update through the compiled CPU kernel, weights updated in place."""
+def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
+    """The same update through the compiled CPU kernel, arrays updated in place."""
     dtype = w.dtype
-    params = jnp.stack([rule.a_plus, rule.a_minus, rule.w_min, rule.w_max]).astype(dtype)
+    params = jnp.stack(
+        [rule.a_plus, rule.a_minus, rule.w_min, rule.w_max, decay_x, decay_y]
+    ).astype(dtype)
     call = jax.ffi.ffi_call(
         _kernel.STDP_TARGET,
-        jax.ShapeDtypeStruct(w.shape, dtype),
-        input_output_aliases={0: 0},
+        (
+            jax.ShapeDtypeStruct(w.shape, dtype),
+            jax.ShapeDtypeStruct(x_old.shape, dtype),
+            jax.ShapeDtypeStruct(y_old.shape, dtype),
+        ),
+        input_output_aliases={0: 0, 1: 1, 2: 2},
         vmap_method="sequential",
     )
     return call(
         w,
-        rule.trace(x, s_arr).astype(dtype),
-        y.astype(dtype),
+        x_old.astype(dtype),
+        y_old.astype(dtype),
         s_arr.astype(dtype),
         s_post.astype(dtype),
         params,
@@ -129,44 +141,48 @@ def _kernel_update(sizes, rule, lay, w, x, y, s_arr, s_post):
         n_pre=np.int64(sizes[0]),
         n_post=np.int64(sizes[1]),
         multiplicative=np.int64(rule.mode == "multiplicative"),
+        nearest=np.int64(rule.pairing == "nearest"),
     )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update(sizes, rule, lay, w, x, y, s_arr, s_post):
+def _update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
+    args = (rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y)
     if _kernel.available():
         return jax.lax.platform_dependent(
-            rule,
-            lay,
-            w,
-            x,
-            y,
-            s_arr,
-            s_post,
+            *args,
             cpu=functools.partial(_kernel_update, sizes),
             default=functools.partial(_event_update, sizes),
         )
-    return _event_update(sizes, rule, lay, w, x, y, s_arr, s_post)
+    return _event_update(sizes, *args)
 
 
 @_update.defjvp
 def _update_jvp(sizes, primals, tangents):
-    rule, lay, w, x, y, s_arr, s_post = primals
-    d_rule, _, dw, dx, dy, ds_arr, ds_post = tangents
-    out = _update(sizes, rule, lay, w, x, y, s_arr, s_post)
+    rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y = primals
+    d_rule, _, dw, dx, dy, ds_arr, ds_post, d_dx, d_dy = tangents
+    out = _update(sizes, *primals)
     rows = _rows(lay, sizes[0])
 
-    def dense(rule_, w_, x_, y_, sa_, sp_):
-        return rule_.dense_update(w_, x_, y_, sa_, sp_, rows, lay.indices)
+    def dense(rule_, w_, x_, y_, sa_, sp_, ddx, ddy):
+        x_ = x_ * ddx
+        y_ = y_ * ddy
+        w_new = rule_.dense_update(w_, x_, y_, sa_, sp_, rows, lay.indices)
+        return w_new, rule_.trace(x_, sa_), rule_.trace(y_, sp_)
 
-    _, t_out = jax.jvp(dense, (rule, w, x, y, s_arr, s_post), (d_rule, dw, dx, dy, ds_arr, ds_post))
+    _, t_out = jax.jvp(
+        dense,
+        (rule, w, x_old, y_old, s_arr, s_post, decay_x, decay_y),
+        (d_rule, dw, dx, dy, ds_arr, ds_post, d_dx, d_dy),
+    )
     return out, t_out
 
 
-def stdp_update(rule, lay: PlasticLayout, sizes, w, x, y, s_arr, s_post):
-    """New weights after this step's arrivals `s_arr` and postsynaptic spikes `s_post`.
+def stdp_update(rule, lay: PlasticLayout, sizes, w, x, y, s_arr, s_post, decay_x, decay_y):
+    """Weights and traces after one step: `(w, x, y)`.
 
-    `x`, `y` are the traces already decayed to the end of the step. `sizes` is the static
+    `x`, `y` are the traces of the previous step; they decay by `decay_x`, `decay_y` and
+    take this step's arrivals `s_arr` and postsynaptic spikes `s_post`. `sizes` is the static
     `(n_pre, n_post, max_fan_out, max_fan_in)`.
     """
-    return _update(tuple(sizes), rule, lay, w, x, y, s_arr, s_post)
+    return _update(tuple(sizes), rule, lay, w, x, y, s_arr, s_post, decay_x, decay_y)

@@ -142,14 +142,29 @@ def _window(spec, arr, step, s_flat, idx, valid, oob):
     return target.reshape(-1), contrib.reshape(-1)
 
 
-def run_bucketed(mask, fn, carry):
+def run_bucketed(mask, fn, carry, *, loop_size: int | None = None):
     """Apply `fn(idx, valid, carry) -> carry` to the nonzero entries of the 0/1 `mask`.
 
     The entries are compacted into a buffer whose size is picked per step from
     `buckets_for(mask.size)`; when they exceed the largest buffer, `fn` runs on successive
     buffers until none is left, so every entry is seen exactly once, in ascending order.
+
+    With `loop_size`, no buffer size is picked: `fn` runs on successive buffers of
+    `loop_size` entries in a `while_loop`. Use it when `carry` is large (plastic weights):
+    XLA copies the operand of every `lax.switch` branch that updates it, while a loop updates
+    its carry in place.
     """
     n_src = mask.shape[0]
+    if loop_size is not None:
+        size = min(loop_size, n_src)
+
+        def body(state):
+            c_, left = state
+            idx, valid = _compact(left, size)
+            c_ = fn(idx, valid, c_)
+            return c_, left.at[jnp.where(valid, idx, n_src)].set(0.0, mode="drop")
+
+        return lax.while_loop(lambda st: jnp.any(st[1] > 0), body, (carry, mask))[0]
     sizes = buckets_for(n_src)
 
     def branch(size):
