@@ -1,7 +1,16 @@
 """Benchmarks of neurojax against peer simulators (scripts, not tests).
 
-Run one benchmark with `python -m benchmarks.hh_batch` or `python -m benchmarks.lif_population`,
-or all of them with `python -m benchmarks.run_all` (`make bench`). Every script prints one JSON
-line per configuration on stdout and its progress on stderr; `--quick` runs a small smoke
-configuration. `benchmarks/RESULTS.md` keeps the latest full run.
+Run one benchmark with `python -m benchmarks.NAME`, or those of `run_all.BENCHMARKS` with
+`python -m benchmarks.run_all` (`make bench`). Every script prints one JSON line per
+configuration on stdout and its progress on stderr; `--quick` runs a small smoke
+configuration. `benchmarks/RESULTS.md` keeps the latest full runs.
+
+- `hh_batch`, `lif_population`: single-neuron models against Brian2, Jaxley and NumPy.
+- `brette_networks`: the COBA and CUBA networks against Brian2 and brainpy-state.
+- `network_scale`: a 10^6-neuron, 10^8-synapse network (memory per synapse, steps/s).
+- `connect_scale`: building large sparse connectivity.
+- `stdp_overhead`: COBA with STDP on E->E against COBA without it, and against Brian2.
+- `stdp_song`: the Song, Miller and Abbott (2000) experiment (bimodal weights; a figure).
+- `stdp_learn_rule`: gradient descent on STDP amplitudes through `nj.simulate`.
+- `brian2_network_stats`: writes the stored Brian2 statistics used by the tests.
 """
