@@ -492,6 +492,56 @@ def targets(records: list[dict[str, Any]], threads: int = 1) -> list[tuple[str, 
     return out
 
 
+def _stdp(records: list[dict[str, Any]], threads: int) -> str:
+    rs = [r for r in records if r.get("bench") == "stdp_overhead" and r.get("threads") == threads]
+    if not rs:
+        return ""
+    rows = [
+        [
+            r["impl"],
+            "yes" if r["stdp"] else "no",
+            r.get("compile_s"),
+            r["run_s"],
+            r.get("stdp_over_static"),
+            r.get("neurojax_over_peer"),
+            r.get("rate_exc_hz"),
+            r.get("loadavg_1m"),
+        ]
+        for r in rs
+        if "error" not in r
+    ]
+    header = [
+        "implementation",
+        "STDP on E->E",
+        "compile/build s",
+        "loop s",
+        "STDP / static",
+        "neurojax / peer",
+        "E Hz",
+        "load (1 min)",
+    ]
+    return f"### stdp_overhead (COBA, 1 s), {threads} thread(s)\n\n" + _table(header, rows)
+
+
+def _stdp_targets(records: list[dict[str, Any]], threads: int) -> list[tuple[str, str, str]]:
+    rs = _find(records, bench="stdp_overhead", impl="neurojax", stdp=True, threads=threads)
+    b2 = _find(records, bench="stdp_overhead", impl="brian2_standalone", stdp=True, threads=threads)
+    out = []
+    for r in rs:
+        if r.get("duration_ms", 0) < 1000 or "stdp_over_static" not in r:
+            continue
+        ratio = r["stdp_over_static"]
+        peer = f"; Brian2 {b2[0]['stdp_over_static']:.3g}x" if b2 and "error" not in b2[0] else ""
+        out.append(
+            (
+                "COBA with STDP on E->E <= 1.5x COBA without",
+                "met" if ratio <= 1.5 else "not met",
+                f"neurojax {ratio:.3g}x{peer}",
+            )
+        )
+    return out
+
+
 def render(records: list[dict[str, Any]]) -> str:
     """All tables and the target verdicts as one Markdown string."""
     parts = [_machine(records)]
@@ -506,7 +556,9 @@ def render(records: list[dict[str, Any]]) -> str:
     for threads in thread_settings:
         parts.append(_scale(records, threads))
     for threads in thread_settings:
-        rows = [list(t) for t in targets(records, threads)]
+        parts.append(_stdp(records, threads))
+    for threads in thread_settings:
+        rows = [list(t) for t in targets(records, threads) + _stdp_targets(records, threads)]
         if rows:
             parts.append(
                 f"### Targets, {threads} thread(s)\n\n"
