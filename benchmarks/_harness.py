@@ -45,6 +45,7 @@ __all__ = [
     "run_peer",
     "peer_main",
     "load_machine",
+    "neurojax_cpu_kernel",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -379,3 +380,13 @@ def load_machine(args: argparse.Namespace) -> dict[str, Any]:
 
     log("measuring machine limits (use --machine FILE to reuse a measurement)")
     return machine.measure(threads=args.threads, quick=args.quick)
+
+
+def neurojax_cpu_kernel() -> bool | None:
+    """Whether neurojax's event delivery runs through its compiled CPU kernel (None: unknown)."""
+    try:
+        from neurojax.network import _kernel
+
+        return bool(_kernel.available())
+    except Exception:  # an internal of neurojax: absent in other versions
+        return None

@@ -53,16 +53,6 @@ BLOCK = 4  # trials per block in the blocked batch configurations
 MODELS = ("coba", "cuba")
 
 
-def _cpu_kernel() -> bool | None:
-    """Whether event delivery ran through neurojax's compiled CPU kernel (None: unknown)."""
-    try:
-        from neurojax.network import _kernel
-
-        return bool(_kernel.available())
-    except Exception:  # an internal of neurojax: absent in other versions
-        return None
-
-
 def _extra(parser) -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset")
     parser.add_argument("--batch", type=int, default=None, help="trials per batch (0: none)")
@@ -161,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
                 "steps_per_s": n_steps * trials / timing.run_s,
                 "n_synapses": net.n_synapses,
                 "synapse_bytes": net.nbytes(),
-                "cpu_kernel": _cpu_kernel(),
+                "cpu_kernel": _harness.neurojax_cpu_kernel(),
                 **stats,
             }
             if trials == 1 and every == 1:

@@ -52,16 +52,6 @@ TAU_SYN = 5.0  # ms
 DRIVE = 20.0  # mV
 
 
-def _cpu_kernel() -> bool | None:
-    """Whether event delivery ran through neurojax's compiled CPU kernel (None: unknown)."""
-    try:
-        from neurojax.network import _kernel
-
-        return bool(_kernel.available())
-    except Exception:  # an internal of neurojax: absent in other versions
-        return None
-
-
 def _extra(parser) -> None:
     parser.add_argument("--steps", type=int, default=N_STEPS, help="steps of dt = 0.1 ms")
     parser.add_argument("--record-every", type=int, default=RECORD_EVERY, help="window (steps)")
@@ -155,7 +145,7 @@ def _child(args) -> dict:
         rate_hz=n_spikes / (n * steps * DT * 1e-3),
         rate_bins_hz=(per_window / (n * window_s)).tolist(),
         frac_silent=float(np.mean(counts.sum(axis=0) == 0)),
-        cpu_kernel=_cpu_kernel(),
+        cpu_kernel=_harness.neurojax_cpu_kernel(),
         rss_gib=rss,
         peak_rss_gib=_rss_gib(),
     )

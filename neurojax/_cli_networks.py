@@ -164,11 +164,9 @@ def _report(result: dict[str, Any]) -> None:
         ("simulated s / wall s", f"{result['sim_s_per_wall_s']:.3g}"),
         ("backend", f"{result['backend']} ({result['dtype']})"),
     ]
-    if result.get("plot"):
-        rows.append(("plot", result["plot"]))
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    from neurojax.cli import print_rows
+
+    print_rows(rows, result)
 
 
 def _plot(result: dict[str, Any], path: str) -> None:

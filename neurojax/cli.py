@@ -70,25 +70,24 @@ def finite_float(text: str) -> float:
     return x
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
+def _int_at_least(text: str, low: int) -> int:
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+        n = low - 1
+    if n < low:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
     return n
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    return _int_at_least(text, 1)
+
+
 def nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
+    """An integer >= 0."""
+    return _int_at_least(text, 0)
 
 
 def _restrict_threads(n: int) -> None:
@@ -556,8 +555,13 @@ def _print_summary(result: dict[str, Any]) -> None:
         ("steps/s", f"{result['steps_per_s']:.3g}"),
         ("neuron-steps/s", f"{result['neuron_steps_per_s']:.3g}"),
     ]
+    print_rows(rows, result)
+
+
+def print_rows(rows: list[tuple[str, str]], result: dict[str, Any]) -> None:
+    """Print `(label, value)` rows aligned, plus the plot's path when one was saved."""
     if result.get("plot"):
-        rows.append(("plot", result["plot"]))
+        rows = [*rows, ("plot", result["plot"])]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

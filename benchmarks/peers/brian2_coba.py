@@ -105,26 +105,29 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "seed": int(spec["seed"]),
         "duration_ms": duration,
     }
+    t_skip = float(spec.get("t_skip_ms", 0.0))
+    result["t_skip_ms"] = t_skip
+    idx, t_ms = time_and_measure(b2, net, spikes, synapses, p, spec, mode, result, t_skip)
+    if spec.get("return_spikes"):
+        result["spike_i"] = idx
+        result["spike_t_ms"] = t_ms
+    return result
+
+
+def time_and_measure(b2, net, spikes, synapses, p, spec, mode, result, t_skip=0.0):
+    """Time `net` (see `_brian2.time_network`) and add synapse count and spike statistics
+    to `result`; returns the recorded spikes `(neuron, time in ms)`."""
+    duration = float(spec["duration_ms"])
     result.update(
         _brian2.time_network(
-            b2,
-            net,
-            duration,
-            mode,
-            repeats=int(spec["repeats"]),
-            budget_s=float(spec["budget_s"]),
+            b2, net, duration, mode, repeats=int(spec["repeats"]), budget_s=float(spec["budget_s"])
         )
     )
     result["n_synapses"] = int(sum(len(s) for s in synapses))
     idx = np.asarray(spikes.i, dtype=np.int64)
     t_ms = np.asarray(spikes.t / b2.ms, dtype=np.float64)
-    t_skip = float(spec.get("t_skip_ms", 0.0))
-    result["t_skip_ms"] = t_skip
     result.update(_coba.spike_stats(idx, t_ms, p["n_exc"], p["n_inh"], duration, t_skip))
-    if spec.get("return_spikes"):
-        result["spike_i"] = idx
-        result["spike_t_ms"] = t_ms
-    return result
+    return idx, t_ms
 
 
 if __name__ == "__main__":

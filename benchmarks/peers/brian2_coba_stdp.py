@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._harness import peer_main
-from . import _brian2, _coba
-from .brian2_coba import COBA_EQUATIONS
+from . import _brian2, _coba, brian2_coba
 
 # The rule of benchmarks.stdp_overhead: bounds that contain the initial weight 0.6.
 STDP_PARAMS = {
@@ -83,7 +82,7 @@ def _network(b2: Any, stdp: bool, rule: dict[str, float]) -> tuple[Any, Any, lis
     n_exc = p["n_exc"]
     group = b2.NeuronGroup(
         n_exc + p["n_inh"],
-        COBA_EQUATIONS,
+        brian2_coba.COBA_EQUATIONS,
         method="euler",
         threshold="v > v_th",
         reset="v = v_reset",
@@ -125,21 +124,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "seed": int(spec["seed"]),
         "duration_ms": duration,
     }
-    result.update(
-        _brian2.time_network(
-            b2,
-            net,
-            duration,
-            mode,
-            repeats=int(spec["repeats"]),
-            budget_s=float(spec["budget_s"]),
-        )
-    )
-    result["n_synapses"] = int(sum(len(s) for s in synapses))
+    brian2_coba.time_and_measure(b2, net, spikes, synapses, p, spec, mode, result)
     result["n_plastic"] = len(synapses[0]) if stdp else 0
-    idx = np.asarray(spikes.i, dtype=np.int64)
-    t_ms = np.asarray(spikes.t / b2.ms, dtype=np.float64)
-    result.update(_coba.spike_stats(idx, t_ms, p["n_exc"], p["n_inh"], duration))
     w = np.asarray(synapses[0].w, dtype=np.float64)
     result.update(
         w_ee_mean=float(w.mean()),

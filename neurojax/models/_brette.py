@@ -73,21 +73,47 @@ def _check_common(owner: str, n_exc: Any, n_inh: Any, p: Any, method: str) -> tu
     return sizes[0], sizes[1]
 
 
-def _wire(key, n_exc, n_inh, p, w_exc, w_inh, syn_exc, syn_inh, out_exc, out_inh, method):
-    """The four projections E->E, E->I, I->E, I->I with independent Bernoulli(p) pairs."""
-    k = jr.split(key, 4)
+def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, inputs, draw_v):
+    """The 4000-neuron E/I network of both benchmarks and its initial state.
+
+    `c` holds the parameters, `outputs` the (excitatory, inhibitory) synapse outputs,
+    `inputs` the constant drive per population and `draw_v(key, shape)` the initial voltages.
+    Each of E->E, E->I, I->E and I->I gets independent Bernoulli(p) pairs from its own key.
+    """
+    n_exc, n_inh = _check_common(owner, n_exc, n_inh, p, method)
+    batch = normalize_shape(owner, batch)
+    key = jr.key(0) if key is None else key
+    k_conn, k_v = jr.split(key)
+    lif = LIF(
+        tau_m=c["tau_m"],
+        v_rest=c["e_l"],
+        v_reset=c["v_reset"],
+        v_th=c["v_th"],
+        r_m=1.0,
+        t_ref=c["t_ref"],
+        method=lif_method,
+    )
     sizes = {"E": n_exc, "I": n_inh}
+    kinetics = {
+        "E": (c["w_exc"], Exponential(c["tau_exc"]), outputs[0]),
+        "I": (c["w_inh"], Exponential(c["tau_inh"]), outputs[1]),
+    }
     projs = []
-    for kk, (pre, post) in zip(k, (("E", "E"), ("E", "I"), ("I", "E"), ("I", "I")), strict=True):
-        w = w_exc if pre == "E" else w_inh
+    pairs = (("E", "E"), ("E", "I"), ("I", "E"), ("I", "I"))
+    for kk, (pre, post) in zip(jr.split(k_conn, 4), pairs, strict=True):
+        w, syn, out = kinetics[pre]
         conn = connect.fixed_prob(kk, sizes[pre], sizes[post], p, weight=w)
-        syn, out = (syn_exc, out_exc) if pre == "E" else (syn_inh, out_inh)
         projs.append(Projection(pre, post, conn, synapse=syn, output=out, method=method))
-    return projs
-
-
-def _with_voltages(state: NetworkState, v_e: jax.Array, v_i: jax.Array) -> NetworkState:
-    return eqx.tree_at(lambda s: (s.populations["E"].v, s.populations["I"].v), state, (v_e, v_i))
+    net = Network(
+        populations={"E": (lif, n_exc), "I": (lif, n_inh)}, projections=projs, inputs=inputs
+    )
+    v = draw_v(k_v, batch + (n_exc + n_inh,))
+    state = eqx.tree_at(
+        lambda s: (s.populations["E"].v, s.populations["I"].v),
+        net.init_state(batch=batch),
+        (v[..., :n_exc], v[..., n_exc:]),
+    )
+    return net, state
 
 
 def coba(
@@ -119,41 +145,25 @@ def coba(
     rec.spikes["E"].mean() * 1e4   # mean excitatory rate in Hz (~20)
     ```
     """
-    n_exc, n_inh = _check_common("coba", n_exc, n_inh, p, method)
-    batch = normalize_shape("coba", batch)
-    key = jr.key(0) if key is None else key
     c = COBA_PARAMS
-    k_conn, k_v = jr.split(key)
-    lif = LIF(
-        tau_m=c["tau_m"],
-        v_rest=c["e_l"],
-        v_reset=c["v_reset"],
-        v_th=c["v_th"],
-        r_m=1.0,
-        t_ref=c["t_ref"],
-        method="euler",
-    )
-    projs = _wire(
-        k_conn,
+
+    def draw_v(k, shape):
+        return c["v0_mean"] + c["v0_std"] * jr.normal(k, shape, default_float())
+
+    return _build(
+        "coba",
+        key,
         n_exc,
         n_inh,
         p,
-        c["w_exc"],
-        c["w_inh"],
-        Exponential(c["tau_exc"]),
-        Exponential(c["tau_inh"]),
-        ConductanceOutput(c["e_exc"]),
-        ConductanceOutput(c["e_inh"]),
+        batch,
         method,
+        c,
+        "euler",
+        (ConductanceOutput(c["e_exc"]), ConductanceOutput(c["e_inh"])),
+        {"E": c["drive"], "I": c["drive"]},
+        draw_v,
     )
-    net = Network(
-        populations={"E": (lif, n_exc), "I": (lif, n_inh)},
-        projections=projs,
-        inputs={"E": c["drive"], "I": c["drive"]},
-    )
-    state = net.init_state(batch=batch)
-    v = c["v0_mean"] + c["v0_std"] * jr.normal(k_v, batch + (n_exc + n_inh,), default_float())
-    return net, _with_voltages(state, v[..., :n_exc], v[..., n_exc:])
 
 
 def cuba(
@@ -169,34 +179,22 @@ def cuba(
 
     Arguments as for `coba`. Initial voltages are uniform in `[V_reset, V_th)`.
     """
-    n_exc, n_inh = _check_common("cuba", n_exc, n_inh, p, method)
-    batch = normalize_shape("cuba", batch)
-    key = jr.key(0) if key is None else key
     c = CUBA_PARAMS
-    k_conn, k_v = jr.split(key)
-    lif = LIF(
-        tau_m=c["tau_m"],
-        v_rest=c["e_l"],
-        v_reset=c["v_reset"],
-        v_th=c["v_th"],
-        r_m=1.0,
-        t_ref=c["t_ref"],
-    )
-    projs = _wire(
-        k_conn,
+
+    def draw_v(k, shape):
+        return c["v_reset"] + jr.uniform(k, shape, default_float()) * (c["v_th"] - c["v_reset"])
+
+    return _build(
+        "cuba",
+        key,
         n_exc,
         n_inh,
         p,
-        c["w_exc"],
-        c["w_inh"],
-        Exponential(c["tau_exc"]),
-        Exponential(c["tau_inh"]),
-        CurrentOutput(),
-        CurrentOutput(),
+        batch,
         method,
+        c,
+        "exact",
+        (CurrentOutput(), CurrentOutput()),
+        None,
+        draw_v,
     )
-    net = Network(populations={"E": (lif, n_exc), "I": (lif, n_inh)}, projections=projs)
-    state = net.init_state(batch=batch)
-    u = jr.uniform(k_v, batch + (n_exc + n_inh,), default_float())
-    v = c["v_reset"] + u * (c["v_th"] - c["v_reset"])
-    return net, _with_voltages(state, v[..., :n_exc], v[..., n_exc:])

@@ -29,6 +29,30 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+// Calls fn(i, s[i]) for every nonzero s[i], ascending. Blocks of 16 entries are first tested
+// with an OR over their bit patterns, which vectorises well (-0.0 is the only nonzero pattern of
+// a zero value, and spikes never hold it), so a mostly silent vector is scanned quickly.
+template <typename F, typename Bits, typename Fn>
+inline void ForEachNonzero(const F* s, int64_t n, Fn fn) {
+  constexpr int64_t kBlock = 16;
+  int64_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    Bits any = 0;
+    for (int64_t j = 0; j < kBlock; ++j) {
+      Bits x;
+      std::memcpy(&x, s + i + j, sizeof(Bits));
+      any |= x;
+    }
+    if (any == 0) continue;
+    for (int64_t j = i; j < i + kBlock; ++j) {
+      if (s[j] != F(0)) fn(j, s[j]);
+    }
+  }
+  for (; i < n; ++i) {
+    if (s[i] != F(0)) fn(i, s[i]);
+  }
+}
+
 struct Proj {
   const int32_t* indptr;
   const int32_t* post;
@@ -82,28 +106,11 @@ inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, F*
 template <typename F, typename Bits>
 void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
              int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials) {
-  constexpr int64_t kBlock = 16;
   for (int64_t b = 0; b < n_trials; ++b) {
-    const F* sb = s + b * n_source;
     F* rb = ring + b * n_slots * n_targets;
-    int64_t i = 0;
-    for (; i + kBlock <= n_source; i += kBlock) {
-      // Any nonzero in the block? An OR over the bit patterns vectorises well, and -0.0 is
-      // the only nonzero pattern of a zero value, which spikes never hold.
-      Bits any = 0;
-      for (int64_t j = 0; j < kBlock; ++j) {
-        Bits x;
-        std::memcpy(&x, sb + i + j, sizeof(Bits));
-        any |= x;
-      }
-      if (any == 0) continue;
-      for (int64_t j = i; j < i + kBlock; ++j) {
-        if (sb[j] != F(0)) Neuron(projs, b, j, sb[j], rb, step, n_slots, n_targets);
-      }
-    }
-    for (; i < n_source; ++i) {
-      if (sb[i] != F(0)) Neuron(projs, b, i, sb[i], rb, step, n_slots, n_targets);
-    }
+    ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
+      Neuron(projs, b, i, v, rb, step, n_slots, n_targets);
+    });
   }
 }
 
@@ -220,27 +227,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
 
 namespace {
 
-template <typename F, typename Bits, typename Fn>
-inline void ForEachNonzero(const F* s, int64_t n, Fn fn) {
-  constexpr int64_t kBlock = 16;
-  int64_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    Bits any = 0;
-    for (int64_t j = 0; j < kBlock; ++j) {
-      Bits x;
-      std::memcpy(&x, s + i + j, sizeof(Bits));
-      any |= x;
-    }
-    if (any == 0) continue;
-    for (int64_t j = i; j < i + kBlock; ++j) {
-      if (s[j] != F(0)) fn(j, s[j]);
-    }
-  }
-  for (; i < n; ++i) {
-    if (s[i] != F(0)) fn(i, s[i]);
-  }
-}
-
 template <typename F>
 inline F Clip(F w, F lo, F hi) {
   w = w < lo ? lo : w;  // max(w, lo) then min(., hi), as jnp.clip
@@ -325,26 +311,20 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
   const auto i32 = [](const ffi::AnyBuffer& b) {
     return static_cast<const int32_t*>(b.untyped_data());
   };
+  const auto run = [&](auto zero, auto bits) {
+    using F = decltype(zero);
+    Stdp<F, decltype(bits)>(
+        static_cast<F*>(w_out->untyped_data()), static_cast<F*>(x_out->untyped_data()),
+        static_cast<F*>(y_out->untyped_data()), static_cast<const F*>(s_arr.untyped_data()),
+        static_cast<const F*>(s_post.untyped_data()),
+        static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post), i32(col_ptr),
+        i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials, multiplicative != 0,
+        nearest != 0);
+  };
   if (type == ffi::DataType::F32) {
-    using F = float;
-    Stdp<F, uint32_t>(static_cast<F*>(w_out->untyped_data()),
-                      static_cast<F*>(x_out->untyped_data()),
-                      static_cast<F*>(y_out->untyped_data()),
-                      static_cast<const F*>(s_arr.untyped_data()),
-                      static_cast<const F*>(s_post.untyped_data()),
-                      static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
-                      i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
-                      multiplicative != 0, nearest != 0);
+    run(0.0f, uint32_t{0});
   } else if (type == ffi::DataType::F64) {
-    using F = double;
-    Stdp<F, uint64_t>(static_cast<F*>(w_out->untyped_data()),
-                      static_cast<F*>(x_out->untyped_data()),
-                      static_cast<F*>(y_out->untyped_data()),
-                      static_cast<const F*>(s_arr.untyped_data()),
-                      static_cast<const F*>(s_post.untyped_data()),
-                      static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post),
-                      i32(col_ptr), i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
-                      multiplicative != 0, nearest != 0);
+    run(0.0, uint64_t{0});
   } else {
     return ffi::Error::InvalidArgument("nj_stdp_update: float32 or float64 expected");
   }

@@ -43,7 +43,7 @@ class NetworkState(eqx.Module):
     synapses: tuple[Any, ...]
     buffers: tuple[Float[Array, "*batch d n"], ...]
     step: Int[Array, ""]
-    plastic: tuple[STDPState | None, ...] = ()
+    plastic: tuple[STDPState | None, ...]
 
 
 def _is_source(model: Any) -> bool:
@@ -588,18 +588,12 @@ class Network(eqx.Module):
         # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
         # then deliver this step's spikes (updating first lets the compiled kernel work on the
         # weights in place; with delivery first XLA would copy them every step)
-        plastic = list(state.plastic) if state.plastic else [None] * len(self.projections)
+        plastic = list(state.plastic)
         for i, proj in enumerate(self.projections):
             if proj.plasticity is not None:
                 plastic[i] = self._plasticity_step(i, state.plastic[i], spikes, k, dt)
 
         # 4. delivery: dense paths per projection, event paths once per sending group
-        offsets = {}
-        for names in self.groups:
-            off = 0
-            for n in names:
-                offsets[n] = off
-                off += self.sizes[n]
         for si, (gi, idx) in enumerate(self.senders):
             n_slots, width = self.ring_shape[si]
             specs, arrays = [], []
@@ -624,8 +618,8 @@ class Network(eqx.Module):
                     continue
                 specs.append(
                     EventSpec(
-                        sum(self.sizes[n] for n in self.groups[gi]),
-                        offsets[proj.pre],
+                        group_spikes[gi].shape[-1],
+                        self._where(proj.pre)[1],
                         proj.n_pre,
                         proj.n_post,
                         proj.max_fan_out,

@@ -74,13 +74,17 @@ def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, dec
     x_flat = x_new.reshape(-1)
     p_flat = s_post.reshape(-1)
 
+    def window(ptr, local, valid, width):
+        # Positions ptr[r] .. ptr[r + 1] - 1 of each spiking row r, padded to `width`.
+        start = ptr[local]
+        count = jnp.where(valid, ptr[local + 1] - start, 0)
+        k = jnp.arange(width, dtype=jnp.int32)
+        ok = k[None, :] < count[:, None]
+        return jnp.where(ok, start[:, None] + k[None, :], 0), ok
+
     def depress(idx, valid, wf):
         trial, i = idx // n_pre, idx % n_pre
-        start = lay.indptr[i]
-        count = jnp.where(valid, lay.indptr[i + 1] - start, 0)
-        j = jnp.arange(max_out, dtype=jnp.int32)
-        ok = j[None, :] < count[:, None]
-        syn = jnp.where(ok, start[:, None] + j[None, :], 0)
+        syn, ok = window(lay.indptr, i, valid, max_out)
         at = trial[:, None] * nnz + syn
         wv = wf[at]
         post = trial[:, None] * n_post + lay.indices[syn]
@@ -89,12 +93,8 @@ def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, dec
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
     def potentiate(idx, valid, wf):
-        trial, jpost = idx // n_post, idx % n_post
-        start = lay.col_ptr[jpost]
-        count = jnp.where(valid, lay.col_ptr[jpost + 1] - start, 0)
-        m = jnp.arange(max_in, dtype=jnp.int32)
-        ok = m[None, :] < count[:, None]
-        pos = jnp.where(ok, start[:, None] + m[None, :], 0)
+        trial, j = idx // n_post, idx % n_post
+        pos, ok = window(lay.col_ptr, j, valid, max_in)
         at = trial[:, None] * nnz + lay.col_syn[pos]
         wv = wf[at]
         pre = trial[:, None] * n_pre + lay.col_pre[pos]
