@@ -1,0 +1,14 @@
+"""Assembly calculus: brain areas with a k-cap, random synapses, Hebbian plasticity and a
+differentiable k-cap (Papadimitriou et al. 2020)."""
+
+from ._brain import Brain as Brain
+from ._brain import BrainState as BrainState
+from ._brain import ProjectionTrace as ProjectionTrace
+from ._brain import overlap as overlap
+from ._operations import associate as associate
+from ._operations import convergence_step as convergence_step
+from ._operations import merge as merge
+from ._operations import pattern_complete as pattern_complete
+from ._operations import project_until_stable as project_until_stable
+from ._operations import reciprocal_project as reciprocal_project
+from ._synapses import FanOut as FanOut

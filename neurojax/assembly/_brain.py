@@ -1,0 +1,749 @@
+"""The assembly-calculus brain: areas with a k-cap, random synapses and Hebbian plasticity."""
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from . import _sampling, _synapses
+from ._synapses import FanOut
+
+__all__ = ["Brain", "BrainState", "ProjectionTrace", "overlap"]
+
+_MODES = ("sparse", "explicit")
+_STORAGES = ("auto", "dense", "fanout")
+# Explicit areas keep a dense matrix up to this many synapse slots (64 MiB of float32).
+_DENSE_MAX = 1 << 24
+
+
+class BrainState(eqx.Module):
+    """State of a `Brain`: assemblies, supports, synaptic weights and the PRNG key.
+
+    Neurons are named by integer labels. In explicit mode the label is the neuron's index in
+    its area (`0..n-1`). In sparse mode only neurons that have fired are represented and they
+    are labelled in the order they first fired (`0..support-1`), as in the reference
+    implementation.
+
+    Attributes:
+        winners: per area, the labels of the neurons firing now, shape `(k,)`, int32; `-1`
+            pads the list when fewer than `k` fire (after `Brain.set_winners` with a subset)
+            and fills it before the area has fired.
+        support: per area, how many neurons have ever fired.
+        new_winners: per area, how many neurons fired for the first time in the last
+            projection into the area.
+        fixed: per area, whether its assembly is frozen (`Brain.fix`).
+        fired: per area, a boolean vector of the neurons that have ever fired (explicit mode
+            only; empty in sparse mode, where the support is the label range).
+        stimulus_weights: per `(stimulus, area)`, the total synaptic weight from the stimulus
+            onto each neuron (the stimulus neurons always fire together), shape `(capacity,)`.
+        weights: per `(source area, target area)`, the synapses: a dense `(capacity_src,
+            capacity_tgt)` matrix or a `FanOut`.
+        key: PRNG key of the sparse-mode draws, split at every projection.
+        step: number of projections so far.
+    """
+
+    winners: dict[str, Int[Array, " k"]]
+    support: dict[str, Int[Array, ""]]
+    new_winners: dict[str, Int[Array, ""]]
+    fixed: dict[str, Bool[Array, ""]]
+    fired: dict[str, Bool[Array, " n"]]
+    stimulus_weights: dict[tuple[str, str], Float[Array, " c"]]
+    weights: dict[tuple[str, str], Any]
+    key: PRNGKeyArray
+    step: Int[Array, ""]
+
+
+class ProjectionTrace(eqx.Module):
+    """What `Brain.project_rounds` records at every step, per target area (time first).
+
+    Attributes:
+        winners: `(steps, k)` labels of the winners after each step.
+        new_winners: `(steps,)` neurons that fired for the first time at that step.
+        support: `(steps,)` neurons that have ever fired, after the step.
+        overlap: `(steps,)` winners shared with the previous step (`k` once converged).
+    """
+
+    winners: dict[str, Int[Array, "steps k"]]
+    new_winners: dict[str, Int[Array, " steps"]]
+    support: dict[str, Int[Array, " steps"]]
+    overlap: dict[str, Int[Array, " steps"]]
+
+
+def overlap(a: Int[Array, "... k"], b: Int[Array, "... m"]) -> Int[Array, "..."]:
+    """How many neurons of winner list `a` are also in `b` (`-1` entries never count).
+
+    Works on the last axis, so stacked lists (steps, trials) give one count each.
+    """
+    a = jnp.asarray(a)
+    b = jnp.asarray(b)
+    if a.ndim < 1 or b.ndim < 1:
+        raise ValueError(
+            "overlap: a and b must be winner lists (at least 1-d), got shapes "
+            f"{a.shape} and {b.shape}"
+        )
+    srt = jnp.sort(b, axis=-1)
+    pos = (
+        jax.vmap(jnp.searchsorted)(
+            srt.reshape(-1, srt.shape[-1]), a.reshape(-1, a.shape[-1])
+        ).reshape(a.shape)
+        if a.ndim > 1
+        else jnp.searchsorted(srt, a)
+    )
+    found = jnp.take_along_axis(srt, jnp.minimum(pos, srt.shape[-1] - 1), axis=-1) == a
+    return jnp.sum(found & (a >= 0), axis=-1).astype(jnp.int32)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_name(what: str, name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"Brain: {what} names must be non-empty strings, got {name!r}")
+    return name
+
+
+def _names(where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{where} must be an area name or a list of area names, got {value!r}")
+    return tuple(value)
+
+
+class Brain(eqx.Module):
+    r"""Brain areas of the assembly calculus (Papadimitriou et al. 2020).
+
+    Each area has `n` excitatory neurons of which exactly `k` fire at a time (the k-cap);
+    each stimulus is a set of `k_s` neurons that fire together. Every ordered pair (stimulus
+    to area, area to area, an area to itself included) is wired by independent Bernoulli(`p`)
+    synapses of weight 1. One projection step computes, for every target area at once, the
+    input of each neuron from the current winners of its sources,
+
+    $$ x_i = \sum_{s} W^{s}_i + \sum_{A} \sum_{j \in \mathrm{win}(A)} W^{A}_{j i}, $$
+
+    takes the `k` largest (ties to the lower index) as the new winners, and multiplies every
+    synapse from a neuron that fired at `t-1` onto a neuron that fires at `t` by `1 + beta`.
+
+    Modes:
+
+    - `"sparse"` (default, as in the reference code): only neurons that have ever fired are
+      represented. The never-fired neurons compete through the `k` largest of their
+      `Binomial(total_k, p)` inputs, drawn from the binomial tail (see
+      `neurojax.assembly._sampling`); when one of them wins, its synapses are created as
+      the reference algorithm does: its input is split among the sources by choosing that
+      many of the `total_k` firing inputs without replacement, its synapses from the chosen
+      winners are 1, those from the other winners 0, and every other synapse of it is
+      Bernoulli(p). Static shapes: each area holds up to `capacity` fired neurons, and a
+      projection that would exceed it raises (under `jit` too) instead of truncating.
+    - `"explicit"`: all `n` neurons and their synapses are represented, densely while an
+      area pair has at most 2**24 synapse slots and as padded fan-out lists above.
+
+    Args:
+        areas: `{name: (n, k)}` with `0 < k <= n`.
+        stimuli: `{name: k_s}` with `k_s >= 1`.
+        p: connection probability, `0 < p < 1`.
+        beta: plasticity: a number for every connection, or a mapping whose keys are area
+            names (the default for every connection into that area) or `(source, target)`
+            pairs (source: a stimulus or an area). Values must be > -1 (weights stay
+            positive); 0 switches a connection's plasticity off.
+        mode: `"sparse"` or `"explicit"`.
+        capacity: sparse mode only: the most neurons an area may ever fire, an int for all
+            areas or `{area: int}`; `k <= capacity <= n - k`. Default `min(n - k, max(8k,
+            1024))`: supports settle near `4k` at `beta = 0.05` (reference runs), more for
+            smaller `beta`.
+        storage: explicit mode only: `"auto"`, `"dense"` or `"fanout"`.
+        key: PRNG key of the random synapses (and of the sparse-mode draws).
+
+    Example:
+    ```python
+    brain = nj.assembly.Brain(areas={"A": (100_000, 317)}, stimuli={"s": 317},
+                              p=0.01, beta=0.05, key=jax.random.key(0))
+    state = brain.init_state()
+    state = brain.project(state, stimuli={"s": ["A"]})
+    state, trace = brain.project_rounds(state, stimuli={"s": ["A"]}, areas={"A": ["A"]},
+                                        steps=99)
+    trace.support["A"][-1]   # about 4k neurons have ever fired
+    ```
+
+    References:
+        C. H. Papadimitriou, S. S. Vempala, D. Mitropolsky, M. Collins, W. Maass (2020),
+        "Brain computation by assemblies of neurons", PNAS 117(25):14464-14472.
+    """
+
+    area_names: tuple[str, ...] = eqx.field(static=True)
+    sizes: tuple[int, ...] = eqx.field(static=True)
+    caps: tuple[int, ...] = eqx.field(static=True)
+    stimulus_names: tuple[str, ...] = eqx.field(static=True)
+    stimulus_sizes: tuple[int, ...] = eqx.field(static=True)
+    p: float = eqx.field(static=True)
+    mode: str = eqx.field(static=True)
+    capacities: tuple[int, ...] = eqx.field(static=True)
+    layouts: tuple[tuple[str, str, str], ...] = eqx.field(static=True)
+    beta: dict[tuple[str, str], Float[Array, ""]]
+    key: PRNGKeyArray
+
+    def __init__(
+        self,
+        areas: Mapping[str, tuple[int, int]],
+        stimuli: Mapping[str, int] | None = None,
+        p: float = 0.01,
+        beta: float | Mapping[Any, float] = 0.05,
+        *,
+        mode: str = "sparse",
+        capacity: int | Mapping[str, int] | None = None,
+        storage: str = "auto",
+        key: PRNGKeyArray,
+    ):
+        if not isinstance(areas, Mapping) or not areas:
+            raise ValueError(
+                f"Brain: areas must be a non-empty mapping {{name: (n, k)}}, got {areas!r}"
+            )
+        stimuli = {} if stimuli is None else stimuli
+        if not isinstance(stimuli, Mapping):
+            raise ValueError(f"Brain: stimuli must be a mapping {{name: k_s}}, got {stimuli!r}")
+        if mode not in _MODES:
+            raise ValueError(f"Brain: mode must be one of {_MODES}, got {mode!r}")
+        names, sizes, caps = [], [], []
+        for name, nk in areas.items():
+            _check_name("area", name)
+            if not (isinstance(nk, (tuple, list)) and len(nk) == 2 and all(map(_is_int, nk))):
+                raise ValueError(
+                    f"Brain: areas[{name!r}] must be a pair of ints (n, k), got {nk!r}"
+                )
+            n, k = int(nk[0]), int(nk[1])
+            if not 0 < k <= n:
+                raise ValueError(f"Brain: areas[{name!r}] needs 0 < k <= n, got n={n}, k={k}")
+            if n >= 2**31 - 1:
+                raise ValueError(f"Brain: areas[{name!r}]: n must be < 2**31 - 1, got {n}")
+            names.append(name)
+            sizes.append(n)
+            caps.append(k)
+        stim_names, stim_sizes = [], []
+        for name, ks in stimuli.items():
+            _check_name("stimulus", name)
+            if name in areas:
+                raise ValueError(
+                    f"Brain: {name!r} is both an area and a stimulus; names must differ"
+                )
+            if not _is_int(ks) or ks < 1:
+                raise ValueError(f"Brain: stimuli[{name!r}] must be an int >= 1, got {ks!r}")
+            stim_names.append(name)
+            stim_sizes.append(int(ks))
+        if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 < p < 1:
+            raise ValueError(f"Brain: p must be a number in (0, 1), got {p!r}")
+        self.area_names, self.sizes, self.caps = tuple(names), tuple(sizes), tuple(caps)
+        self.stimulus_names, self.stimulus_sizes = tuple(stim_names), tuple(stim_sizes)
+        self.p = float(p)
+        self.mode = mode
+        self.capacities = self._resolve_capacity(capacity)
+        self.layouts = self._resolve_storage(storage)
+        self.beta = self._resolve_beta(beta)
+        if key is None:
+            raise ValueError("Brain: key is required (a jax.random.key)")
+        self.key = key
+
+    # -- construction helpers -------------------------------------------------------------
+
+    def _resolve_capacity(self, capacity: Any) -> tuple[int, ...]:
+        if self.mode == "explicit":
+            if capacity is not None:
+                raise ValueError(
+                    "Brain: capacity applies to sparse mode only (explicit areas hold all n "
+                    f"neurons), got capacity={capacity!r} with mode='explicit'"
+                )
+            return self.sizes
+        if capacity is None:
+            per = {}
+        elif _is_int(capacity):
+            per = {name: int(capacity) for name in self.area_names}
+        elif isinstance(capacity, Mapping):
+            unknown = set(capacity) - set(self.area_names)
+            if unknown:
+                raise ValueError(
+                    f"Brain: capacity names unknown areas {sorted(unknown)}; areas are "
+                    f"{list(self.area_names)}"
+                )
+            per = dict(capacity)
+        else:
+            raise ValueError(
+                f"Brain: capacity must be an int or a mapping {{area: int}}, got {capacity!r}"
+            )
+        out = []
+        for name, n, k in zip(self.area_names, self.sizes, self.caps):
+            if n - k < k:
+                raise ValueError(
+                    f"Brain: sparse mode needs n >= 2k (never-fired candidates must outnumber the "
+                    f"cap), got n={n}, k={k} in area {name!r}; use mode='explicit' for small areas"
+                )
+            c = per.get(name, min(n - k, max(8 * k, 1024)))
+            if not _is_int(c) or not k <= c <= n - k:
+                raise ValueError(
+                    f"Brain: capacity of area {name!r} must be an int with k <= capacity <= n - k "
+                    f"({k} <= capacity <= {n - k}), got {c!r}"
+                )
+            out.append(int(c))
+        return tuple(out)
+
+    def _resolve_storage(self, storage: str) -> tuple[tuple[str, str, str], ...]:
+        if storage not in _STORAGES:
+            raise ValueError(f"Brain: storage must be one of {_STORAGES}, got {storage!r}")
+        if self.mode == "sparse":
+            if storage != "auto":
+                raise ValueError(
+                    f"Brain: storage applies to explicit mode only (sparse mode stores its support "
+                    f"densely), got storage={storage!r} with mode='sparse'"
+                )
+            return tuple((a, b, "dense") for a in self.area_names for b in self.area_names)
+        out = []
+        for a, na in zip(self.area_names, self.sizes):
+            for b, nb in zip(self.area_names, self.sizes):
+                layout = storage
+                if layout == "auto":
+                    layout = "dense" if na * nb <= _DENSE_MAX else "fanout"
+                if layout == "fanout" and _synapses.fanout_width(nb, self.p) * (nb + 1) >= 2**31:
+                    raise ValueError(
+                        f"Brain: explicit synapses {a!r} -> {b!r} are too many for fan-out lists "
+                        f"(n={nb}, p={self.p}); use mode='sparse'"
+                    )
+                out.append((a, b, layout))
+        return tuple(out)
+
+    def _resolve_beta(self, beta: Any) -> dict[tuple[str, str], Array]:
+        sources = self.stimulus_names + self.area_names
+        dtype = jnp.result_type(float)
+
+        def check(where: str, value: Any) -> float:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise ValueError(f"Brain: {where} must be a number > -1, got {value!r}")
+            if not (math.isfinite(float(value)) and float(value) > -1.0):
+                raise ValueError(f"Brain: {where} must be finite and > -1, got {value!r}")
+            return float(value)
+
+        default, per_area, per_pair = 0.05, {}, {}
+        if isinstance(beta, Mapping):
+            for key, value in beta.items():
+                if isinstance(key, str):
+                    if key not in self.area_names:
+                        raise ValueError(
+                            f"Brain: beta key {key!r} is not an area; areas are "
+                            f"{list(self.area_names)}"
+                        )
+                    per_area[key] = check(f"beta[{key!r}]", value)
+                elif isinstance(key, tuple) and len(key) == 2:
+                    src, tgt = key
+                    if src not in sources or tgt not in self.area_names:
+                        raise ValueError(
+                            f"Brain: beta key {key!r} must be (source, target) with a source in "
+                            f"{list(sources)} and a target area in {list(self.area_names)}"
+                        )
+                    per_pair[key] = check(f"beta[{key!r}]", value)
+                else:
+                    raise ValueError(
+                        "Brain: beta keys must be area names or (source, target) pairs, "
+                        f"got {key!r}"
+                    )
+        else:
+            default = check("beta", beta)
+        out = {}
+        for tgt in self.area_names:
+            for src in sources:
+                value = per_pair.get((src, tgt), per_area.get(tgt, default))
+                out[(src, tgt)] = jnp.asarray(value, dtype)
+        return out
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def _area(self, name: Any, where: str) -> int:
+        if name not in self.area_names:
+            raise ValueError(f"{where}: unknown area {name!r}; areas are {list(self.area_names)}")
+        return self.area_names.index(name)
+
+    def _layout(self, src: str, tgt: str) -> str:
+        for a, b, layout in self.layouts:
+            if a == src and b == tgt:
+                return layout
+        raise KeyError((src, tgt))
+
+    # -- state ------------------------------------------------------------------------------
+
+    def init_state(self, key: PRNGKeyArray | None = None) -> BrainState:
+        """A fresh brain: no assemblies yet and newly drawn random synapses.
+
+        `key` defaults to the brain's key; give different keys (for example under
+        `jax.vmap`) for independent brains with the same parameters.
+        """
+        key = self.key if key is None else key
+        dtype = jnp.result_type(float)
+        k_state, k_stim, k_syn = jr.split(key, 3)
+        stim_w = {}
+        for i, (s, ks) in enumerate(zip(self.stimulus_names, self.stimulus_sizes)):
+            for j, (t, c) in enumerate(zip(self.area_names, self.capacities)):
+                kk = jr.fold_in(jr.fold_in(k_stim, i), j)
+                stim_w[(s, t)] = jr.binomial(kk, ks, self.p, (c,)).astype(dtype)
+        weights = {}
+        for i, (a, ca) in enumerate(zip(self.area_names, self.capacities)):
+            for j, (b, cb) in enumerate(zip(self.area_names, self.capacities)):
+                kk = jr.fold_in(jr.fold_in(k_syn, i), j)
+                if self._layout(a, b) == "fanout":
+                    weights[(a, b)] = _synapses.random_fanout(kk, ca, cb, self.p)
+                else:
+                    weights[(a, b)] = _synapses.random_dense(kk, ca, cb, self.p)
+        explicit = self.mode == "explicit"
+        return BrainState(
+            winners={a: jnp.full((k,), -1, jnp.int32) for a, k in zip(self.area_names, self.caps)},
+            support={a: jnp.zeros((), jnp.int32) for a in self.area_names},
+            new_winners={a: jnp.zeros((), jnp.int32) for a in self.area_names},
+            fixed={a: jnp.zeros((), bool) for a in self.area_names},
+            fired={a: jnp.zeros((n,), bool) for a, n in zip(self.area_names, self.sizes)}
+            if explicit
+            else {},
+            stimulus_weights=stim_w,
+            weights=weights,
+            key=k_state,
+            step=jnp.zeros((), jnp.int32),
+        )
+
+    def set_winners(self, state: BrainState, area: str, labels: Any) -> BrainState:
+        """Make `labels` (at most `k` distinct neuron labels) the firing set of `area`.
+
+        Used to fire part of an assembly (pattern completion) or a chosen set. In sparse mode
+        the labels must be neurons that have fired before (`< support`); in explicit mode any
+        neuron `< n`. Out-of-range or repeated labels raise (under `jit` too).
+        """
+        i = self._area(area, "Brain.set_winners")
+        k, n = self.caps[i], self.sizes[i]
+        labels = jnp.asarray(labels)
+        if labels.ndim != 1 or labels.shape[0] > k or not jnp.issubdtype(labels.dtype, jnp.integer):
+            raise ValueError(
+                f"Brain.set_winners: labels must be a 1-d integer array of at most k={k} labels, "
+                f"got shape {labels.shape} and dtype {labels.dtype}"
+            )
+        labels = labels.astype(jnp.int32)
+        limit = state.support[area] if self.mode == "sparse" else jnp.asarray(n, jnp.int32)
+        srt = jnp.sort(labels)
+        bad = jnp.any(labels < 0) | jnp.any(labels >= limit) | jnp.any(srt[1:] == srt[:-1])
+        labels = eqx.error_if(
+            labels,
+            bad,
+            f"Brain.set_winners: labels of area {area!r} must be distinct and in [0, limit) where "
+            "limit is the support (sparse mode) or n (explicit mode)",
+        )
+        winners = jnp.full((k,), -1, jnp.int32).at[: labels.shape[0]].set(labels)
+        fired = state.fired
+        support = state.support
+        if self.mode == "explicit":
+            f = state.fired[area].at[labels].set(True)
+            fired = {**state.fired, area: f}
+            support = {**state.support, area: jnp.sum(f).astype(jnp.int32)}
+        return eqx.tree_at(
+            lambda s: (s.winners, s.fired, s.support),
+            state,
+            ({**state.winners, area: winners}, fired, support),
+        )
+
+    def fix(self, state: BrainState, area: str) -> BrainState:
+        """Freeze the assembly of `area`: projections into it keep its winners (Hebbian
+        updates onto them still happen). Raises if the area has no assembly."""
+        self._area(area, "Brain.fix")
+        fixed = eqx.error_if(
+            jnp.ones((), bool),
+            ~jnp.any(state.winners[area] >= 0),
+            f"Brain.fix: area {area!r} has no assembly to fix",
+        )
+        return eqx.tree_at(lambda s: s.fixed, state, {**state.fixed, area: fixed})
+
+    def unfix(self, state: BrainState, area: str) -> BrainState:
+        """Let the assembly of `area` change again."""
+        self._area(area, "Brain.unfix")
+        return eqx.tree_at(lambda s: s.fixed, state, {**state.fixed, area: jnp.zeros((), bool)})
+
+    # -- projection -------------------------------------------------------------------------
+
+    def _routes(self, stimuli: Any, areas: Any, where: str) -> tuple:
+        stimuli = {} if stimuli is None else stimuli
+        areas = {} if areas is None else areas
+        for arg, value in (("stimuli", stimuli), ("areas", areas)):
+            if not isinstance(value, Mapping):
+                raise ValueError(
+                    f"{where}: {arg} must be a mapping {{source: [target areas]}}, got {value!r}"
+                )
+        stim_in = {t: [] for t in self.area_names}
+        area_in = {t: [] for t in self.area_names}
+        for s, targets in stimuli.items():
+            if s not in self.stimulus_names:
+                raise ValueError(
+                    f"{where}: unknown stimulus {s!r} in stimuli; stimuli are "
+                    f"{list(self.stimulus_names)}"
+                )
+            for t in _names(f"{where}: stimuli[{s!r}]", targets):
+                self._area(t, f"{where}: stimuli[{s!r}]")
+                if s in stim_in[t]:
+                    raise ValueError(f"{where}: stimuli[{s!r}] names area {t!r} twice")
+                stim_in[t].append(s)
+        for src, targets in areas.items():
+            self._area(src, f"{where}: areas (source)")
+            for t in _names(f"{where}: areas[{src!r}]", targets):
+                self._area(t, f"{where}: areas[{src!r}]")
+                if src in area_in[t]:
+                    raise ValueError(f"{where}: areas[{src!r}] names area {t!r} twice")
+                area_in[t].append(src)
+        routes = tuple(
+            (t, tuple(stim_in[t]), tuple(area_in[t]))
+            for t in self.area_names
+            if stim_in[t] or area_in[t]
+        )
+        if not routes:
+            raise ValueError(f"{where}: nothing to project: stimuli and areas name no target area")
+        return routes
+
+    def input_currents(
+        self,
+        state: BrainState,
+        stimuli: Mapping[str, Sequence[str]] | None = None,
+        areas: Mapping[str, Sequence[str]] | None = None,
+    ) -> dict[str, Float[Array, " c"]]:
+        """The synaptic input of every represented neuron of each target area.
+
+        Same routing as `project`; differentiable with respect to the weights in `state`
+        (the training example uses it). In sparse mode entries at and beyond the support are
+        synapses of neurons not yet represented and carry no meaning.
+        """
+        routes = self._routes(stimuli, areas, "Brain.input_currents")
+        return {t: self._inputs(state, t, stims, srcs) for t, stims, srcs in routes}
+
+    def _inputs(self, state: BrainState, t: str, stims: tuple, srcs: tuple) -> Array:
+        i = self.area_names.index(t)
+        x = jnp.zeros((self.capacities[i],), jnp.result_type(float))
+        for s in stims:
+            x = x + state.stimulus_weights[(s, t)]
+        for a in srcs:
+            x = x + _synapses.inputs(state.weights[(a, t)], state.winners[a])
+        return x
+
+    @eqx.filter_jit
+    def project(
+        self,
+        state: BrainState,
+        stimuli: Mapping[str, Sequence[str]] | None = None,
+        areas: Mapping[str, Sequence[str]] | None = None,
+        *,
+        plasticity: bool = True,
+    ) -> BrainState:
+        """One synchronous projection step.
+
+        `stimuli={stim: [areas]}` fires each stimulus into the listed areas and
+        `areas={source: [targets]}` fires each source area's current assembly into its
+        targets; every area named as a target gets new winners, computed from the state
+        before the step. `plasticity=False` skips the Hebbian update. Raises (under `jit`
+        too) when a source area has no assembly or a sparse area's support would exceed its
+        capacity.
+        """
+        routes = self._routes(stimuli, areas, "Brain.project")
+        sources = sorted({a for _, _, srcs in routes for a in srcs})
+        winners = dict(state.winners)
+        for a in sources:
+            winners[a] = eqx.error_if(
+                winners[a],
+                ~jnp.any(winners[a] >= 0),
+                f"Brain.project: area {a!r} has no assembly yet, so it cannot be a source; "
+                "project a stimulus (or another area) into it first",
+            )
+        state = eqx.tree_at(lambda s: s.winners, state, winners)
+        key, *keys = jr.split(state.key, len(routes) + 1)
+        new_winners = dict(state.winners)
+        support = dict(state.support)
+        counts = dict(state.new_winners)
+        fired = dict(state.fired)
+        stim_w = dict(state.stimulus_weights)
+        weights = dict(state.weights)
+        for (t, stims, srcs), kt in zip(routes, keys):
+            if self.mode == "sparse":
+                out = self._sparse_target(state, t, stims, srcs, kt)
+            else:
+                out = self._explicit_target(state, t, stims, srcs)
+            win_t, support[t], counts[t], f_t, created_stim, created_w = out
+            if f_t is not None:
+                fired[t] = f_t
+            i = self.area_names.index(t)
+            mask = None
+            for s in stims:
+                w = created_stim.get(s, state.stimulus_weights[(s, t)])
+                if plasticity:
+                    w = _synapses.hebbian_vector(w, win_t, 1.0 + self.beta[(s, t)])
+                stim_w[(s, t)] = w
+            for a in srcs:
+                w = created_w.get(a, state.weights[(a, t)])
+                if plasticity:
+                    if isinstance(w, FanOut) and mask is None:
+                        mask = _synapses.winner_mask(win_t, self.capacities[i])
+                    w = _synapses.hebbian(w, state.winners[a], win_t, mask, 1.0 + self.beta[(a, t)])
+                weights[(a, t)] = w
+            new_winners[t] = win_t
+        return BrainState(
+            winners=new_winners,
+            support=support,
+            new_winners=counts,
+            fixed=state.fixed,
+            fired=fired,
+            stimulus_weights=stim_w,
+            weights=weights,
+            key=key,
+            step=state.step + 1,
+        )
+
+    @eqx.filter_jit
+    def project_rounds(
+        self,
+        state: BrainState,
+        stimuli: Mapping[str, Sequence[str]] | None = None,
+        areas: Mapping[str, Sequence[str]] | None = None,
+        steps: int = 1,
+        *,
+        plasticity: bool = True,
+    ) -> tuple[BrainState, ProjectionTrace]:
+        """`steps` repeated projections with the same routing, as one `jax.lax.scan`.
+
+        Returns the final state and a `ProjectionTrace` of every target area.
+        """
+        if not _is_int(steps) or steps < 1:
+            raise ValueError(f"Brain.project_rounds: steps must be an int >= 1, got {steps!r}")
+        routes = self._routes(stimuli, areas, "Brain.project_rounds")
+        targets = [t for t, _, _ in routes]
+
+        def body(s, _):
+            new = self.project(s, stimuli, areas, plasticity=plasticity)
+            rec = (
+                {t: new.winners[t] for t in targets},
+                {t: new.new_winners[t] for t in targets},
+                {t: new.support[t] for t in targets},
+                {t: overlap(new.winners[t], s.winners[t]) for t in targets},
+            )
+            return new, rec
+
+        state, (win, new, sup, ov) = jax.lax.scan(body, state, None, length=steps)
+        return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
+
+    def _explicit_target(self, state, t, stims, srcs):
+        i = self.area_names.index(t)
+        k = self.caps[i]
+        x = self._inputs(state, t, stims, srcs)
+        _, idx = jax.lax.top_k(x, k)
+        idx = idx.astype(jnp.int32)
+        fixed = state.fixed[t]
+        win = jnp.where(fixed, state.winners[t], idx)
+        before = state.fired[t]
+        safe = jnp.where(win < 0, self.sizes[i], win)
+        first = ~jnp.take(before, safe, mode="fill", fill_value=True)
+        fired = before.at[safe].set(True, mode="drop")
+        n_first = jnp.sum(first).astype(jnp.int32)
+        return win, jnp.sum(fired).astype(jnp.int32), n_first, fired, {}, {}
+
+    def _sparse_target(self, state, t, stims, srcs, key):
+        i = self.area_names.index(t)
+        n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
+        k_cand, k_items = jr.split(key)
+        x = self._inputs(state, t, stims, srcs)
+        w = state.support[t]
+        x = jnp.where(jnp.arange(cap) < w, x, -jnp.inf)
+        stim_sizes = [self.stimulus_sizes[self.stimulus_names.index(s)] for s in stims]
+        src_counts = [jnp.sum(state.winners[a] >= 0).astype(jnp.int32) for a in srcs]
+        total = jnp.asarray(sum(stim_sizes), jnp.int32)
+        for c in src_counts:
+            total = total + c
+        total_max = sum(stim_sizes) + sum(self.caps[self.area_names.index(a)] for a in srcs)
+        table = _sampling.binom_tail_table(total_max, self.p, k / n)
+        cand = _sampling.sample_candidates(k_cand, table, total, n, k, w, self.p)
+        vals, idx = jax.lax.top_k(jnp.concatenate([x, cand]), k)
+        idx = idx.astype(jnp.int32)
+        fixed = state.fixed[t]
+        is_new = (idx >= cap) & ~fixed
+        rank = jnp.cumsum(is_new.astype(jnp.int32)) - 1
+        labels = jnp.where(is_new, w + rank, idx)
+        win = jnp.where(fixed, state.winners[t], labels)
+        n_new = jnp.sum(is_new).astype(jnp.int32)
+        new_support = w + n_new
+        new_support = eqx.error_if(
+            new_support,
+            new_support > cap,
+            f"Brain.project: the support of area {t!r} would exceed its capacity {cap}; build "
+            "the Brain with a larger capacity for this area",
+        )
+        # Inputs of first-time winners (0 elsewhere), and their columns (sentinel `cap`).
+        m = jnp.where(is_new, vals, 0.0).astype(jnp.int32)
+        cols = jnp.where(is_new, labels, cap)
+        bound = _sampling.max_input(total_max, self.p, table.shape[1])
+        m = eqx.error_if(
+            m,
+            jnp.any(m > bound),
+            f"Brain.project: a new winner of area {t!r} drew an input above the static bound "
+            f"{bound} (please report)",
+        )
+        chosen = _choose_inputs(k_items, m, total, bound)
+        created_stim, created_w = {}, {}
+        offset = 0
+        for s, ks in zip(stims, stim_sizes):
+            count = jnp.sum((chosen >= offset) & (chosen < offset + ks), axis=1)
+            w_s = state.stimulus_weights[(s, t)]
+            created_stim[s] = w_s.at[cols].set(count.astype(w_s.dtype), mode="drop")
+            offset += ks
+        start = jnp.asarray(offset, jnp.int32)
+        for a, count_a in zip(srcs, src_counts):
+            src_win = state.winners[a]
+            k_src = src_win.shape[0]
+            compact = _compact(src_win)
+            slot = chosen - start
+            ok = (slot >= 0) & (slot < count_a)
+            rows = jnp.arange(k)[:, None]
+            hit = jnp.zeros((k, k_src), state.weights[(a, t)].dtype)
+            hit = hit.at[rows, jnp.where(ok, slot, k_src)].set(1.0, mode="drop")
+            cap_src = self.capacities[self.area_names.index(a)]
+            src_rows = jnp.where(compact < 0, cap_src, compact)
+            created_w[a] = (
+                state.weights[(a, t)].at[src_rows[None, :], cols[:, None]].set(hit, mode="drop")
+            )
+            start = start + count_a
+        return win, new_support, n_new, None, created_stim, created_w
+
+
+def _compact(winners: Int[Array, " k"]) -> Int[Array, " k"]:
+    """The valid (`>= 0`) entries of a winner list first, in order, then `-1`s."""
+    valid = winners >= 0
+    dest = jnp.where(valid, jnp.cumsum(valid.astype(jnp.int32)) - 1, winners.shape[0])
+    return jnp.full_like(winners, -1).at[dest].set(winners, mode="drop")
+
+
+def _choose_inputs(
+    key: PRNGKeyArray, m: Int[Array, " k"], total: Int[Array, ""], bound: int
+) -> Int[Array, "k bound"]:
+    """For each row, `m[r]` distinct items of `range(total)` chosen uniformly; `total` pads.
+
+    Floyd's algorithm, vectorised over rows: for `j = total - m, ..., total - 1` draw `t`
+    uniformly in `[0, j]` and keep `t`, or `j` if `t` was already kept. It yields a uniform
+    `m`-subset with `m` draws, so a step without first-time winners costs no draws at all
+    (the loop runs `max(m)` times).
+    """
+    rows = m.shape[0]
+    chosen = jnp.full((rows, max(bound, 1)), total, jnp.int32)
+
+    def body(carry):
+        i, chosen = carry
+        active = i < m
+        j = total - m + i
+        draw = jr.randint(jr.fold_in(key, i), (rows,), 0, jnp.maximum(j, 0) + 1, jnp.int32)
+        seen = jnp.any(chosen == draw[:, None], axis=1)
+        pick = jnp.where(seen, j, draw)
+        col = jnp.where(active, pick, total)
+        chosen = chosen.at[:, i].set(col)
+        return i + 1, chosen
+
+    _, chosen = jax.lax.while_loop(
+        lambda c: c[0] < jnp.max(m, initial=0), body, (jnp.zeros((), jnp.int32), chosen)
+    )
+    return chosen
