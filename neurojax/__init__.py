@@ -2,9 +2,11 @@
 
 The most used names are lifted here; the subpackages hold the rest:
 `neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders),
-`neurojax.network` (projections, networks, spike sources) and `neurojax.surrogate`.
+`neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
+calculus) and `neurojax.surrogate`.
 """
 
+from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import models as models
 from . import network as network
