@@ -199,7 +199,7 @@ def _numpy_explicit(stim, w_aa, k, beta, steps):
     stim, w_aa = stim.astype(np.float64).copy(), w_aa.astype(np.float64).copy()
     winners = None
     history = []
-    for step in range(steps):
+    for _ in range(steps):
         x = stim.copy()
         if winners is not None:
             x += w_aa[winners].sum(0)

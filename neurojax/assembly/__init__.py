@@ -11,10 +11,10 @@ from ._operations import merge as merge
 from ._operations import pattern_complete as pattern_complete
 from ._operations import project_until_stable as project_until_stable
 from ._operations import reciprocal_project as reciprocal_project
-from ._synapses import FanOut as FanOut
 from ._soft import LOSS_KINDS as LOSS_KINDS
 from ._soft import assembly_loss as assembly_loss
 from ._soft import kcap as kcap
 from ._soft import kcap_st as kcap_st
 from ._soft import soft_kcap as soft_kcap
 from ._soft import soft_overlap as soft_overlap
+from ._synapses import FanOut as FanOut
