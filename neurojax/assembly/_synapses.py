@@ -133,9 +133,18 @@ def hebbian(
             weights=conn.weights.at[src].set(w, mode="drop"),
             n_tgt=conn.n_tgt,
         )
-    rows = _safe(sources, conn.shape[0])[:, None]
-    cols = _safe(targets, conn.shape[1])[None, :]
-    return conn.at[rows, cols].multiply(factor, mode="drop")
+    n_src, n_tgt = conn.shape
+    if n_src * n_tgt >= 2**31 - 1:
+        rows = _safe(sources, n_src)[:, None]
+        cols = _safe(targets, n_tgt)[None, :]
+        return conn.at[rows, cols].multiply(factor, mode="drop")
+    # One flat index per synapse: XLA's CPU scatter is about a quarter faster on a vector
+    # than on a matrix indexed by row and column.
+    rows = _safe(sources, n_src)[:, None]
+    cols = _safe(targets, n_tgt)[None, :]
+    flat = jnp.where((rows < n_src) & (cols < n_tgt), rows * n_tgt + cols, n_src * n_tgt)
+    out = conn.reshape(-1).at[flat.reshape(-1)].multiply(factor, mode="drop")
+    return out.reshape(n_src, n_tgt)
 
 
 def hebbian_vector(

@@ -1,0 +1,141 @@
+"""Benchmark: assembly-calculus projection, neurojax against the NumPy peer, in one run.
+
+Configurations (one JSON line each):
+
+- `projection`: n = 10^5, k = 317, p = 0.01, beta = 0.05, sparse mode; one stimulus step then
+  99 rounds of stimulus + recurrence (100 steps), neurojax (`Brain.project` +
+  `Brain.project_rounds`, compiled ahead of time) and the NumPy peer
+  (`benchmarks.peers.assembly_numpy.run_projection`, the same algorithm vectorised with NumPy),
+  timed on the same core. Reports ms per step for both and the ratio (target: neurojax >= 10x
+  faster per step), and the final supports.
+- `sparse_1e6`, `sparse_1e7`: n = 10^6 and 10^7, k = 1000, p = 0.001, 100 steps: steps per
+  second and the bytes of the brain state (synapses over the support capacity).
+- `batch`: 64 brains (seeds) of the `projection` configuration under `jax.vmap`, one call:
+  time per trial.
+
+Run: `python -m benchmarks.assembly [--quick] [--no-peers] [--repeats R] [--threads 1|2]`.
+`--quick` uses n = 10^4 / 10^5 and a batch of 4 (a smoke test).
+"""
+
+import resource
+import sys
+
+from . import _harness
+
+STEPS = 100
+
+
+def _state_bytes(state) -> int:
+    import jax
+
+    return int(sum(x.nbytes for x in jax.tree_util.tree_leaves(state) if hasattr(x, "nbytes")))
+
+
+def _neurojax_run(n, k, p, beta, steps, seed):
+    import jax
+
+    import neurojax as nj
+
+    brain = nj.assembly.Brain(
+        areas={"A": (n, k)}, stimuli={"s": k}, p=p, beta=beta, key=jax.random.key(seed)
+    )
+
+    def run(state):
+        state = brain.project(state, stimuli={"s": ["A"]})
+        state, trace = brain.project_rounds(
+            state, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=steps - 1
+        )
+        return trace.support["A"], trace.new_winners["A"], state.winners["A"]
+
+    return brain, run
+
+
+def _projection(args, n, k, p, beta, name):
+    import jax
+    import numpy as np
+
+    brain, run = _neurojax_run(n, k, p, beta, STEPS, 0)
+    state = jax.block_until_ready(brain.init_state())
+    timing, out, _ = _harness.time_jax(run, [state], repeats=args.repeats, budget_s=args.budget)
+    support, new, _ = (np.asarray(x) for x in out)
+    record = {
+        "benchmark": "assembly",
+        "config": name,
+        "impl": "neurojax",
+        "n": n,
+        "k": k,
+        "p": p,
+        "beta": beta,
+        "steps": STEPS,
+        "ms_per_step": timing.run_s / STEPS * 1e3,
+        "steps_per_s": STEPS / timing.run_s,
+        "final_support": int(support[-1]),
+        "last_new_winner_step": int(np.max(np.nonzero(new)[0], initial=-1)) + 2,
+        "state_mb": _state_bytes(state) / 2**20,
+        "capacity": brain.capacities[0],
+        **timing.as_dict(),
+    }
+    return record
+
+
+def main(argv=None) -> None:
+    args = _harness.parse_args(__doc__.splitlines()[0], sizes=[1], quick_sizes=[1], argv=argv)
+    import jax
+    import numpy as np
+
+    from .peers import assembly_numpy
+
+    n_proj = 10_000 if args.quick else 100_000
+    k_proj = 100 if args.quick else 317
+    rec = _projection(args, n_proj, k_proj, 0.01, 0.05, "projection")
+    if args.peers:
+        _harness.log("NumPy peer")
+        timing, out = _harness.time_call(
+            lambda: assembly_numpy.run_projection(n_proj, k_proj, 0.01, 0.05, STEPS, 0),
+            repeats=args.repeats,
+            budget_s=args.budget,
+        )
+        rec["numpy_ms_per_step"] = timing.run_s / STEPS * 1e3
+        rec["numpy_final_support"] = int(out["support"][-1])
+        rec["speedup_vs_numpy"] = timing.run_s / (rec["ms_per_step"] * STEPS * 1e-3)
+        rec["target_speedup"] = 10.0
+        rec["target_met"] = rec["speedup_vs_numpy"] >= 10.0
+    _harness.emit(rec)
+
+    sizes = [100_000] if args.quick else [1_000_000, 10_000_000]
+    for n in sizes:
+        _harness.log(f"sparse n={n}")
+        rec = _projection(args, n, 1000, 0.001, 0.05, f"sparse_{n:.0e}".replace("+0", ""))
+        rec["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        _harness.emit(rec)
+
+    batch = 4 if args.quick else 64
+    _harness.log(f"batch of {batch}")
+    brain, run = _neurojax_run(n_proj, k_proj, 0.01, 0.05, STEPS, 0)
+    keys = jax.random.split(jax.random.key(1), batch)
+    states = jax.block_until_ready(jax.vmap(brain.init_state)(keys))
+    timing, out, _ = _harness.time_jax(
+        jax.vmap(run), [states], repeats=min(args.repeats, 3), budget_s=args.budget
+    )
+    support = np.asarray(out[0])[:, -1]
+    _harness.emit(
+        {
+            "benchmark": "assembly",
+            "config": "batch",
+            "impl": "neurojax",
+            "n": n_proj,
+            "k": k_proj,
+            "batch": batch,
+            "steps": STEPS,
+            "s_per_trial": timing.run_s / batch,
+            "ms_per_trial_step": timing.run_s / batch / STEPS * 1e3,
+            "final_support_mean": float(support.mean()),
+            "final_support_sd": float(support.std()),
+            "state_mb": _state_bytes(states) / 2**20,
+            **timing.as_dict(),
+        }
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
