@@ -705,15 +705,11 @@ class Brain(eqx.Module):
             hit = hit.at[rows, jnp.where(ok, slot, k_src)].set(1.0, mode="drop")
             cap_src = self.capacities[self.area_names.index(a)]
             src_rows = jnp.where(compact < 0, cap_src, compact)
-            # Writing the new columns costs a k x k scatter; steps without first-time winners
-            # (all steps after convergence) skip it. Under `vmap` the branch becomes a select.
-            created_w[a] = jax.lax.cond(
-                n_new > 0,
-                lambda w, r, h: w.at[r[None, :], cols[:, None]].set(h, mode="drop"),
-                lambda w, r, h: w,
-                state.weights[(a, t)],
-                src_rows,
-                hit,
+            # Without first-time winners every column index is the sentinel and the scatter
+            # writes nothing. (A `lax.cond` would skip it, but under `vmap` it turns into a
+            # select over the whole matrix, far dearer than this k x k scatter.)
+            created_w[a] = (
+                state.weights[(a, t)].at[src_rows[None, :], cols[:, None]].set(hit, mode="drop")
             )
             start = start + count_a
         return win, new_support, n_new, None, created_stim, created_w
