@@ -454,6 +454,9 @@ def _register_networks() -> None:
     from ._cli_networks import network_models
 
     RUN_MODELS.update(network_models(RunModel))
+    from ._cli_assembly import assembly_model
+
+    RUN_MODELS.update(assembly_model(RunModel))
 
 
 _register_networks()

@@ -612,3 +612,34 @@ def test_explicit_and_sparse_modes_agree_at_large_n():
     # Early growth (steps 2-6): within 6 % of each other; final support within 15 %.
     np.testing.assert_allclose(sp[:, :5].mean(0), ex[:, :5].mean(0), rtol=0.06)
     assert abs(sp[:, -1].mean() / ex[:, -1].mean() - 1) < 0.15
+
+
+# -- command line ---------------------------------------------------------------------------
+
+
+def test_cli_run_assembly_json_and_plot(tmp_path, capsys):
+    import json
+
+    from neurojax.cli import main
+
+    plot = tmp_path / "assembly.png"
+    rc = main(["run", "assembly", "--n", "20000", "--k", "100", "--p", "0.05", "--steps", "25",
+               "--json", "--plot", str(plot)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["new_winners"][0] == 100 and len(out["support"]) == 25
+    np.testing.assert_array_equal(np.diff(out["support"]), out["new_winners"][1:])
+    assert out["overlap"][-1] == 100 and out["converged_at_step"] is not None
+    assert plot.stat().st_size > 0
+
+
+def test_cli_run_assembly_rejects_bad_flags(capsys):
+    from neurojax.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["run", "assembly", "--n", "6000", "--k", "5000"])
+    assert e.value.code == 2
+    assert "sparse mode needs n >= 2k" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", "assembly", "--p", "1.5"])
+    assert "--p: must be a number in (0, 1), got '1.5'" in capsys.readouterr().err
