@@ -643,3 +643,21 @@ def test_cli_run_assembly_rejects_bad_flags(capsys):
     with pytest.raises(SystemExit):
         main(["run", "assembly", "--p", "1.5"])
     assert "--p: must be a number in (0, 1), got '1.5'" in capsys.readouterr().err
+
+
+def test_training_example_reaches_the_target_assembly():
+    """examples/assembly_target.py: optax on the soft projection makes the hard projection
+    produce the chosen assembly (it starts near chance: 30 * 30 / 1000 ~ 1 neuron)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "assembly_target.py"
+    spec = importlib.util.spec_from_file_location("assembly_target", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # optax's Adam mixes a weakly typed float with its int32 step count.
+    with jax.numpy_dtype_promotion("standard"):
+        result = module.main(["--steps", "250"])
+    assert result["overlap_before"] <= 5
+    assert result["overlap_after"] == result["k"]
+    assert result["loss_last"] < result["loss_first"] / 10
