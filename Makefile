@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP_DEV := $(VENV)/.stamp-dev
 STAMP_BENCH := $(VENV)/.stamp-bench
 
-.PHONY: demo test test-all bench lint clean
+.PHONY: demo test test-slow test-all bench lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,12 +23,16 @@ $(STAMP_BENCH): pyproject.toml $(STAMP_DEV)
 demo: $(STAMP_DEV)
 	$(VENV)/bin/neurojax run coba --plot coba.png
 
-# The default suite (slow tests included) takes a few minutes on 2 CPU cores.
+# The default suite leaves out the tests marked slow (long reference and statistics runs);
+# CI (`.ci/run`) runs both. Each part takes a few minutes on 2 CPU cores.
 test: $(STAMP_DEV)
-	$(PY) -m pytest -q
-
-test-fast: $(STAMP_DEV)
 	$(PY) -m pytest -q -m "not slow"
+
+test-slow: $(STAMP_DEV)
+	$(PY) -m pytest -q -m slow
+
+test-all: $(STAMP_DEV)
+	$(PY) -m pytest -q
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run_all
