@@ -12,5 +12,7 @@ configuration. `benchmarks/RESULTS.md` keeps the latest full runs.
 - `stdp_overhead`: COBA with STDP on E->E against COBA without it, and against Brian2.
 - `stdp_song`: the Song, Miller and Abbott (2000) experiment (bimodal weights; a figure).
 - `stdp_learn_rule`: gradient descent on STDP amplitudes through `nj.simulate`.
+- `assembly`: assembly-calculus projection against a NumPy implementation of the reference
+  algorithm (`peers/assembly_numpy.py`), sparse mode at 10^6 and 10^7, a vmapped batch.
 - `brian2_network_stats`: writes the stored Brian2 statistics used by the tests.
 """

@@ -59,7 +59,7 @@ def _projection(args, n, k, p, beta, name):
     timing, out, _ = _harness.time_jax(run, [state], repeats=args.repeats, budget_s=args.budget)
     support, new, _ = (np.asarray(x) for x in out)
     record = {
-        "benchmark": "assembly",
+        "bench": "assembly",
         "config": name,
         "impl": "neurojax",
         "n": n,
@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     support = np.asarray(out[0])[:, -1]
     _harness.emit(
         {
-            "benchmark": "assembly",
+            "bench": "assembly",
             "config": "batch",
             "impl": "neurojax",
             "n": n_proj,

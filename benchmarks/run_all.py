@@ -23,7 +23,14 @@ from pathlib import Path
 
 from . import _harness, report
 
-BENCHMARKS = ("lif_population", "hh_batch", "brette_networks", "network_scale", "stdp_overhead")
+BENCHMARKS = (
+    "lif_population",
+    "hh_batch",
+    "brette_networks",
+    "network_scale",
+    "stdp_overhead",
+    "assembly",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -164,3 +164,19 @@ def test_network_scale_quick_prints_valid_json():
     assert r["rate_hz"] == pytest.approx(r["n_spikes"] / (r["n"] * r["steps"] * r["dt"] * 1e-3))
     assert len(r["rate_bins_hz"]) == r["steps"] // r["record_every"]
     assert all(5 < x < 20 for x in r["rate_bins_hz"])
+
+
+@pytest.mark.slow
+def test_assembly_quick_prints_valid_json():
+    records = _run("benchmarks.assembly")
+    assert [r["config"] for r in records] == ["projection", "sparse_1e5", "batch"]
+    for r in records:
+        assert r["bench"] == "assembly" and r["impl"] == "neurojax"
+        _check_timing(r)
+    proj, sparse, batch = records
+    # A projection settles near 4k neurons ever fired (REFERENCE.md); at n = 10^4, k = 100
+    # the support is 3-4.5 k.
+    assert 300 <= proj["final_support"] <= 450
+    assert 0 < proj["last_new_winner_step"] <= 40
+    assert sparse["final_support"] > 1000 and sparse["capacity"] == 8000
+    assert batch["batch"] == 4 and 300 <= batch["final_support_mean"] <= 450
