@@ -79,7 +79,9 @@ def truncated_normal(
     precision) and through `Phi` otherwise.
     """
     dtype = jnp.result_type(float)
-    u = jr.uniform(key, shape, dtype)
+    # Midpoints of the 2**-23 grid of float32 uniforms: u is never 0 or 1, where the inverse
+    # CDF would return an infinite z (then clipped to the upper bound, an impossible draw).
+    u = (jnp.floor(jr.uniform(key, shape, dtype) * 2.0**23) + 0.5) * 2.0**-23
     q_lo, q_hi = ndtr(-lower), ndtr(-upper)
     z_upper_tail = -ndtri(q_hi + u * (q_lo - q_hi))
     c_lo, c_hi = ndtr(lower), ndtr(upper)
