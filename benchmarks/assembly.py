@@ -7,7 +7,8 @@ Configurations (one JSON line each):
   `Brain.project_rounds`, compiled ahead of time) and the NumPy peer
   (`benchmarks.peers.assembly_numpy.run_projection`, the same algorithm vectorised with NumPy),
   timed on the same core. Reports ms per step for both and the ratio (target: neurojax >= 10x
-  faster per step), and the final supports.
+  faster per step), and the final supports; also ms per step of 100 more rounds on the
+  converged brain with and without plasticity (their difference: the Hebbian update).
 - `sparse_1e6`, `sparse_1e7`: n = 10^6 and 10^7, k = 1000, p = 0.001, 100 steps: steps per
   second and the bytes of the brain state (synapses over the support capacity).
 - `batch`: 64 brains (seeds) of the `projection` configuration under `jax.vmap`, one call:
@@ -78,6 +79,32 @@ def _projection(args, n, k, p, beta, name):
     return record
 
 
+def _converged_step_cost(args, n, k, p, beta) -> dict:
+    """ms per step of 100 further rounds on a converged brain, with and without plasticity:
+    the difference is the cost of the Hebbian update."""
+    import jax
+
+    brain, _ = _neurojax_run(n, k, p, beta, STEPS, 0)
+    state = brain.project(brain.init_state(), stimuli={"s": ["A"]})
+    state, _ = brain.project_rounds(state, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=STEPS)
+    out = {}
+    for plastic in (True, False):
+
+        def rounds(s, plastic=plastic):
+            s, _ = brain.project_rounds(
+                s, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=STEPS, plasticity=plastic
+            )
+            return s.winners["A"]
+
+        timing, _, _ = _harness.time_jax(
+            rounds, [jax.block_until_ready(state)], repeats=args.repeats, budget_s=args.budget
+        )
+        out["converged_ms_per_step_" + ("plastic" if plastic else "static")] = (
+            timing.run_s / STEPS * 1e3
+        )
+    return out
+
+
 def main(argv=None) -> None:
     args = _harness.parse_args(__doc__.splitlines()[0], sizes=[1], quick_sizes=[1], argv=argv)
     import jax
@@ -88,6 +115,7 @@ def main(argv=None) -> None:
     n_proj = 10_000 if args.quick else 100_000
     k_proj = 100 if args.quick else 317
     rec = _projection(args, n_proj, k_proj, 0.01, 0.05, "projection")
+    rec.update(_converged_step_cost(args, n_proj, k_proj, 0.01, 0.05))
     if args.peers:
         _harness.log("NumPy peer")
         timing, out = _harness.time_call(

@@ -28,21 +28,19 @@ and prints their mean. --duration and --dt have no meaning here and are ignored.
 
 
 def _unit_float(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        x = float("nan")
+    from .cli import finite_float
+
+    x = finite_float(text)
     if not 0.0 < x < 1.0:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text!r}")
     return x
 
 
 def _beta(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        x = float("nan")
-    if not (x > -1.0 and np.isfinite(x)):
+    from .cli import finite_float
+
+    x = finite_float(text)
+    if not x > -1.0:
         raise argparse.ArgumentTypeError(f"must be a finite number > -1, got {text!r}")
     return x
 

@@ -226,7 +226,7 @@ def test_explicit_mode_matches_numpy_loop_exactly():
     s = b.project(s0, stimuli={"s": ["A"]})
     s, trace = b.project_rounds(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=7)
     hist, stim, w = _numpy_explicit(stim0, w0, 20, 0.1, 8)
-    got = np.concatenate([np.asarray(trace.winners["A"])])
+    got = np.asarray(trace.winners["A"])
     for t in range(7):
         assert sorted(got[t]) == sorted(hist[t + 1])
     np.testing.assert_allclose(np.asarray(s.stimulus_weights[("s", "A")]), stim, rtol=1e-6)

@@ -78,7 +78,7 @@ class ProjectionTrace(eqx.Module):
 def overlap(a: Int[Array, "... k"], b: Int[Array, "... m"]) -> Int[Array, "..."]:
     """How many neurons of winner list `a` are also in `b` (`-1` entries never count).
 
-    Works on the last axis, so stacked lists (steps, trials) give one count each.
+    Works on the last axis (leading axes broadcast), so stacked lists give one count each.
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b)
@@ -87,16 +87,13 @@ def overlap(a: Int[Array, "... k"], b: Int[Array, "... m"]) -> Int[Array, "..."]
             "overlap: a and b must be winner lists (at least 1-d), got shapes "
             f"{a.shape} and {b.shape}"
         )
-    srt = jnp.sort(b, axis=-1)
-    pos = (
-        jax.vmap(jnp.searchsorted)(
-            srt.reshape(-1, srt.shape[-1]), a.reshape(-1, a.shape[-1])
-        ).reshape(a.shape)
-        if a.ndim > 1
-        else jnp.searchsorted(srt, a)
-    )
-    found = jnp.take_along_axis(srt, jnp.minimum(pos, srt.shape[-1] - 1), axis=-1) == a
+    found = jnp.vectorize(_contains, signature="(m),(k)->(k)")(jnp.sort(b, axis=-1), a)
     return jnp.sum(found & (a >= 0), axis=-1).astype(jnp.int32)
+
+
+def _contains(sorted_b: Int[Array, " m"], a: Int[Array, " k"]) -> Bool[Array, " k"]:
+    pos = jnp.minimum(jnp.searchsorted(sorted_b, a), sorted_b.shape[0] - 1)
+    return sorted_b[pos] == a
 
 
 def _is_int(x: Any) -> bool:

@@ -100,13 +100,7 @@ def _two_phase(brain, state, first, then, steps, where):
     if steps == 1:
         return state, t1
     state, t2 = brain.project_rounds(state, *then, steps=steps - 1)
-    cat = lambda a, b: {k: jnp.concatenate([a[k], b[k]]) for k in a}  # noqa: E731
-    trace = ProjectionTrace(
-        winners=cat(t1.winners, t2.winners),
-        new_winners=cat(t1.new_winners, t2.new_winners),
-        support=cat(t1.support, t2.support),
-        overlap=cat(t1.overlap, t2.overlap),
-    )
+    trace = jax.tree.map(lambda x, y: jnp.concatenate([x, y]), t1, t2)
     return state, trace
 
 
