@@ -612,8 +612,12 @@ def test_explicit_and_sparse_modes_agree_at_large_n():
         ]
         out[mode] = np.array(sups)
     sp, ex = out["sparse"], out["explicit"]
-    # Early growth (steps 2-6): within 6 % of each other; final support within 15 %.
-    np.testing.assert_allclose(sp[:, :5].mean(0), ex[:, :5].mean(0), rtol=0.06)
+    # The first recurrent steps (2-4) agree within 6 %. Later the modes drift apart by a few
+    # per cent (sparse mode redraws never-fired neurons' inputs every step, explicit mode keeps
+    # them): over two runs of 4-6 seeds steps 5-6 and the final support differed by 3-10 %,
+    # so those are held to 15 %.
+    np.testing.assert_allclose(sp[:, :3].mean(0), ex[:, :3].mean(0), rtol=0.06)
+    np.testing.assert_allclose(sp[:, 3:5].mean(0), ex[:, 3:5].mean(0), rtol=0.15)
     assert abs(sp[:, -1].mean() / ex[:, -1].mean() - 1) < 0.15
 
 
