@@ -3,7 +3,8 @@
 The most used names are lifted here; the subpackages hold the rest:
 `neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders),
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
-calculus) and `neurojax.surrogate`.
+calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops) and
+`neurojax.surrogate`.
 """
 
 from . import assembly as assembly
@@ -14,6 +15,7 @@ from . import neurons as neurons
 from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
+from . import training as training
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
 from .network import Network as Network

@@ -267,11 +267,20 @@ def _run_chunk(
     spike_dtype: str | None,
     check: bool,
     unroll: int,
+    checkpoint: bool = False,
+    truncate_backprop: int | None = None,
 ):
     """Scan `n_rec * record_every` steps starting at global step index `start`."""
     global _TRACE_COUNT
     _TRACE_COUNT += 1
     float_dtype = jnp.result_type(float)
+
+    def plain_step(st, inp):
+        return model.step(st, inp, dt)
+
+    # Rematerialise each step in the backward pass: only the carried state is stored per
+    # step, not the step's intermediates (currents, surrogate inputs, gate values).
+    stepper = jax.checkpoint(plain_step) if checkpoint else plain_step
 
     def one_step(carry, x):
         st, i, dg = carry
@@ -283,7 +292,17 @@ def _run_chunk(
             inp = inputs
         else:
             inp = None
-        st, out = model.step(st, inp, dt)
+        if truncate_backprop is not None:
+            # Cut the gradient path through the state at the start of every window of
+            # truncate_backprop steps; jnp.where sends the cotangent only to the taken branch.
+            cut = (i % truncate_backprop == 0) & (i > 0)
+            st = jtu.tree_map(
+                lambda x: jnp.where(cut, jax.lax.stop_gradient(x), x)
+                if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+                else x,
+                st,
+            )
+        st, out = stepper(st, inp)
         if check:
             bad = _nonfinite_index(st)
             first = (dg[0] < 0) & (bad >= 0)
@@ -372,6 +391,8 @@ def simulate(
     spike_dtype: str | None = "bool",
     unroll: int = 1,
     batch_block: int | None = None,
+    checkpoint: bool = False,
+    truncate_backprop: int | None = None,
 ) -> tuple[Any, Recording]:
     """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
 
@@ -429,6 +450,16 @@ def simulate(
             shared by all trials. Results equal an unblocked run up to those keys; the final
             state's shared leaves are those of the first block. Not with `chunk_size` or
             `progress`.
+        checkpoint: for gradients through long runs, wrap each step in `jax.checkpoint`, so
+            that the backward pass keeps only the state carried between steps and recomputes
+            each step's intermediates (memory per step drops from everything the step
+            computes to the size of the state; time grows by about one extra forward pass).
+            Values and gradients are unchanged.
+        truncate_backprop: truncated backpropagation through time: a positive number of
+            steps `K` after which the gradient path through the state is cut (at steps `K`,
+            `2K`, ...). The forward run is unchanged; a loss term at step `t` then reaches
+            the parameters only through the steps since the last cut. `None` (default) keeps
+            the full gradient.
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
@@ -462,6 +493,8 @@ def simulate(
             check=check,
             spike_dtype=spike_dtype,
             unroll=unroll,
+            checkpoint=checkpoint,
+            truncate_backprop=truncate_backprop,
         )
     if not hasattr(model, "step") or not callable(model.step):
         raise TypeError(
@@ -471,6 +504,10 @@ def simulate(
         n_steps = check_positive_int("simulate", "n_steps", n_steps)
     record_every = check_positive_int("simulate", "record_every", record_every)
     unroll = check_positive_int("simulate", "unroll", unroll)
+    if not isinstance(checkpoint, bool):
+        raise TypeError(f"simulate: checkpoint must be a bool, got {checkpoint!r}")
+    if truncate_backprop is not None:
+        truncate_backprop = check_positive_int("simulate", "truncate_backprop", truncate_backprop)
     if chunk_size is not None:
         chunk_size = check_positive_int("simulate", "chunk_size", chunk_size)
     if spike_dtype not in ("bool", None):
@@ -534,6 +571,8 @@ def simulate(
                 spike_dtype=spike_dtype,
                 check=check,
                 unroll=unroll,
+                checkpoint=checkpoint,
+                truncate_backprop=truncate_backprop,
             )
             if _is_tracer(diag[0]):
                 # An inputs function or record function closing over traced values puts the

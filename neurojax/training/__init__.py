@@ -1,0 +1,40 @@
+"""Gradient-based training of spiking networks.
+
+- Encoders turning static features into time-major spike or current sequences:
+  `rate_encode`, `poisson_encode`, `latency_encode`, `current_encode`.
+- Layers built from neurojax neuron models: `SpikingDense`, `SpikingRecurrent`,
+  `LeakyReadout`, `Sequential`; `trainable` selects the leaves to train.
+- Readouts and losses on time-major outputs: `spike_count_cross_entropy`,
+  `max_membrane_cross_entropy`, `rate_mse`, `rate_regularizer`, `accuracy`,
+  `spike_counts`, `firing_rates`.
+- An optax loop: `make_train_step` (jitted value, gradient and update, vmapped over the
+  batch), `init_opt_state` and `fit` (epochs of shuffled batches, metrics, progress).
+
+Memory and long sequences: `simulate` and every layer take `checkpoint=True` (rematerialise
+each step in the backward pass) and `truncate_backprop=K` (truncated backpropagation through
+time).
+"""
+
+from ._encoders import current_encode as current_encode
+from ._encoders import latency_encode as latency_encode
+from ._encoders import poisson_encode as poisson_encode
+from ._encoders import rate_encode as rate_encode
+from ._layers import LeakyReadout as LeakyReadout
+from ._layers import ReadoutState as ReadoutState
+from ._layers import RecurrentState as RecurrentState
+from ._layers import Sequential as Sequential
+from ._layers import SpikingDense as SpikingDense
+from ._layers import SpikingRecurrent as SpikingRecurrent
+from ._layers import default_neuron as default_neuron
+from ._layers import trainable as trainable
+from ._loop import FitResult as FitResult
+from ._loop import fit as fit
+from ._loop import init_opt_state as init_opt_state
+from ._loop import make_train_step as make_train_step
+from ._losses import accuracy as accuracy
+from ._losses import firing_rates as firing_rates
+from ._losses import max_membrane_cross_entropy as max_membrane_cross_entropy
+from ._losses import rate_mse as rate_mse
+from ._losses import rate_regularizer as rate_regularizer
+from ._losses import spike_count_cross_entropy as spike_count_cross_entropy
+from ._losses import spike_counts as spike_counts
