@@ -297,9 +297,11 @@ def _run_chunk(
             # truncate_backprop steps; jnp.where sends the cotangent only to the taken branch.
             cut = (i % truncate_backprop == 0) & (i > 0)
             st = jtu.tree_map(
-                lambda x: jnp.where(cut, jax.lax.stop_gradient(x), x)
-                if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
-                else x,
+                lambda x: (
+                    jnp.where(cut, jax.lax.stop_gradient(x), x)
+                    if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+                    else x
+                ),
                 st,
             )
         st, out = stepper(st, inp)
