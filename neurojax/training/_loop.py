@@ -122,9 +122,14 @@ def make_train_step(
             return loss, aux
 
         (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(params)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
+        # optax mixes float32 moments with int32 step counts (adam's bias correction), which
+        # jax's strict dtype promotion rejects; the update is traced under standard promotion
+        # so that users (and this project's tests) may run their models in strict mode.
+        with jax.numpy_dtype_promotion("standard"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            grad_norm = optax.tree.norm(grads)
+        metrics = {"loss": loss, "grad_norm": grad_norm, **aux}
         return eqx.combine(params, static), opt_state, metrics
 
     def checked(model, opt_state, batch, key):
