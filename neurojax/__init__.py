@@ -3,7 +3,8 @@
 The most used names are lifted here; the subpackages hold the rest:
 `neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders),
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
-calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops) and
+calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops), `neurojax.parallel`
+(batched sweeps over devices) and
 `neurojax.surrogate`.
 """
 
@@ -12,6 +13,7 @@ from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import models as models
 from . import network as network
 from . import neurons as neurons
+from . import parallel as parallel
 from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
