@@ -2,12 +2,14 @@
 
 The most used names are lifted here; the subpackages hold the rest:
 `neurojax.neurons`, `neurojax.synapses`, `neurojax.connect` (sparse connectivity builders),
+`neurojax.analysis` (rates, ISI statistics, synchrony, plots),
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
 calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops), `neurojax.parallel`
 (batched sweeps over devices) and
 `neurojax.surrogate`.
 """
 
+from . import analysis as analysis
 from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import models as models
