@@ -5,13 +5,14 @@ The most used names are lifted here; the subpackages hold the rest:
 `neurojax.analysis` (rates, ISI statistics, synchrony, plots),
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
 calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops), `neurojax.parallel`
-(batched sweeps over devices) and
-`neurojax.surrogate`.
+(batched sweeps over devices), `neurojax.io` (checkpoints with `nj.save` / `nj.load`,
+export of recordings) and `neurojax.surrogate`.
 """
 
 from . import analysis as analysis
 from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
+from . import io as io
 from . import models as models
 from . import network as network
 from . import neurons as neurons
@@ -22,6 +23,8 @@ from . import synapses as synapses
 from . import training as training
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
+from .io import load as load
+from .io import save as save
 from .network import Network as Network
 from .network import NetworkState as NetworkState
 from .network import PoissonSource as PoissonSource

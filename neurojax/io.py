@@ -1,0 +1,907 @@
+"""Checkpoints of neurojax PyTrees, and export of recordings to NumPy and CSV.
+
+**Checkpoints.** `save(path, tree)` writes any PyTree of neurojax objects (models, states
+with their PRNG keys, ring buffers and plastic weights, optax optimizer states, Python
+scalars) to one file; `load(path, like)` reads it back into a PyTree of the same structure,
+for example a freshly built model and `init_state`. Only values are stored: the static parts
+of the tree (sizes, method names, the classes themselves, functions) come from `like`, so a
+checkpoint never executes code when loaded. A simulation or a training run resumed from a
+checkpoint continues bit for bit as if it had not been interrupted.
+
+```python
+state, rec = nj.simulate(net, net.init_state(jax.random.key(0)), dt=0.1, n_steps=10_000)
+nj.save("run.nj", {"net": net, "state": state})
+# later, in another process:
+ckpt = nj.load("run.nj", {"net": net, "state": net.init_state(jax.random.key(0))})
+state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
+```
+
+**File format** (`format_version` 1): an uncompressed ZIP archive, readable with
+`numpy.load(path)`, holding
+
+- `neurojax_checkpoint.json`: the header: `format` (`"neurojax-checkpoint"`),
+  `format_version`, the neurojax, JAX and NumPy versions that wrote it, `nodes` (the path and
+  type name of every internal node of the tree, `None` included) and `leaves` (per leaf, in
+  the order of `jax.tree_util.tree_flatten`: its path as written by `jax.tree_util.keystr`,
+  its kind, shape, dtype, PRNG implementation, the archive member holding it and the SHA-256
+  of its bytes; Python scalars and strings are stored in the header itself);
+- `leaves/00000.npy`, ...: one `.npy` file per array leaf. Typed PRNG keys are stored as
+  their `jax.random.key_data` (uint32); dtypes that `.npy` cannot describe (`bfloat16`,
+  `float8_*`, ...) as their raw bytes, a `uint8` array with a trailing axis of the item size.
+
+Files are written atomically (a temporary file in the same directory, `fsync`, then
+`os.replace`), so an interrupted `save` leaves the previous file, or none, never half a file.
+`load` verifies the archive, the header, the structure, shapes and dtypes against `like` and
+every checksum before it builds anything, and reads arrays with `allow_pickle=False`.
+
+**Recordings.** `save_recording(path, recording)` writes a `nj.Recording` to a `.npz` with
+the keys `t`, `spikes` (or `spikes/<population>`) and `values/<field>`;
+`spike_table(spikes, dt=..., t=...)` turns a time-major spike raster into a table with one
+row per spike (columns `time_ms`, `trial`, `neuron`), and `spike_table_to_csv` writes it.
+"""
+
+import contextlib
+import csv
+import hashlib
+import json
+import os
+import pathlib
+import secrets
+import sys
+import zipfile
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from io import BytesIO, TextIOWrapper
+from typing import Any, BinaryIO
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jaxtyping import ArrayLike, PyTree, Shaped
+
+from ._simulate import Recording
+from ._validation import check_dt
+
+__all__ = ["save", "load", "save_recording", "spike_table", "spike_table_to_csv"]
+
+FORMAT = "neurojax-checkpoint"
+FORMAT_VERSION = 1
+_HEADER = "neurojax_checkpoint.json"
+# A fixed timestamp for the archive members: the same tree gives the same bytes.
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_SCALAR_KINDS = ("bool", "int", "float", "complex", "str")
+_KINDS = ("array", "key", "object") + _SCALAR_KINDS
+_NATIVE_KINDS = "biufcUSmM"  # dtype kinds that .npy stores without pickle
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _as_path(owner: str, path: Any) -> pathlib.Path:
+    if isinstance(path, (str, os.PathLike)):
+        text = os.fspath(path)
+        if isinstance(text, str) and text:
+            return pathlib.Path(text)
+    raise TypeError(f"{owner}: path must be a non-empty str or pathlib.Path, got {path!r}")
+
+
+def _show(path: str) -> str:
+    return path if path else "<root>"
+
+
+def _is_key_dtype(dtype: Any) -> bool:
+    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _key_impl(x: Any) -> str:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        # jax.random.key_impl takes only key arrays; an abstract key exposes its
+        # implementation through its dtype.
+        impl = getattr(x.dtype, "_impl", None)
+        return str(getattr(impl, "name", x.dtype))
+    return str(jax.random.key_impl(x))
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    dtype = np.dtype(dtype)
+    # Strings and datetimes need their size or unit; every other dtype is named.
+    return dtype.str if dtype.kind in "USmM" else dtype.name
+
+
+def _bytes_of(arr: np.ndarray) -> np.ndarray:
+    return np.asarray(arr, order="C").reshape(-1).view(np.uint8)
+
+
+def _sha256(arr: np.ndarray) -> str:
+    return hashlib.sha256(_bytes_of(arr)).hexdigest()
+
+
+def _leaf_spec(owner: str, path: str, x: Any) -> dict[str, Any]:
+    """What a leaf is (kind, shape, dtype, key implementation), without its values."""
+    if isinstance(x, jax.core.Tracer):
+        raise TypeError(
+            f"{owner}: leaf {_show(path)} is a traced value; {owner} reads or writes files and "
+            "must be called outside jit, vmap and grad"
+        )
+    if isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
+        shape = [int(s) for s in x.shape]
+        if _is_key_dtype(x.dtype):
+            data = jax.eval_shape(jax.random.key_data, x)  # abstract: no device work
+            return {
+                "path": path,
+                "kind": "key",
+                "impl": _key_impl(x),
+                "shape": shape,
+                "data_shape": [int(s) for s in data.shape],
+            }
+        return {"path": path, "kind": "array", "shape": shape, "dtype": _dtype_name(x.dtype)}
+    # bool before int: bool is a subclass of int.
+    for kind, types in (("bool", bool), ("int", int), ("float", float), ("complex", complex)):
+        if isinstance(x, types):
+            return {"path": path, "kind": kind}
+    if isinstance(x, str):
+        return {"path": path, "kind": "str"}
+    return {"path": path, "kind": "object", "type": type(x).__qualname__}
+
+
+def _describe(spec: dict[str, Any]) -> str:
+    kind = spec["kind"]
+    if kind == "array":
+        return f"a {spec['dtype']} array of shape {tuple(spec['shape'])}"
+    if kind == "key":
+        return f"a PRNG key array ({spec['impl']}) of shape {tuple(spec['shape'])}"
+    if kind == "object":
+        return f"an object of type {spec.get('type', '?')} (not stored)"
+    return f"a Python {kind}"
+
+
+def _nodes(tree: Any) -> list[tuple[str, str]]:
+    """(path, type name) of every internal node of `tree` (None included), in pre-order."""
+    out: list[tuple[str, str]] = []
+
+    def visit(x: Any, path: str) -> None:
+        def one_level(y: Any) -> bool:
+            return y is not x
+
+        if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
+            return  # a leaf
+        out.append((path, type(x).__qualname__))
+        children, _ = jtu.tree_flatten_with_path(x, is_leaf=one_level)
+        for key_path, child in children:
+            visit(child, path + jtu.keystr(key_path))
+
+    visit(tree, "")
+    return out
+
+
+def _neurojax_version() -> str:
+    package = sys.modules.get(__name__.rpartition(".")[0])
+    return str(getattr(package, "__version__", "unknown"))
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+    # Makes the rename itself durable; not possible on every platform (Windows), hence best
+    # effort.
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(owner: str, path: pathlib.Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write a file with `write(fileobj)` so that `path` is either the old or the new file."""
+    directory = path.absolute().parent
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"{owner}: the directory {str(directory)!r} of path {str(path)!r} does not exist"
+        )
+    if path.is_dir():
+        raise IsADirectoryError(f"{owner}: path {str(path)!r} is a directory, expected a file")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
+        try:
+            # Mode 0o666 lets the umask decide the permissions, as for any new file.
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _zipinfo(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=_ZIP_TIME)
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    return info
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def _encode(owner: str, spec: dict[str, Any], x: Any, index: int) -> np.ndarray | None:
+    """Complete `spec` with how the leaf is stored; return the array to store (or None)."""
+    kind, path = spec["kind"], spec["path"]
+    if isinstance(x, jax.ShapeDtypeStruct):
+        raise TypeError(
+            f"{owner}: leaf {_show(path)} is a jax.ShapeDtypeStruct, which has no values to save"
+        )
+    if kind in ("array", "key"):
+        if kind == "key":
+            data = np.asarray(jax.random.key_data(x))
+            spec["data_shape"] = [int(s) for s in data.shape]
+            spec["data_dtype"] = _dtype_name(data.dtype)
+            encoding = "npy"
+        else:
+            data = np.asarray(x)
+            if data.dtype.kind == "O" or data.dtype.names is not None:
+                raise TypeError(
+                    f"{owner}: leaf {_show(path)} is a NumPy array of dtype {data.dtype}, which "
+                    "cannot be stored without pickle; only numeric, bool and string arrays can"
+                )
+            if data.dtype.kind in _NATIVE_KINDS:
+                encoding = "npy"
+            else:
+                try:
+                    known = jnp.dtype(data.dtype.name) == data.dtype
+                except TypeError:
+                    known = False
+                if not known:
+                    raise TypeError(
+                        f"{owner}: leaf {_show(path)} has dtype {data.dtype}, which neither .npy "
+                        "nor jax.numpy can name"
+                    )
+                encoding = "raw"
+                data = _bytes_of(data).reshape(data.shape + (data.dtype.itemsize,))
+        spec["encoding"] = encoding
+        spec["member"] = f"leaves/{index:05d}.npy"
+        spec["sha256"] = _sha256(data)
+        return data
+    if kind == "bool":
+        spec["value"] = bool(x)
+    elif kind == "int":
+        spec["value"] = int(x)
+    elif kind == "float":
+        spec["value"] = float(x).hex()
+    elif kind == "complex":
+        spec["value"] = [complex(x).real.hex(), complex(x).imag.hex()]
+    elif kind == "str":
+        spec["value"] = str(x)
+    return None
+
+
+def save(path: str | os.PathLike, tree: PyTree) -> None:
+    """Save a PyTree of neurojax objects (models, states, optimizer states) to one file.
+
+    Every array leaf is stored with its shape, dtype and SHA-256 checksum: JAX and NumPy
+    arrays of any dtype, typed PRNG keys from `jax.random.key` (as their
+    `jax.random.key_data` and implementation name) and raw `uint32` keys. Python `bool`,
+    `int`, `float`, `complex` and `str` leaves are stored exactly in the file's JSON header.
+    `None` and empty containers are part of the structure. Other leaves (functions, for
+    example a network input given as `t_ms -> current`) and all static fields are not stored:
+    `load` takes them from its `like` argument.
+
+    The file is written atomically: to a temporary file in the same directory, flushed to
+    disk, then renamed over `path`, so that a crash or an error during `save` leaves the
+    previous file at `path` (or none) intact. The format is described in `neurojax.io`.
+
+    Args:
+        path: the file to write (`str` or `pathlib.Path`); its directory must exist. Any
+            suffix works; `.nj` is a good choice. An existing file is replaced.
+        tree: the PyTree to save. Must not contain traced values (call `save` outside
+            `jit`, `vmap` and `grad`) or `jax.ShapeDtypeStruct` leaves.
+
+    Raises:
+        TypeError: for a bad `path`, a traced or abstract leaf, or an array that cannot be
+            stored without pickle (object dtype).
+
+    Example:
+    ```python
+    lif = nj.LIF()
+    state, rec = nj.simulate(lif, lif.init_state(100), 20.0, dt=0.1, n_steps=1000)
+    nj.save("lif.nj", {"model": lif, "state": state, "t_ms": 100.0})
+    ```
+    """
+    owner = "save"
+    p = _as_path(owner, path)
+    flat, _ = jtu.tree_flatten_with_path(tree)
+    specs, arrays = [], []
+    for index, (key_path, x) in enumerate(flat):
+        spec = _leaf_spec(owner, jtu.keystr(key_path), x)
+        data = _encode(owner, spec, x, index)
+        specs.append(spec)
+        if data is not None:
+            arrays.append((spec["member"], data))
+    header = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "neurojax_version": _neurojax_version(),
+        "jax_version": jax.__version__,
+        "numpy_version": np.__version__,
+        "nodes": [list(node) for node in _nodes(tree)],
+        "leaves": specs,
+    }
+    header_bytes = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+    def write(f: BinaryIO) -> None:
+        with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            zf.writestr(_zipinfo(_HEADER), header_bytes)
+            for member, data in arrays:
+                with zf.open(_zipinfo(member), "w", force_zip64=True) as out:
+                    np.lib.format.write_array(out, data, allow_pickle=False)
+
+    _atomic_write(owner, p, write)
+
+
+# ----------------------------------------------------------------------------- load
+
+
+class _Corrupt(Exception):
+    """Internal: what is wrong with a checkpoint file (turned into a ValueError)."""
+
+
+def _check_header(header: Any, members: set[str]) -> None:
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise _Corrupt(f"its header is invalid: {what}")
+
+    def is_shape(s: Any) -> bool:
+        return isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
+
+    need(isinstance(header, dict), "not a JSON object")
+    need(header.get("format") == FORMAT, f"format is {header.get('format')!r}, not {FORMAT!r}")
+    version = header.get("format_version")
+    need(isinstance(version, int) and version >= 1, f"format_version is {version!r}")
+    if version > FORMAT_VERSION:
+        raise _Corrupt(
+            f"it has format_version {version}, written by a newer neurojax "
+            f"({header.get('neurojax_version')}); this one reads versions up to "
+            f"{FORMAT_VERSION}; upgrade neurojax"
+        )
+    nodes, leaves = header.get("nodes"), header.get("leaves")
+    need(
+        isinstance(nodes, list)
+        and all(
+            isinstance(n, list) and len(n) == 2 and all(isinstance(s, str) for s in n)
+            for n in nodes
+        ),
+        "nodes must be a list of [path, type] pairs",
+    )
+    need(isinstance(leaves, list), "leaves must be a list")
+    for i, spec in enumerate(leaves):
+        need(isinstance(spec, dict), f"leaves[{i}] is not an object")
+        need(isinstance(spec.get("path"), str), f"leaves[{i}] has no path")
+        kind = spec.get("kind")
+        need(kind in _KINDS, f"leaves[{i}] has unknown kind {kind!r}")
+        where = f"leaf {_show(spec['path'])}"
+        if kind in ("array", "key"):
+            need(is_shape(spec.get("shape")), f"{where} has no valid shape")
+            need(spec.get("member") in members, f"{where}: its array is missing from the archive")
+            sha = spec.get("sha256")
+            need(
+                isinstance(sha, str)
+                and len(sha) == 64
+                and all(c in "0123456789abcdef" for c in sha),
+                f"{where} has no SHA-256",
+            )
+            need(spec.get("encoding") in ("npy", "raw"), f"{where} has unknown encoding")
+        if kind == "array":
+            need(isinstance(spec.get("dtype"), str), f"{where} has no dtype")
+        if kind == "key":
+            need(isinstance(spec.get("impl"), str), f"{where} has no PRNG implementation")
+            need(is_shape(spec.get("data_shape")), f"{where} has no key data shape")
+            need(isinstance(spec.get("data_dtype"), str), f"{where} has no key data dtype")
+            need(spec.get("encoding") == "npy", f"{where} has unknown encoding")
+        value = spec.get("value")
+        if kind in ("bool", "int", "str"):
+            need(type(value) is {"bool": bool, "int": int, "str": str}[kind], f"{where}: bad value")
+        if kind in ("float", "complex"):
+            parts = [value] if kind == "float" else value
+            need(
+                isinstance(parts, list) and len(parts) == (1 if kind == "float" else 2),
+                f"{where}: bad value",
+            )
+            try:
+                for part in parts:
+                    float.fromhex(part)
+            except (TypeError, ValueError):
+                raise _Corrupt(f"its header is invalid: {where}: bad value") from None
+
+
+def _mismatch(where: str, path: str, what: str) -> ValueError:
+    return ValueError(f"load: like does not match the checkpoint {where} at {_show(path)}: {what}")
+
+
+def _match(where: str, header: dict, like_nodes: list, like_specs: list) -> None:
+    """Raise a ValueError naming the first leaf or node where `like` differs."""
+    saved: dict[str, tuple[str, Any]] = {}
+    for path, kind in header["nodes"]:
+        saved[path] = ("node", kind)
+    for spec in header["leaves"]:
+        saved[spec["path"]] = ("leaf", spec)
+    mine: dict[str, tuple[str, Any]] = {}
+    for path, kind in like_nodes:
+        mine[path] = ("node", kind)
+    for spec in like_specs:
+        mine[spec["path"]] = ("leaf", spec)
+
+    def text(entry: tuple[str, Any]) -> str:
+        what, item = entry
+        if what == "node":
+            return "None" if item == "NoneType" else f"a {item}"
+        return _describe(item)
+
+    def top_level(paths: list[str]) -> list[str]:
+        # A missing subtree is reported once, by its root.
+        out: list[str] = []
+        for p in paths:
+            if not any(p.startswith(q) and p[len(q) : len(q) + 1] in (".", "[") for q in out):
+                out.append(p)
+        return out
+
+    for path in list(saved) + [p for p in mine if p not in saved]:
+        a, b = saved.get(path), mine.get(path)
+        if a is None:
+            extra = top_level([p for p in mine if p not in saved])
+            raise _mismatch(
+                where,
+                path,
+                f"like has {text(b)} here, which the checkpoint does not have (parts of like not "
+                f"in the checkpoint: {', '.join(_show(p) for p in extra[:5])}"
+                f"{', ...' if len(extra) > 5 else ''}); the checkpoint has "
+                f"{len(header['leaves'])} leaves, like {len(like_specs)}",
+            )
+        if b is None:
+            missing = top_level([p for p in saved if p not in mine])
+            raise _mismatch(
+                where,
+                path,
+                f"the checkpoint has {text(a)} here, which like does not have (parts of the "
+                f"checkpoint missing from like: {', '.join(_show(p) for p in missing[:5])}"
+                f"{', ...' if len(missing) > 5 else ''}); the checkpoint has "
+                f"{len(header['leaves'])} leaves, like {len(like_specs)}",
+            )
+        if a[0] != b[0] or (a[0] == "node" and a[1] != b[1]):
+            raise _mismatch(where, path, f"the checkpoint has {text(a)}, like {text(b)}")
+        if a[0] == "node":
+            continue
+        s, m = a[1], b[1]
+        if s["kind"] != m["kind"]:
+            raise _mismatch(where, path, f"the checkpoint has {text(a)}, like {text(b)}")
+        if s["kind"] == "key" and s["impl"] != m["impl"]:
+            raise _mismatch(
+                where,
+                path,
+                f"the checkpoint has a PRNG key of implementation {s['impl']!r}, like one of "
+                f"{m['impl']!r}",
+            )
+        if s["kind"] in ("array", "key") and s["shape"] != m["shape"]:
+            raise _mismatch(
+                where,
+                path,
+                f"the checkpoint has shape {tuple(s['shape'])}, like {tuple(m['shape'])}",
+            )
+        if s["kind"] == "key" and s["data_shape"] != m["data_shape"]:
+            raise ValueError(
+                f"load: cannot read checkpoint {where}: its header is invalid: leaf "
+                f"{_show(path)} holds key data of shape {tuple(s['data_shape'])}, but keys of "
+                f"shape {tuple(s['shape'])} ({s['impl']}) have data of shape "
+                f"{tuple(m['data_shape'])}"
+            )
+        if s["kind"] == "array" and s["dtype"] != m["dtype"]:
+            raise _mismatch(
+                where, path, f"the checkpoint has dtype {s['dtype']}, like {m['dtype']}"
+            )
+    order = [spec["path"] for spec in header["leaves"]]
+    if order != [spec["path"] for spec in like_specs]:
+        raise ValueError(
+            f"load: like has the leaves of the checkpoint {where} in a different order; "
+            "build like with the same container types as the saved tree"
+        )
+
+
+def _read_array(zf: zipfile.ZipFile, spec: dict) -> np.ndarray:
+    where = f"the array of leaf {_show(spec['path'])} ({spec['member']})"
+    try:
+        raw = zf.read(spec["member"])
+    except zipfile.BadZipFile as err:
+        raise _Corrupt(f"{where} is damaged ({err})") from None
+    try:
+        arr = np.lib.format.read_array(BytesIO(raw), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as err:
+        raise _Corrupt(f"{where} is not a valid .npy array ({err})") from None
+    if spec["kind"] == "key":
+        shape, dtype = tuple(spec["data_shape"]), spec["data_dtype"]
+        if shape[: len(spec["shape"])] != tuple(spec["shape"]):
+            raise _Corrupt(f"{where}: key data of shape {shape} for keys of shape {spec['shape']}")
+    elif spec["encoding"] == "raw":
+        item = jnp.dtype(spec["dtype"]).itemsize
+        shape, dtype = tuple(spec["shape"]) + (item,), "uint8"
+    else:
+        shape, dtype = tuple(spec["shape"]), spec["dtype"]
+    if arr.shape != shape or _dtype_name(arr.dtype) != dtype:
+        raise _Corrupt(
+            f"{where} has shape {arr.shape} and dtype {_dtype_name(arr.dtype)}, but the header "
+            f"says {shape} and {dtype}"
+        )
+    if _sha256(arr) != spec["sha256"]:
+        raise _Corrupt(f"{where} does not match its SHA-256 checksum")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if spec["kind"] == "array" and spec["encoding"] == "raw":
+        arr = arr.reshape(-1).view(jnp.dtype(spec["dtype"])).reshape(spec["shape"])
+    return arr
+
+
+def _to_device(value: Any, like: Any) -> jax.Array:
+    """A JAX array with the values of `value` placed like `like` (an array or abstract)."""
+    sharding = getattr(like, "sharding", None)
+    if sharding is not None and sharding.device_set != {jax.devices()[0]}:
+        return jax.device_put(value, sharding)
+    return jnp.asarray(value)
+
+
+def _restore(spec: dict, value: Any, like: Any) -> Any:
+    kind = spec["kind"]
+    if kind == "object":
+        return like
+    if kind == "bool" or kind == "int" or kind == "str":
+        return spec["value"]
+    if kind == "float":
+        return float.fromhex(spec["value"])
+    if kind == "complex":
+        return complex(float.fromhex(spec["value"][0]), float.fromhex(spec["value"][1]))
+    if kind == "key":
+        return jax.random.wrap_key_data(_to_device(value, like), impl=spec["impl"])
+    if isinstance(like, np.generic):
+        return value[()]
+    if isinstance(like, np.ndarray):
+        return value
+    out = _to_device(value, like)
+    if getattr(like, "weak_type", False) and isinstance(like, jax.Array):
+        # Keep a weakly typed leaf weak (it came from a Python scalar): promotion rules and
+        # the jit cache see it as before. A scatter into a weak array keeps the operand's type.
+        out = lax.full_like(like, 0).at[...].set(out)
+    return out
+
+
+def load(path: str | os.PathLike, like: PyTree) -> PyTree:
+    """Load a checkpoint written by `save` into a PyTree shaped like `like`.
+
+    `like` is a PyTree with the structure of the saved tree, for example a freshly built
+    model and its `init_state`; its array leaves may also be `jax.ShapeDtypeStruct`s (from
+    `jax.eval_shape` or `equinox.filter_eval_shape`). The result has the structure, static
+    fields and leaf types of `like` (JAX array, NumPy array, NumPy scalar; a JAX array is
+    placed on the devices of the `like` leaf) and the values of the checkpoint. Leaves that
+    the checkpoint does not store (functions and other objects) are taken from `like`.
+
+    Before anything is built, `load` checks that the file is a complete, uncorrupted
+    checkpoint (the ZIP archive's CRC-32s, the header and the SHA-256 of every array) and
+    that `like` matches it: the same tree (node types and leaf paths, `None` included), and
+    per leaf the same kind (array, PRNG key, Python scalar), shape and dtype, and for keys
+    the same implementation. A mismatch raises a `ValueError` naming the first leaf path
+    where they differ, as written by `jax.tree_util.keystr` (e.g. `.populations['E'].v`).
+    `like` itself is never modified.
+
+    Args:
+        path: the checkpoint file (`str` or `pathlib.Path`).
+        like: a PyTree with the structure, shapes and dtypes of the saved tree.
+
+    Returns:
+        A PyTree like `like` holding the saved values.
+
+    Raises:
+        FileNotFoundError: if there is no file at `path`.
+        ValueError: if the file is truncated, corrupted, not a neurojax checkpoint or written
+            by a newer format version, or if `like` does not match it.
+        TypeError: for a bad `path` or traced leaves in `like` (call `load` outside `jit`).
+
+    Example:
+    ```python
+    ckpt = nj.load("lif.nj", {"model": nj.LIF(), "state": nj.LIF().init_state(100),
+                              "t_ms": 0.0})
+    state = ckpt["state"]
+    ```
+    """
+    owner = "load"
+    p = _as_path(owner, path)
+    flat, treedef = jtu.tree_flatten_with_path(like)
+    like_leaves = [x for _, x in flat]
+    like_specs = [_leaf_spec(owner, jtu.keystr(kp), x) for kp, x in flat]
+    like_nodes = _nodes(like)
+    where = repr(str(p))
+    try:
+        f = open(p, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"load: no checkpoint at {where}: the file does not exist"
+        ) from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"load: {where} is a directory, not a checkpoint file") from None
+    with f:
+        try:
+            try:
+                zf = zipfile.ZipFile(f)
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+                raise _Corrupt(
+                    f"it is not a complete ZIP archive (truncated, or not a checkpoint): {err}"
+                ) from None
+            with zf:
+                members = set(zf.namelist())
+                if _HEADER not in members:
+                    raise _Corrupt(f"it has no {_HEADER} header (not a neurojax checkpoint)")
+                try:
+                    header = json.loads(zf.read(_HEADER).decode("utf-8"))
+                except (zipfile.BadZipFile, UnicodeDecodeError, ValueError) as err:
+                    raise _Corrupt(f"its header is damaged ({err})") from None
+                _check_header(header, members)
+                _match(where, header, like_nodes, like_specs)
+                values = [
+                    _read_array(zf, spec) if spec["kind"] in ("array", "key") else None
+                    for spec in header["leaves"]
+                ]
+        except _Corrupt as err:
+            raise ValueError(f"load: cannot read checkpoint {where}: {err}") from None
+        except (zipfile.BadZipFile, EOFError, OSError, KeyError, NotImplementedError) as err:
+            raise ValueError(
+                f"load: cannot read checkpoint {where}: it is damaged ({type(err).__name__}: {err})"
+            ) from None
+    leaves = [
+        _restore(spec, value, x)
+        for spec, value, x in zip(header["leaves"], values, like_leaves, strict=True)
+    ]
+    return jtu.tree_unflatten(treedef, leaves)
+
+
+# ----------------------------------------------------------------------------- recordings
+
+
+def _entry_name(entry: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def _flatten_named(owner: str, prefix: str, tree: Any, out: dict[str, np.ndarray]) -> None:
+    for key_path, x in jtu.tree_flatten_with_path(tree)[0]:
+        name = "/".join([prefix] + [_entry_name(e) for e in key_path])
+        if isinstance(x, jax.core.Tracer):
+            raise TypeError(f"{owner}: {name} is a traced value; call {owner} outside jit")
+        if isinstance(x, jax.Array) and _is_key_dtype(x.dtype):
+            x = jax.random.key_data(x)
+        if not isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex)):
+            raise TypeError(
+                f"{owner}: {name} is a {type(x).__name__}, not an array; a recording holds "
+                "arrays only"
+            )
+        arr = np.asarray(x)
+        if arr.dtype.kind == "O":
+            raise TypeError(f"{owner}: {name} has dtype object, which .npz cannot store")
+        if name in out:
+            raise ValueError(
+                f"{owner}: two entries of the recording are both named {name!r}; rename one"
+            )
+        out[name] = arr
+
+
+def save_recording(path: str | os.PathLike, recording: Recording, *, compress: bool = True) -> None:
+    """Export a `nj.Recording` to a NumPy `.npz` file.
+
+    The keys of the archive are `t` (time [ms] at the end of each recorded step), `spikes`
+    for a single raster or `spikes/<population>` for a network's `{population: raster}`,
+    and `values/<field>` for recorded state fields (`values/v`); nested PyTrees returned by
+    a custom `record` function get one path segment per level (`values/0`, `values/E/v`).
+    Time is the leading axis of every array, as in the recording. PRNG keys are stored as
+    their `jax.random.key_data`. The file is written atomically, like `save`.
+
+    Args:
+        path: the file to write (`str` or `pathlib.Path`); written as given (NumPy's habit of
+            appending `.npz` does not apply).
+        recording: the `Recording` returned by `nj.simulate`.
+        compress: compress the arrays (zlib; spike rasters shrink many times). Read either
+            way with `numpy.load`.
+
+    Example:
+    ```python
+    _, rec = nj.simulate(net, net.init_state(jax.random.key(0)), dt=0.1, n_steps=1000,
+                         record=lambda s, out: {"v": s.populations["E"].v})
+    nj.io.save_recording("run.npz", rec)
+    data = np.load("run.npz")
+    data["t"].shape, data["spikes/E"].shape, data["values/v"].shape
+    ```
+    """
+    owner = "save_recording"
+    p = _as_path(owner, path)
+    if not isinstance(recording, Recording):
+        raise TypeError(
+            f"{owner}: recording must be a neurojax Recording (from nj.simulate), got "
+            f"{type(recording).__name__}"
+        )
+    if not isinstance(compress, bool):
+        raise TypeError(f"{owner}: compress must be a bool, got {compress!r}")
+    arrays: dict[str, np.ndarray] = {}
+    _flatten_named(owner, "t", recording.t, arrays)
+    _flatten_named(owner, "spikes", recording.spikes, arrays)
+    _flatten_named(owner, "values", recording.values, arrays)
+    writer = np.savez_compressed if compress else np.savez
+    _atomic_write(owner, p, lambda f: writer(f, **arrays))
+
+
+def _decimals(dt: float) -> int:
+    exponent = Decimal(repr(dt)).as_tuple().exponent
+    return max(0, -int(exponent))
+
+
+def spike_table(
+    spikes: Shaped[ArrayLike, "t *batch n"],
+    *,
+    dt: float | None = None,
+    t: Shaped[ArrayLike, " t"] | None = None,
+) -> dict[str, np.ndarray]:
+    """A table with one row per spike from a time-major spike raster.
+
+    The raster is what `nj.simulate` records: shape `(t, n)` or `(t, *batch, n)`, booleans,
+    0/1 values, or spike counts per window (with `record_every > 1`). A window that holds
+    `c` spikes of a neuron gives `c` identical rows. Rows are sorted by time, then trial
+    (batch index), then neuron: the order of the raster's elements.
+
+    Columns (NumPy arrays of equal length):
+
+    - `time_ms` (float64) when `t` or `dt` is given: the time of the raster row, else
+      `step` (int64): the row index itself;
+    - `trial` (int64) for one batch axis, or `trial_0`, `trial_1`, ... for several;
+    - `neuron` (int64): the index along the last axis.
+
+    The result converts directly to a table library: `pandas.DataFrame(table)`.
+
+    Args:
+        spikes: the raster, time first (NumPy or JAX array). For a network's recording pass
+            one population: `rec.spikes["E"]`.
+        dt: time between raster rows [ms] (the simulation step times `record_every`); row `i`
+            is dated `(i + 1) * dt`, the end of its window, as in `Recording.t`. Computed in
+            float64 and rounded to the decimal places of `dt`, so that `3 * 0.1` gives `0.3`.
+        t: the time of every row [ms], shape `(t,)`, usually `recording.t`. A float32 `t` is
+            read through its shortest decimal form (`0.3`, not `0.30000001192092896`).
+            Give `dt` or `t`, not both.
+
+    Returns:
+        `{column name: 1-D array}`.
+
+    Example:
+    ```python
+    _, rec = nj.simulate(lif, lif.init_state((2, 3)), 20.0, dt=0.1, n_steps=100)
+    table = nj.io.spike_table(rec.spikes, t=rec.t)
+    table.keys()    # time_ms, trial, neuron
+    ```
+    """
+    owner = "spike_table"
+    if isinstance(spikes, Mapping):
+        raise TypeError(
+            f"{owner}: spikes must be one time-major raster; for a network's recording pass "
+            f"one population, e.g. rec.spikes[{next(iter(spikes), 'name')!r}]"
+        )
+    if isinstance(spikes, jax.core.Tracer) or isinstance(t, jax.core.Tracer):
+        raise TypeError(f"{owner}: spikes and t must be concrete arrays; call it outside jit")
+    raster = np.asarray(spikes)
+    if raster.ndim < 2:
+        raise ValueError(
+            f"{owner}: spikes must have shape (t, n) or (t, *batch, n), got shape {raster.shape}"
+        )
+    kind = raster.dtype.kind
+    if kind not in "biuf":
+        raise TypeError(
+            f"{owner}: spikes must be booleans or spike counts (int or float), got dtype "
+            f"{raster.dtype}"
+        )
+    if kind in "iuf" and raster.size:
+        bad = ~np.isfinite(raster) | (raster < 0) if kind == "f" else raster < 0
+        if kind == "f":
+            bad |= np.isfinite(raster) & (raster != np.round(raster))
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{owner}: spikes must hold 0/1 or whole spike counts >= 0, got "
+                f"{raster[where].item()!r} at index {where}"
+            )
+    if dt is not None and t is not None:
+        raise ValueError(f"{owner}: give dt or t, not both (got dt={dt!r} and t)")
+    times = None
+    if dt is not None:
+        dt = check_dt(owner, dt)
+    elif t is not None:
+        t_arr = np.asarray(t)
+        if t_arr.shape != raster.shape[:1]:
+            raise ValueError(
+                f"{owner}: t must have shape ({raster.shape[0]},), one time per raster row, "
+                f"got shape {t_arr.shape}"
+            )
+        if t_arr.dtype.kind not in "iuf":
+            raise TypeError(f"{owner}: t must hold times in ms, got dtype {t_arr.dtype}")
+        if t_arr.dtype.kind == "f" and t_arr.dtype.itemsize < 8:
+            # The shortest decimal that reads back as the float32 value, then float64.
+            times = t_arr.astype(str).astype(np.float64)
+        else:
+            times = t_arr.astype(np.float64)
+    index = np.nonzero(raster)
+    if kind != "b":
+        counts = raster[index].astype(np.int64)
+        index = tuple(np.repeat(i, counts) for i in index)
+    rows = index[0].astype(np.int64)
+    table: dict[str, np.ndarray] = {}
+    if dt is not None:
+        table["time_ms"] = np.round((rows + 1).astype(np.float64) * dt, _decimals(dt))
+    elif times is not None:
+        table["time_ms"] = times[rows]
+    else:
+        table["step"] = rows
+    batch = index[1:-1]
+    for b, column in enumerate(batch):
+        table["trial" if len(batch) == 1 else f"trial_{b}"] = column.astype(np.int64)
+    table["neuron"] = index[-1].astype(np.int64)
+    return table
+
+
+def spike_table_to_csv(path: str | os.PathLike, table: Mapping[str, ArrayLike]) -> None:
+    """Write a table of columns (as returned by `spike_table`) to a CSV file.
+
+    The first line holds the column names; each further line one row. Floats are written
+    in their shortest exact decimal form (`0.3`, `12.25`), integers as integers, booleans
+    as 0/1. The file is written atomically, like `save`.
+
+    Args:
+        path: the file to write (`str` or `pathlib.Path`).
+        table: `{column name: 1-D array}`, all of the same length.
+
+    Example:
+    ```python
+    nj.io.spike_table_to_csv("spikes_E.csv", nj.io.spike_table(rec.spikes["E"], t=rec.t))
+    # time_ms,neuron
+    # 0.3,12
+    # ...
+    ```
+    """
+    owner = "spike_table_to_csv"
+    p = _as_path(owner, path)
+    if not isinstance(table, Mapping) or not table:
+        raise TypeError(f"{owner}: table must be a non-empty dict of columns, got {table!r}")
+    columns = {}
+    for name, col in table.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{owner}: column names must be non-empty str, got {name!r}")
+        arr = np.asarray(col)
+        if arr.ndim != 1 or arr.dtype.kind not in "biuf":
+            raise ValueError(
+                f"{owner}: column {name!r} must be a 1-D numeric array, got shape {arr.shape} "
+                f"and dtype {arr.dtype}"
+            )
+        columns[name] = arr.astype(np.int64) if arr.dtype.kind == "b" else arr
+    lengths = {name: arr.shape[0] for name, arr in columns.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{owner}: all columns must have the same length, got {lengths}")
+    # NumPy's str conversion writes the shortest repr that reads back exactly.
+    text = [arr.astype(str) for arr in columns.values()]
+
+    def write(f: BinaryIO) -> None:
+        out = TextIOWrapper(f, encoding="utf-8", newline="")
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(list(columns))
+        writer.writerows(zip(*text))
+        out.flush()
+        out.detach()  # leave `f` open: _atomic_write syncs and closes it
+
+    _atomic_write(owner, p, write)
