@@ -542,6 +542,27 @@ def _stdp_targets(records: list[dict[str, Any]], threads: int) -> list[tuple[str
     return out
 
 
+_SPECIFIC = {"machine", "hh_batch", "lif_population", "brette_networks", "network_scale"}
+_SPECIFIC |= {"stdp_overhead"}
+
+
+def _generic(records: list[dict[str, Any]], bench: str, threads: int | None) -> str:
+    """A plain table of every scalar field for a benchmark without a dedicated renderer."""
+    rs = [r for r in records if r.get("bench") == bench and r.get("threads") == threads]
+    if not rs:
+        return ""
+    title = f"{bench}, {threads} thread(s)" if threads is not None else bench
+    skip = {"bench", "threads", "xla_flags", "python", "jax", "numpy", "cpu"}
+    keys: list[str] = []
+    for r in rs:
+        for k, v in r.items():
+            scalar = isinstance(v, (int, float, str, bool)) or v is None
+            if k not in skip and k not in keys and scalar:
+                keys.append(k)
+    rows = [[r.get(k) for k in keys] for r in rs]
+    return f"### {title}\n\n" + _table(keys, rows)
+
+
 def render(records: list[dict[str, Any]]) -> str:
     """All tables and the target verdicts as one Markdown string."""
     parts = [_machine(records)]
@@ -557,6 +578,10 @@ def render(records: list[dict[str, Any]]) -> str:
         parts.append(_scale(records, threads))
     for threads in thread_settings:
         parts.append(_stdp(records, threads))
+    others = sorted({r.get("bench") for r in records if r.get("bench") not in _SPECIFIC} - {None})
+    for bench in others:
+        for threads in [*thread_settings, None]:
+            parts.append(_generic(records, bench, threads))
     for threads in thread_settings:
         rows = [list(t) for t in targets(records, threads) + _stdp_targets(records, threads)]
         if rows:

@@ -626,6 +626,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         m.add_arguments(p)
         p.set_defaults(handler=_cmd_run)
         model_parsers[m.name] = p
+
+    from ._cli_bench import add_bench_parser
+
+    add_bench_parser(sub)
     return parser, model_parsers
 
 
