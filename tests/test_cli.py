@@ -279,3 +279,36 @@ def test_chunking_covers_the_run_with_bounded_chunks(n_steps, batch):
         assert rem > 0
     if n_steps == 100_000:
         assert (chunk, rem) == (5000, 0)
+
+
+def test_bench_lists_names_and_rejects_unknown_before_running(capsys, monkeypatch):
+    import subprocess as sp
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("no benchmark may start for a bad name")
+
+    monkeypatch.setattr(sp, "run", no_run)
+    assert cli.main(["bench", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown benchmark(s) ['nope']" in err and "'assembly'" in err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0
+    assert "lif_population" in capsys.readouterr().out
+
+
+def test_bench_runs_run_all_and_prints_its_table(tmp_path, capsys, monkeypatch):
+    import subprocess as sp
+
+    calls = []
+
+    def fake_run(cmd, cwd, stdout, check):
+        calls.append(cmd)
+        (tmp_path / "results-1.md").write_text("| table |\n")
+        return sp.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(sp, "run", fake_run)
+    assert cli.main(["bench", "assembly", "--quick", "--out", str(tmp_path)]) == 0
+    assert calls[0][1:3] == ["-m", "benchmarks.run_all"]
+    assert calls[0][-3:] == ["--only", "assembly", "--quick"]
+    assert "| table |" in capsys.readouterr().out
