@@ -74,6 +74,11 @@ def make_train_step(
         per_example: see `loss_fn`.
         filter_spec: a boolean PyTree like the model selecting the leaves to train.
 
+    The optax update is traced under JAX's standard dtype promotion: optax combines float32
+    moments with int32 step counts, which `jax_numpy_dtype_promotion="strict"` rejects. A
+    hand-written loop in strict mode needs the same `with jax.numpy_dtype_promotion(
+    "standard"):` around `optimizer.update`.
+
     Example:
     ```python
     def loss_fn(net, example, key):
