@@ -8,7 +8,8 @@ written, with a Markdown rendering of the tables and targets (`benchmarks.report
 `--out` (default `benchmarks/out/`, ignored by git).
 
 `--quick` is a smoke run (small sizes, one thread setting) that finishes in a few minutes;
-the full run (both thread settings, all peers) takes on the order of 40 minutes on two cores.
+the full run (both thread settings, all peers) takes on the order of an hour on two cores
+(the training benchmark alone about 20 minutes).
 
 Run: `python -m benchmarks.run_all [--quick] [--threads 1|2|both] [--only hh_batch,...]
 [--no-peers] [--repeats R] [--out DIR]`.
@@ -30,6 +31,7 @@ BENCHMARKS = (
     "network_scale",
     "stdp_overhead",
     "assembly",
+    "training",
 )
 
 
