@@ -456,7 +456,10 @@ def simulate(
             that the backward pass keeps only the state carried between steps and recomputes
             each step's intermediates (memory per step drops from everything the step
             computes to the size of the state; time grows by about one extra forward pass).
-            Values and gradients are unchanged.
+            Values and gradients are unchanged. It pays off for models whose step computes
+            much more than it carries (Hodgkin-Huxley gates, networks with synaptic
+            kinetics); for a LIF layer the carried state is as large as the saved residuals
+            and memory does not drop (`benchmarks/RESULTS.md`, training).
         truncate_backprop: truncated backpropagation through time: a positive number of
             steps `K` after which the gradient path through the state is cut (at steps `K`,
             `2K`, ...). The forward run is unchanged; a loss term at step `t` then reaches
