@@ -32,6 +32,7 @@ BENCHMARKS = (
     "stdp_overhead",
     "assembly",
     "training",
+    "parallel_scaling",
 )
 
 
