@@ -99,13 +99,17 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
             batch_block=block if args.batch > block else None,
         )
 
-    t0 = time.perf_counter()
-    compiled = jax.jit(run).lower(net, state).compile()
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    final, rec = compiled(net, state)
-    jax.block_until_ready((final, rec))
-    run_s = time.perf_counter() - t0
+    if args.devices > 1:
+        final, counts, compile_s, run_s = _run_sharded(net, state, args, n_steps, every)
+    else:
+        t0 = time.perf_counter()
+        compiled = jax.jit(run).lower(net, state).compile()
+        compile_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        final, rec = compiled(net, state)
+        jax.block_until_ready((final, rec))
+        run_s = time.perf_counter() - t0
+        counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
 
     for pname, st in final.populations.items():
         v = getattr(st, "v", None)
@@ -114,7 +118,6 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
                 f"the membrane potential of population {pname} became non-finite; --dt "
                 f"{args.dt:g} ms is probably too large for this model"
             )
-    counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
     seconds = n_steps * args.dt / 1000.0
     rates = {k: float(c.sum(axis=0).mean() / seconds) for k, c in counts.items()}
     sources = [k for k, m in net.populations.items() if isinstance(m, PoissonSource)]
@@ -138,6 +141,7 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
         "n_steps": n_steps,
         "steps_per_s": n_steps / run_s,
         "sim_s_per_wall_s": seconds * args.batch / run_s,
+        "devices": args.devices,
         "backend": jax.default_backend(),
         "dtype": str(np.dtype(jax.numpy.result_type(float))),
         "_raster": {k: v for k, v in first.items() if k in neurons},
@@ -145,10 +149,45 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     }
 
 
+def _run_sharded(net, state, args: argparse.Namespace, n_steps: int, every: int):
+    """The run partitioned over `--devices` devices; returns the final state (in the
+    network's own layout), the spike counts per `every` steps, and compile and run times."""
+    import neurojax as nj
+    from neurojax.cli import RunError
+
+    if jax.device_count() < args.devices:
+        raise RunError(
+            f"--devices {args.devices} needs {args.devices} devices, JAX has "
+            f"{jax.device_count()} ({jax.default_backend()}); on CPU the devices are created "
+            "only when the flag is given before JAX starts"
+        )
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[: args.devices]), ("devices",))
+    sharded = nj.parallel.shard_network(net, mesh)
+    sharded_state = sharded.shard_state(state)
+
+    def run(s):
+        return sharded.run(s, dt=args.dt, n_steps=n_steps)
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(run).lower(sharded_state).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    final, rec = compiled(sharded_state)
+    jax.block_until_ready((final, rec))
+    run_s = time.perf_counter() - t0
+    rasters = sharded.to_host(rec.spikes)
+    counts = {
+        k: r.reshape(n_steps // every, every, *r.shape[1:]).sum(axis=1).astype(np.uint8)
+        for k, r in rasters.items()
+    }
+    return sharded.unshard_state(final), counts, compile_s, run_s
+
+
 def _report(result: dict[str, Any]) -> None:
     print(
         f"{result['model']}: {result['n_neurons']} neurons, {result['n_synapses']} synapses, "
         f"{result['duration_ms']:g} ms at dt {result['dt_ms']:g} ms, batch {result['batch']}"
+        + (f", {result['devices']} devices" if result.get("devices", 1) > 1 else "")
     )
     print(f"{'population':>12}  {'neurons':>8}  {'rate [Hz]':>10}")
     sizes = {**result["populations"], **result["sources"]}

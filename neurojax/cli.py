@@ -90,6 +90,31 @@ def nonnegative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+# Models whose run can be partitioned over devices by `--devices` (the networks without gap
+# junctions, through `nj.parallel.shard_network`).
+_SHARDABLE = ("coba", "cuba")
+
+
+def _request_devices(n: int, argv: Sequence[str] | None) -> None:
+    """Make `n` devices available to a CPU run of the console command.
+
+    XLA creates its host devices when the backend starts, which importing neurojax already
+    does; so when fewer than `n` exist and the command was started from the shell (`argv`
+    is None), the process restarts itself once with XLA's forced host device count set.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if n <= 1 or "xla_force_host_platform_device_count" in flags or argv is not None:
+        return
+    if jax.device_count() >= n or jax.default_backend() != "cpu":
+        return
+    # In front: XLA stops reading flags after the bare `intra_op_parallelism_threads=1`
+    # token that --threads 1 adds.
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n} {flags}".strip()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "neurojax", *sys.argv[1:]])
+
+
 def _restrict_threads(n: int) -> None:
     """Run on `n` cores (0: unchanged); before JAX's CPU backend starts its thread pools."""
     if n == 0 or not hasattr(os, "sched_setaffinity"):
@@ -152,6 +177,9 @@ def collect_info() -> dict[str, Any]:
             {"id": d.id, "platform": d.platform, "kind": d.device_kind, "str": str(d)}
             for d in devices
         ],
+        # The mesh `neurojax run ... --devices N` builds, at its largest: one axis over every
+        # device (neurons for a sharded network, trials for a sweep).
+        "mesh": {"axis_names": ["devices"], "shape": [len(devices)]},
         # Respects JAX_ENABLE_X64 from the environment; the CLI never changes the setting.
         "default_float_dtype": str(jnp.result_type(float)),
         "x64_enabled": bool(jax.config.jax_enable_x64),
@@ -168,6 +196,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
         ("platform", info["platform"]),
         ("default backend", info["default_backend"]),
         ("device count", str(info["device_count"])),
+        (
+            "mesh (--devices)",
+            f"('devices': {info['mesh']['shape'][0]}), 1 to {len(info['devices'])}",
+        ),
     ]
     rows += [(f"device {d['id']}", f"{d['platform']} ({d['kind']})") for d in info["devices"]]
     rows += [
@@ -262,6 +294,18 @@ def _add_common_arguments(p: argparse.ArgumentParser, model: RunModel) -> None:
             " waking a second core costs more than it brings); 0 leaves the process as started"
         ),
     )
+    g.add_argument(
+        "--devices",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help=(
+            "spread the run over a mesh of N devices, >= 1 (default 1). Networks (coba, cuba)"
+            " are partitioned along the neuron axis and exchange spikes every step; the spikes"
+            " equal the one-device run. On CPU, N host devices are created (XLA's forced host"
+            " device count), which measures the exchange, not a speed-up"
+        ),
+    )
     g.add_argument("--plot", metavar="FILE", help="save a figure to FILE (PNG, PDF or SVG)")
     g.add_argument(
         "--json",
@@ -279,6 +323,16 @@ def _steps(duration: float, dt: float) -> int | None:
 
 
 def _validate_common(args: argparse.Namespace) -> str | None:
+    if args.devices > 1 and args.model not in _SHARDABLE:
+        return (
+            f"argument --devices: {args.model} runs on one device; --devices N > 1 applies to "
+            f"{', '.join(_SHARDABLE)}, got --devices {args.devices}"
+        )
+    if args.devices > 1 and args.batch > 1:
+        return (
+            "argument --devices: a network is sharded along its neurons, one trial at a time;"
+            f" use --batch 1 with --devices {args.devices} (got --batch {args.batch})"
+        )
     if _steps(args.duration, args.dt) is None:
         return (
             "argument --duration: must be a positive whole multiple of --dt, got"
@@ -644,6 +698,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if msg is not None:
                 p.error(msg)
         _restrict_threads(args.threads)
+        _request_devices(args.devices, argv)
     try:
         return args.handler(args)
     except BrokenPipeError:

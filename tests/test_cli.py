@@ -312,3 +312,51 @@ def test_bench_runs_run_all_and_prints_its_table(tmp_path, capsys, monkeypatch):
     assert calls[0][1:3] == ["-m", "benchmarks.run_all"]
     assert calls[0][-3:] == ["--only", "assembly", "--quick"]
     assert "| table |" in capsys.readouterr().out
+
+
+def test_devices_shards_the_network_and_keeps_its_spikes():
+    # The console command restarts itself with XLA's forced host device count, so it runs
+    # in a subprocess; the rates must equal the one-device run exactly (same spikes).
+    import json as _json
+    import subprocess as sp
+    import sys as _sys
+
+    def run(*extra):
+        out = sp.run(
+            [
+                _sys.executable,
+                "-m",
+                "neurojax",
+                "run",
+                "cuba",
+                "--duration",
+                "50",
+                "--json",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+        ).stdout
+        return _json.loads(out.strip().splitlines()[-1])
+
+    one, four = run(), run("--devices", "4")
+    assert four["devices"] == 4 and one["devices"] == 1
+    assert four["rates_hz"] == one["rates_hz"] and one["rates_hz"]["E"] > 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "izhikevich-lattice", "--devices", "2"], "izhikevich-lattice runs on one device"),
+        (["run", "hh", "--devices", "2"], "hh runs on one device"),
+        (["run", "cuba", "--devices", "2", "--batch", "3"], "use --batch 1 with --devices 2"),
+        (["run", "cuba", "--devices", "0"], "--devices"),
+    ],
+)
+def test_devices_bad_combinations_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
