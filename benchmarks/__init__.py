@@ -14,5 +14,9 @@ configuration. `benchmarks/RESULTS.md` keeps the latest full runs.
 - `stdp_learn_rule`: gradient descent on STDP amplitudes through `nj.simulate`.
 - `assembly`: assembly-calculus projection against a NumPy implementation of the reference
   algorithm (`peers/assembly_numpy.py`), sparse mode at 10^6 and 10^7, a vmapped batch.
+- `training`: one forward+backward training step of a dense layer into LIF neurons against
+  snnTorch, Norse and Spyx.
+- `parallel_scaling`: one network sharded over forced host devices (exchange cost, bytes).
+- `sweep`: a COBA parameter sweep of 64 sets through `nj.parallel.sweep`, time per trial.
 - `brian2_network_stats`: writes the stored Brian2 statistics used by the tests.
 """

@@ -33,6 +33,7 @@ BENCHMARKS = (
     "assembly",
     "training",
     "parallel_scaling",
+    "sweep",
 )
 
 
