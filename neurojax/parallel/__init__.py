@@ -15,7 +15,6 @@ sharded over devices.
 from ._distributed import gather_to_host as gather_to_host
 from ._distributed import global_mesh as global_mesh
 from ._distributed import initialize as initialize
-
 from ._shard import ShardedNetwork as ShardedNetwork
 from ._shard import ShardedNetworkState as ShardedNetworkState
 from ._shard import shard_network as shard_network
