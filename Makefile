@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP_DEV := $(VENV)/.stamp-dev
 STAMP_BENCH := $(VENV)/.stamp-bench
+STAMP_DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test test-slow test-all bench lint clean
+.PHONY: demo test test-slow test-all bench docs docs-serve lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +19,10 @@ $(STAMP_DEV): pyproject.toml | $(PY)
 
 $(STAMP_BENCH): pyproject.toml $(STAMP_DEV)
 	$(PY) -m pip install -q -e ".[dev,bench]"
+	touch $@
+
+$(STAMP_DOCS): pyproject.toml $(STAMP_DEV)
+	$(PY) -m pip install -q -e ".[dev,docs]"
 	touch $@
 
 demo: $(STAMP_DEV)
@@ -36,6 +41,14 @@ test-all: $(STAMP_DEV)
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run_all
+
+# The documentation site (mkdocs-material + mkdocstrings); --strict turns every warning
+# (a broken link, a missing API object) into a failure. CI runs it.
+docs: $(STAMP_DOCS)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(STAMP_DOCS)
+	$(VENV)/bin/mkdocs serve
 
 lint: $(STAMP_DEV)
 	$(VENV)/bin/ruff check neurojax tests benchmarks
