@@ -92,6 +92,7 @@ class FastSigmoid(Surrogate):
         check_positive("FastSigmoid", "slope", self.slope)
 
     def derivative(self, x):
+        """`1 / (1 + slope |x|)^2`."""
         return 1.0 / (1.0 + self.slope * jnp.abs(x)) ** 2
 
 
@@ -104,6 +105,7 @@ class Arctan(Surrogate):
         check_positive("Arctan", "alpha", self.alpha)
 
     def derivative(self, x):
+        """`(alpha / 2) / (1 + (pi alpha x / 2)^2)`."""
         return (self.alpha / 2.0) / (1.0 + (jnp.pi / 2.0 * self.alpha * x) ** 2)
 
 
@@ -116,6 +118,7 @@ class Triangular(Surrogate):
         check_positive("Triangular", "width", self.width)
 
     def derivative(self, x):
+        """`max(0, 1 - |x| / width) / width`."""
         return jnp.maximum(0.0, 1.0 - jnp.abs(x) / self.width) / self.width
 
 
@@ -123,6 +126,7 @@ class Heaviside(Surrogate):
     """Straight-through estimator: the gradient passes through the step unchanged."""
 
     def derivative(self, x):
+        """`1` everywhere."""
         return jnp.ones_like(x)
 
 
@@ -132,6 +136,7 @@ SURROGATES: dict[str, type[Surrogate]] = {
     "triangular": Triangular,
     "heaviside": Heaviside,
 }
+"""The surrogate classes by the names that `surrogate="..."` accepts (default settings)."""
 
 
 def as_surrogate(s: "Surrogate | str") -> Surrogate:

@@ -60,6 +60,8 @@ from .._validation import as_float, default_float, is_concrete
 __all__ = ["soft_kcap", "kcap", "kcap_st", "assembly_loss", "soft_overlap", "LOSS_KINDS"]
 
 LOSS_KINDS = ("fenchel_young", "overlap")
+"""The values of `assembly_loss(..., kind=...)`: `"fenchel_young"` (the Fenchel-Young loss of
+`soft_kcap`) and `"overlap"` (one minus the soft overlap with the target)."""
 
 # An indicator target is accepted when its sum is within this relative distance of k, so
 # that a soft target produced in float32 (for example by `soft_kcap`) passes validation.

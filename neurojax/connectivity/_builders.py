@@ -104,7 +104,8 @@ def fixed_prob(
 
     Args:
         key: a JAX PRNG key.
-        n_pre, n_post: population sizes (positive ints).
+        n_pre: number of presynaptic neurons (positive int).
+        n_post: number of postsynaptic neurons (positive int).
         p: connection probability in [0, 1].
         weight: scalar, per-synapse array, callable `(pre, post) -> w` or distribution (see
             the package docstring); output order is row-major (pre, then post).
@@ -179,7 +180,8 @@ def fixed_indegree(
 
     Args:
         key: a JAX PRNG key.
-        n_pre, n_post: population sizes (positive ints).
+        n_pre: number of presynaptic neurons (positive int).
+        n_post: number of postsynaptic neurons (positive int).
         k: in-degree, `0 <= k <= n_pre` (`n_pre - 1` without autapses) unless multapses are
             allowed.
         weight: scalar, per-synapse array, callable or distribution (row-major order).
@@ -235,7 +237,8 @@ def fixed_outdegree(
 
     Args:
         key: a JAX PRNG key.
-        n_pre, n_post: population sizes (positive ints).
+        n_pre: number of presynaptic neurons (positive int).
+        n_post: number of postsynaptic neurons (positive int).
         k: out-degree, `0 <= k <= n_post` (`n_post - 1` without autapses) unless multapses are
             allowed.
         weight: scalar, per-synapse array, callable or distribution (row-major order).
@@ -280,7 +283,8 @@ def all_to_all(
     autapses); for small networks a dense matrix is cheaper to propagate.
 
     Args:
-        n_pre, n_post: population sizes (positive ints).
+        n_pre: number of presynaptic neurons (positive int).
+        n_post: number of postsynaptic neurons (positive int).
         weight: scalar, per-synapse array, callable or distribution (row-major order).
         allow_self: if False, no autapses (requires `n_pre == n_post`).
         key: PRNG key, needed only when `weight` is a distribution.
@@ -360,10 +364,13 @@ def from_arrays(
     relative order.
 
     Args:
-        pre, post: integer arrays of equal length, `0 <= pre < n_pre`, `0 <= post < n_post`.
+        pre: integer array of presynaptic indices, `0 <= pre < n_pre`.
+        post: integer array of postsynaptic indices (same length as `pre`),
+            `0 <= post < n_post`.
         weights: scalar, array of `len(pre)` values (caller's order), callable
             `(pre, post) -> w` (called with the sorted indices) or distribution.
-        n_pre, n_post: population sizes (positive ints).
+        n_pre: number of presynaptic neurons (positive int).
+        n_post: number of postsynaptic neurons (positive int).
         allow_multapses: keep repeated pairs instead of raising.
         key: PRNG key, needed only when `weights` is a distribution.
 
@@ -477,7 +484,8 @@ def block(
 
     Args:
         key: a JAX PRNG key.
-        sizes_pre, sizes_post: group sizes (sequences of positive ints), in index order.
+        sizes_pre: presynaptic group sizes (a sequence of positive ints), in index order.
+        sizes_post: postsynaptic group sizes (a sequence of positive ints), in index order.
         p: scalar (all blocks) or array of shape `(len(sizes_pre), len(sizes_post))` of
             probabilities in [0, 1].
         weight: scalar, array of shape `(len(sizes_pre), len(sizes_post))` (one weight per

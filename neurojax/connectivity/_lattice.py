@@ -389,7 +389,8 @@ def from_predicate(
 
     Args:
         key: a JAX PRNG key.
-        pos_pre, pos_post: positions, shapes `(n_pre, d)` and `(n_post, d)`.
+        pos_pre: presynaptic positions, shape `(n_pre, d)`.
+        pos_post: postsynaptic positions, shape `(n_post, d)`.
         fn: the predicate `(pos_i, pos_j, key) -> bool array`.
         weight: scalar, per-synapse array, callable `(pre, post) -> w` or distribution
             (row-major order).
@@ -440,7 +441,8 @@ def distance_connect(
 
     Args:
         key: a JAX PRNG key.
-        pos_pre, pos_post: positions, shapes `(n_pre, d)` and `(n_post, d)`.
+        pos_pre: presynaptic positions, shape `(n_pre, d)`.
+        pos_post: postsynaptic positions, shape `(n_post, d)`.
         radius: connection radius, > 0 (same unit as the positions).
         p: connection probability within the radius, in [0, 1].
         weight: scalar, per-synapse array, callable `(pre, post) -> w` or distribution
@@ -504,7 +506,8 @@ def gaussian_connect(
 
     Args:
         key: a JAX PRNG key.
-        pos_pre, pos_post: positions, shapes `(n_pre, d)` and `(n_post, d)`.
+        pos_pre: presynaptic positions, shape `(n_pre, d)`.
+        pos_post: postsynaptic positions, shape `(n_post, d)`.
         p_max: probability at distance 0, in [0, 1].
         sigma: width of the profile, > 0 (unit of the positions).
         weight: scalar, per-synapse array, callable `(pre, post) -> w` or distribution.

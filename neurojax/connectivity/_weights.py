@@ -103,6 +103,7 @@ class Normal(Distribution):
                 )
 
     def sample(self, key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
+        """Draw an array of `shape` i.i.d. weights (truncated to `w >= 0` if `nonnegative`)."""
         dtype = self.mean.dtype
         if not self.nonnegative:
             return self.mean + self.std * jr.normal(key, shape, dtype)
@@ -135,6 +136,7 @@ class LogNormal(Distribution):
         check_nonnegative("lognormal", "sigma", self.sigma)
 
     def sample(self, key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
+        """Draw an array of `shape` i.i.d. positive weights."""
         return jnp.exp(self.mean + self.sigma * jr.normal(key, shape, self.mean.dtype))
 
 
@@ -163,6 +165,8 @@ class Uniform(Distribution):
             )
 
     def sample(self, key: PRNGKeyArray, shape: tuple[int, ...]) -> Float[Array, "..."]:
+        """Draw an array of `shape` i.i.d. weights in `[low, high)` (`[max(low, 0), high)` if
+        `nonnegative`)."""
         low = jnp.maximum(self.low, 0.0) if self.nonnegative else self.low
         return jr.uniform(key, shape, self.low.dtype, minval=low, maxval=self.high)
 

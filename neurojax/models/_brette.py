@@ -47,6 +47,10 @@ COBA_PARAMS = dict(
     v0_mean=-55.0,
     v0_std=5.0,
 )
+"""Parameters of `coba` (Brette et al. 2007, benchmark 1). Times in ms, voltages in mV;
+`w_exc`, `w_inh` are the jumps of the excitatory and inhibitory conductances per spike in
+units of the leak conductance; `drive` is the constant input `I` [mV]; the initial voltages
+are drawn from N(`v0_mean`, `v0_std`^2) [mV]."""
 CUBA_PARAMS = dict(
     tau_m=20.0,
     e_l=-49.0,
@@ -58,6 +62,9 @@ CUBA_PARAMS = dict(
     w_exc=1.62,
     w_inh=-9.0,
 )
+"""Parameters of `cuba` (Brette et al. 2007, benchmark 2). Times in ms, voltages in mV;
+`w_exc`, `w_inh` are the jumps of the excitatory and inhibitory synaptic currents per spike,
+in mV (current synapses with `r_m = 1`)."""
 _METHODS = ("auto", "event", "dense", "bcoo")
 
 
@@ -129,7 +136,8 @@ def coba(
 
     Args:
         key: PRNG key for connectivity and initial voltages (default `jax.random.key(0)`).
-        n_exc, n_inh: population sizes (default 3200 and 800, the benchmark).
+        n_exc: size of the excitatory population `"E"` (default 3200, the benchmark).
+        n_inh: size of the inhibitory population `"I"` (default 800, the benchmark).
         p: connection probability of every ordered pair (default 0.02).
         batch: leading batch dimensions of the state: independent initial voltages per trial
             on the same connectivity.

@@ -62,13 +62,15 @@ def izhikevich_lattice(
         key: PRNG key for cell types, parameters, synapses and input (default key 0).
         side: lattice side; `side**2` neurons.
         frac_exc: probability that a site is excitatory, in (0, 1).
-        radius, p: chemical synapses between sites within `radius` (lattice units), each with
-            probability `p`.
-        w_exc, w_inh: maximal excitatory (> 0) and inhibitory (< 0) weights.
-        gap_radius, gap_g: gap junctions between inhibitory neurons within `gap_radius`, with
-            conductance `gap_g` (>= 0; 0 disables them).
+        radius: chemical synapses connect sites within `radius` (lattice units).
+        p: probability of each chemical synapse within `radius`.
+        w_exc: maximal excitatory weight (> 0).
+        w_inh: maximal inhibitory weight (< 0).
+        gap_radius: gap junctions couple inhibitory neurons within `gap_radius`.
+        gap_g: conductance of the gap junctions (>= 0; 0 disables them).
         input_rate: rate of each neuron's Poisson input [Hz].
-        input_w_exc, input_w_inh: weights of the Poisson input onto E and I neurons.
+        input_w_exc: weight of the Poisson input onto E neurons.
+        input_w_inh: weight of the Poisson input onto I neurons.
         batch: leading batch dimensions of the state (trials with independent inputs).
         method: propagation path of the chemical projections (see `nj.Projection`).
 

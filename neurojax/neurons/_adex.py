@@ -197,6 +197,12 @@ class AdEx(NeuronModel):
         return dv, dw
 
     def step(self, state: AdExState, current, dt: float):
+        """Advance by `dt` ms under `current` [nA] held over the step; return `(state, spikes)`.
+
+        Clamp refractory neurons (their `w` still integrates), integrate `(v, w)` with
+        `method`, then spike where `v >= v_peak`, reset `v`, add `b` to `w` and start the
+        refractory period, in the order of the class docstring.
+        """
         i = input_current(current, state.v)
         # Remaining refractory time is compared with dt/2 so that t_ref is rounded to whole
         # steps instead of depending on the rounding of repeated float subtraction.

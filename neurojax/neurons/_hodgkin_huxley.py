@@ -337,6 +337,11 @@ class HodgkinHuxley(NeuronModel):
         return v, m, h, n
 
     def step(self, state: HHState, current, dt: float) -> tuple[HHState, Float[Array, "..."]]:
+        """Advance by `dt` ms under `current` [uA/cm^2] held over the step (`method`).
+
+        Returns `(state, spikes)`: a spike (0.0/1.0, with the surrogate gradient) marks an
+        upward crossing of `v_spike` during the step; there is no reset.
+        """
         i = input_current(current, state.v)
         y = (state.v, state.m, state.h, state.n)
         if self.method == "rk4":

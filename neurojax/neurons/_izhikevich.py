@@ -182,6 +182,12 @@ class Izhikevich(NeuronModel):
         return IzhikevichState(v=v, u=self.b * v)
 
     def step(self, state: IzhikevichState, current, dt: float):
+        """Advance by `dt` ms under the input `current` (the model's units) held over the step.
+
+        Integrate `(v, u)` with `method`, then spike where `v >= v_peak` and reset
+        (`v = c`, `u += d`); returns `(state, spikes)`, spikes 0.0/1.0 with the surrogate
+        gradient.
+        """
         i = input_current(current, state.v)
         v, u = state.v, state.u
         v_new = v + dt * (0.04 * v * v + 5.0 * v + 140.0 - u + i)

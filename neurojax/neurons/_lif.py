@@ -111,6 +111,12 @@ class LIF(NeuronModel):
         return LIFState(v=v, refractory=full(shape, 0.0))
 
     def step(self, state: LIFState, current, dt: float):
+        """Advance by `dt` ms under `current` [nA] held over the step; return `(state, spikes)`.
+
+        Clamp refractory neurons, integrate the others (`method`), then spike, reset and
+        start the refractory period, in the order of the class docstring. `spikes` is 0.0/1.0
+        in the state's dtype, with the surrogate gradient.
+        """
         i = input_current(current, state.v)
         v_inf = self.v_rest + self.r_m * i
         if self.method == "euler":

@@ -45,7 +45,8 @@ class STDP(eqx.Module):
         a_minus: depression amplitude (weight units), >= 0.
         tau_plus: time constant of the presynaptic trace [ms], > 0.
         tau_minus: time constant of the postsynaptic trace [ms], > 0.
-        w_min, w_max: weight bounds, `w_min < w_max`.
+        w_min: lower weight bound, `< w_max`.
+        w_max: upper weight bound.
         mode: `"additive"` (hard bounds) or `"multiplicative"` (soft bounds).
         pairing: `"all_to_all"` (traces accumulate) or `"nearest"` (traces reset to 1).
 
@@ -91,6 +92,7 @@ class STDP(eqx.Module):
         return jnp.ones_like(w) if self.mode == "additive" else w - self.w_min
 
     def clip(self, w):
+        """`w` clipped to `[w_min, w_max]` (the hard bounds, also applied in soft mode)."""
         return jnp.clip(w, self.w_min, self.w_max)
 
     def trace(self, trace, spikes):

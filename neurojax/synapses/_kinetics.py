@@ -30,6 +30,8 @@ def _arrivals(x, like) -> Float[Array, "..."]:
 
 
 class ExponentialState(eqx.Module):
+    """State of `Exponential` kinetics: the synaptic variable of each postsynaptic neuron."""
+
     g: Float[Array, "*batch n"]  # synaptic variable (units of the weights)
 
 
@@ -59,14 +61,18 @@ class Exponential(SynapseDynamics):
         check_positive("Exponential", "tau", self.tau, "ms")
 
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> ExponentialState:
+        """Zero state for `shape` postsynaptic neurons (batch dimensions first)."""
         return ExponentialState(g=_zeros("Exponential.init_state", shape, self.tau))
 
     def step(self, state: ExponentialState, x, dt: float):
+        """Decay over `dt` ms, add the arriving weights `x`; return `(state, g)`."""
         g = state.g * jnp.exp(-dt / self.tau) + _arrivals(x, state.g)
         return ExponentialState(g=g), g
 
 
 class AlphaState(eqx.Module):
+    """State of `Alpha` kinetics: `g` and its auxiliary variable `h` per postsynaptic neuron."""
+
     g: Float[Array, "*batch n"]  # synaptic variable (units of the weights)
     h: Float[Array, "*batch n"]  # auxiliary variable [weight units / ms]
 
@@ -91,10 +97,13 @@ class Alpha(SynapseDynamics):
         check_positive("Alpha", "tau", self.tau, "ms")
 
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> AlphaState:
+        """Zero state for `shape` postsynaptic neurons (batch dimensions first)."""
         z = _zeros("Alpha.init_state", shape, self.tau)
         return AlphaState(g=z, h=z)
 
     def step(self, state: AlphaState, x, dt: float):
+        """Advance `(g, h)` exactly over `dt` ms, add the arriving weights `x` to `h` (times
+        `e / tau`); return `(state, g)`."""
         decay = jnp.exp(-dt / self.tau)
         g = (state.g + dt * state.h) * decay
         h = state.h * decay + (math.e / self.tau) * _arrivals(x, state.g)
@@ -102,6 +111,8 @@ class Alpha(SynapseDynamics):
 
 
 class DualExponentialState(eqx.Module):
+    """State of `DualExponential` kinetics: its two components (`g = decay - rise`)."""
+
     decay: Float[Array, "*batch n"]  # slow component (units of the weights)
     rise: Float[Array, "*batch n"]  # fast component (units of the weights)
 
@@ -143,10 +154,13 @@ class DualExponential(SynapseDynamics):
         return 1.0 / (jnp.exp(-tp / self.tau_decay) - jnp.exp(-tp / self.tau_rise))
 
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> DualExponentialState:
+        """Zero state for `shape` postsynaptic neurons (batch dimensions first)."""
         z = _zeros("DualExponential.init_state", shape, self.tau_rise)
         return DualExponentialState(decay=z, rise=z)
 
     def step(self, state: DualExponentialState, x, dt: float):
+        """Decay both components over `dt` ms, add `norm * x` to each; return
+        `(state, decay - rise)`."""
         jump = self.norm * _arrivals(x, state.decay)
         decay = state.decay * jnp.exp(-dt / self.tau_decay) + jump
         rise = state.rise * jnp.exp(-dt / self.tau_rise) + jump
@@ -154,6 +168,8 @@ class DualExponential(SynapseDynamics):
 
 
 class DeltaState(eqx.Module):
+    """State of `Delta` kinetics: the arriving weight of the last step divided by `dt`."""
+
     g: Float[Array, "*batch n"]  # arriving weight spread over one step [weight units / ms]
 
 
@@ -168,8 +184,10 @@ class Delta(SynapseDynamics):
     """
 
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> DeltaState:
+        """Zero state for `shape` postsynaptic neurons (batch dimensions first)."""
         return DeltaState(g=_zeros("Delta.init_state", shape, 0.0))
 
     def step(self, state: DeltaState, x, dt: float):
+        """Return `(state, x / dt)`: the arriving weights spread over this one step."""
         g = _arrivals(x, state.g) / dt
         return DeltaState(g=jnp.broadcast_to(g, state.g.shape)), g

@@ -511,10 +511,12 @@ class Sequential(eqx.Module):
 
     @property
     def n_in(self) -> int:
+        """Input features of the first layer."""
         return self.layers[0].n_in
 
     @property
     def n_out(self) -> int:
+        """Output neurons of the last layer."""
         return self.layers[-1].n_out
 
     def init_state(self, shape: int | tuple[int, ...] = (), *, key: PRNGKeyArray | None = None):
