@@ -362,7 +362,7 @@ def test_every_public_name_has_an_api_entry():
         elif p.owner is not None:
             if (id(p.owner), p.name) not in methods:
                 where = f"{p.owner.__module__}.{p.owner.__qualname__}"
-                missing.append(f"{p.path} (defined in {where}, which no API page renders)")
+                missing.append(f"{p.path} (defined in {where}; no API entry renders it)")
         elif id(p.obj) not in objects:
             missing.append(p.path)
     assert missing == [], f"public names without an entry in docs/api/*.md: {missing}"
