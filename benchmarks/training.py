@@ -285,6 +285,14 @@ class FaultCounter:
         return sum(timed) / len(timed) if timed else None
 
 
+def _device_peak_bytes() -> int | None:
+    """Peak bytes in use on JAX's first device (GPU/TPU allocators report it; CPU: None)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("peak_bytes_in_use")
+
+
 def _memory_fields(baseline: int | None, peak_ok: bool) -> dict[str, Any]:
     peak = peak_rss_bytes() if peak_ok else None
     delta = None if peak is None or baseline is None else max(peak - baseline, 0)
@@ -381,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
                     "grad_norm": float(np.linalg.norm(np.asarray(grads.weight, np.float64))),
                     **_memory_fields(baseline, peak_ok),
                     "page_faults_per_call": counted.timed_mean(),
+                    "device_peak_bytes": _device_peak_bytes(),
                     "xla_temp_bytes": getattr(mem, "temp_size_in_bytes", None),
                     "xla_output_bytes": getattr(mem, "output_size_in_bytes", None),
                     "xla_argument_bytes": getattr(mem, "argument_size_in_bytes", None),
@@ -414,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
                     "threads": args.threads,
                     "repeats": args.repeats,
                     "budget_s": args.budget,
+                    "device": "cuda" if jax.default_backend() == "gpu" else "cpu",
                 }
                 res = _harness.run_peer(PEER_MODULES[impl], spec, threads=args.threads)
                 rec = {**base, "impl": impl, "variant": variant, "n": n, "dtype": "float32"}

@@ -338,6 +338,8 @@ def test_devices_shards_the_network_and_keeps_its_spikes():
             text=True,
             timeout=300,
             check=True,
+            # forced host devices: the CPU backend, also on a machine with one GPU
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
         ).stdout
         return _json.loads(out.strip().splitlines()[-1])
 

@@ -288,7 +288,10 @@ _MULTI_DEVICE = textwrap.dedent(
 
 
 def _run_multi_device(opts: dict) -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    # Eight forced host devices: the CPU backend, also on a machine with a GPU.
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _MULTI_DEVICE, json.dumps(opts)],
         env=env,

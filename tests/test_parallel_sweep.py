@@ -144,7 +144,10 @@ _MULTI_DEVICE = textwrap.dedent(
 
 
 def test_sweep_sharded_over_eight_devices_equals_loop():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    # Eight forced host devices: the CPU backend, also on a machine with a GPU.
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _MULTI_DEVICE],
         env=env,

@@ -132,11 +132,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"unknown impl/variant {impl!r}/{variant!r}")
     threads = int(spec["threads"])
     torch.set_num_threads(threads)
+    # "cuda" when neurojax's own rows ran on a GPU: each framework on the same accelerator.
+    device = torch.device(spec.get("device", "cpu"))
     n, steps = int(spec["n"]), int(spec["steps"])
     x_np, w_np = problem(n, batch=int(spec["batch"]), steps=steps, seed=int(spec["seed"]))
-    x = torch.from_numpy(x_np)
+    x = torch.from_numpy(x_np).to(device)
     fc, neuron = build(impl, w_np, beta=BETA)
+    fc, neuron = fc.to(device), neuron.to(device)
     del w_np
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
 
     result: dict[str, Any] = {"impl": impl, "variant": variant}
     peak_ok = reset_peak_rss()
@@ -162,6 +167,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         rss_baseline_bytes=baseline,
         peak_rss_delta_bytes=None if peak is None or baseline is None else max(peak - baseline, 0),
         torch_threads=torch.get_num_threads(),
+        device=str(device),
+        device_peak_bytes=(
+            torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+        ),
         versions={"torch": torch.__version__, impl: _version(impl)},
         note=NOTES[impl, variant],
     )

@@ -317,7 +317,10 @@ class Projection(eqx.Module):
     def deliver_dense(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
         """`s @ W` through the dense or BCOO path (homogeneous delay)."""
         if self.matrix is not None:
-            return s @ self.matrix.astype(s.dtype)
+            # Full float32 precision on every backend: JAX's default lets recent NVIDIA GPUs
+            # round the weights to TF32 (a 10-bit mantissa), which would make a GPU run's
+            # synaptic input differ from the CPU's by ~1e-3 relative.
+            return jnp.matmul(s, self.matrix.astype(s.dtype), precision=jax.lax.Precision.HIGHEST)
         flat = s.reshape(-1, self.n_pre)
         out = (self.conn_bcoo.T @ flat.T).T
         return out.reshape(s.shape[:-1] + (self.n_post,)).astype(s.dtype)
