@@ -56,7 +56,14 @@ def izhikevich_lattice(
     batch: int | tuple[int, ...] = (),
     method: str = "auto",
 ) -> tuple[Network, NetworkState]:
-    """Build the lattice network and its initial state (`v = -65`, `u = b v`).
+    """Build the lattice network and its initial state.
+
+    The initial state draws each neuron's `v` uniformly in `[c, v_peak)`, independently per
+    trial, with `u = b v` (see `nj.Izhikevich.init_state`): neurons start at random phases,
+    and those drawn above the unstable fixed point fire in the first few milliseconds, a
+    volley that the recurrent inhibition then breaks up. For the uniform start of
+    Izhikevich (2003), `v = -65`, `u = b v`, build the state yourself, for instance
+    `eqx.tree_at` on `state.populations[name].v` and `.u`.
 
     Args:
         key: PRNG key for cell types, parameters, synapses and input (default key 0).
@@ -146,8 +153,10 @@ def izhikevich_lattice(
         )
     gaps = {}
     if gap_g > 0:
+        # Every pair within the radius (p = 1): the key draws nothing, but it must not be
+        # the state's key all the same.
         pairs = connect.distance_connect(
-            k_state, pos_of["I"], pos_of["I"], gap_radius, periodic=box, allow_self=False
+            jr.fold_in(k_syn, 1), pos_of["I"], pos_of["I"], gap_radius, periodic=box, allow_self=False
         )
         idx = jax.device_get(pairs.indices)
         keep = idx[:, 0] < idx[:, 1]
