@@ -3,7 +3,8 @@ r"""The Brette et al. (2007) benchmark networks COBA and CUBA (Vogels and Abbott
 Both are 4000 leaky integrate-and-fire neurons, 3200 excitatory (`"E"`) and 800 inhibitory
 (`"I"`), every ordered pair connected with probability 0.02, dt = 0.1 ms (Brette et al. 2007,
 J Comput Neurosci 23:349, benchmarks 1 and 2). The formulations are those of the published
-simulator comparisons, so that benchmarks compare like with like (REFERENCE.md):
+simulator comparisons (Brian's COBA and CUBA examples), so that benchmarks compare like with
+like:
 
 - **COBA**: `tau_m dv/dt = ge (E_exc - v) + gi (E_inh - v) - (v - E_L) + I` with `ge`, `gi` in
   units of the leak conductance, exponential synapses (5 ms, 10 ms) that jump by 0.6 and 6.7
