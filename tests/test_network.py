@@ -278,6 +278,41 @@ def test_vmap_of_step_equals_batch_dimension():
     np.testing.assert_array_equal(np.moveaxis(np.asarray(per_trial), 0, 1), run(batch))
 
 
+@pytest.mark.parametrize("inner_batch", [(), (3,)])
+def test_vmap_over_weights_and_delays_equals_loop(path, inner_batch):
+    """`vmap` over per-trial weights (as `nj.parallel.sweep` does), on top of a state batch,
+    with per-synapse delays: the kernel takes the vmapped axis as more trials of one call;
+    the arrivals equal separate runs exactly."""
+    conn = nj.connect.fixed_prob(
+        jax.random.key(4), 25, 20, 0.3, weight=nj.connect.uniform(0.2, 1.0)
+    )
+    delay = np.random.default_rng(1).choice([0.0, 0.1, 0.3, 1.0], size=conn.nse)
+    net = poisson_net(conn, 400.0, delay=delay, dt=DT)
+    state = net.init_state(jax.random.key(5), batch=inner_batch)
+    scales = jnp.array([0.5, 1.0, 2.0, 3.0])
+
+    def arrivals(scale, st):
+        n = eqx.tree_at(lambda m: m.projections[0].weights, net, net.projections[0].weights * scale)
+        return arrivals_of(n, st, 200)[1]
+
+    def run(scale, st):
+        def rec(s, out):
+            return s.synapses[0].g * DT
+
+        n = eqx.tree_at(lambda m: m.projections[0].weights, net, net.projections[0].weights * scale)
+        return nj.simulate(n, st, dt=DT, n_steps=200, record=rec)[1].values
+
+    swept = np.asarray(jax.jit(jax.vmap(run, in_axes=(0, None)))(scales, state))
+    # The same with the state vmapped too (every leaf but the shared step count).
+    states = jax.tree.map(lambda x: jnp.stack([x] * len(scales)) if x.ndim else x, state)
+    both = np.asarray(jax.vmap(run, in_axes=(0, state_axes(states)))(scales, states))
+    for i, scale in enumerate(scales):
+        one = arrivals(scale, state)
+        assert one.sum() > 0
+        np.testing.assert_array_equal(swept[i], one)
+        np.testing.assert_array_equal(both[i], one)
+
+
 def state_axes(state):
     """vmap axes for a batched network state: 0 for batched leaves, None for the step count."""
     return jax.tree.map(lambda x: None if x.ndim == 0 else 0, state)

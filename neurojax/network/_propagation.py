@@ -40,6 +40,7 @@ event-driven and dense paths give the same gradients.
 """
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -201,12 +202,12 @@ def _deliver_impl(specs, s, step, arrays, ring):
     return run_bucketed(mask, fn, flat).reshape(ring.shape)
 
 
-def _deliver_kernel(specs, s, step, arrays, ring, fresh):
-    """The same delivery through the compiled CPU kernel: one call for the whole group."""
-    buffers = []
-    for arr in arrays:
-        delays = jnp.zeros((1,), jnp.int32) if arr.delays is None else arr.delays
-        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype).reshape(-1), delays]
+def _kernel_call(specs, fresh, per_synapse, weights_batched, s, step, ring, *buffers):
+    """One call of the compiled kernel; the leading dimensions of `s` and `ring` are trials.
+
+    `per_synapse[p]`: projection `p` has per-synapse delays; `weights_batched[p]`: its
+    weights hold one row of nnz per trial.
+    """
     call = jax.ffi.ffi_call(
         _kernel.TARGET,
         jax.ShapeDtypeStruct(ring.shape, ring.dtype),
@@ -230,9 +231,60 @@ def _deliver_kernel(specs, s, step, arrays, ring, fresh):
         n_pre=attr("n_pre"),
         delay_steps=attr("delay_steps", lambda d: d or 0),
         target_offset=attr("target_offset"),
-        per_synapse=np.array([a.delays is not None for a in arrays], np.int64),
-        weights_batched=np.array([a.weights.ndim > 1 for a in arrays], np.int64),
+        per_synapse=np.array(per_synapse, np.int64),
+        weights_batched=np.array(weights_batched, np.int64),
     )
+
+
+def _deliver_kernel(specs, s, step, arrays, ring, fresh):
+    """The same delivery through the compiled CPU kernel: one call for the whole group.
+
+    The kernel treats every leading dimension of the spikes and the ring as trials. Under
+    `vmap` (`nj.parallel.sweep`) the vmapped axis becomes one more trial dimension of a
+    single call, as long as the step and the connectivity are shared by the batch (the
+    weights may differ per trial); otherwise the trials are delivered one call each.
+    """
+    buffers = []
+    for arr in arrays:
+        delays = jnp.zeros((1,), jnp.int32) if arr.delays is None else arr.delays
+        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype).reshape(-1), delays]
+    per_synapse = tuple(arr.delays is not None for arr in arrays)
+    weights_batched = tuple(arr.weights.ndim > 1 for arr in arrays)
+    call = functools.partial(_kernel_call, specs, fresh, per_synapse, weights_batched)
+
+    @jax.custom_batching.custom_vmap
+    def deliver(s, step, ring, *buffers):
+        return call(s, step, ring, *buffers)
+
+    @deliver.def_vmap
+    def _batched(axis_size, in_batched, s, step, ring, *buffers):
+        s_b, step_b, ring_b, *buf_b = in_batched
+        shared = not step_b and not any(b for i, b in enumerate(buf_b) if i % 4 != 2)
+        if not shared:  # one kernel call per trial of the vmapped axis
+            axes = [0 if b else None for b in in_batched]
+            return jax.vmap(call, in_axes=axes)(s, step, ring, *buffers), True
+        trials = s.shape[1:-1] if s_b else s.shape[:-1]
+        if not s_b:
+            s = jnp.broadcast_to(s, (axis_size, *s.shape))
+        if not ring_b:
+            ring = jnp.broadcast_to(ring, (axis_size, *ring.shape))
+        buffers, flags = list(buffers), []
+        for p, was_batched in enumerate(weights_batched):
+            w, w_b = buffers[4 * p + 2], buf_b[4 * p + 2]
+            if w_b or was_batched:
+                nnz = buffers[4 * p + 1].shape[0]
+                if not w_b:  # (trials * nnz,): the same rows for every vmapped trial
+                    w = jnp.broadcast_to(w, (axis_size, *w.shape))
+                elif not was_batched:  # (V, nnz): the same row for every inner trial
+                    w = jnp.broadcast_to(
+                        w.reshape(axis_size, 1, nnz), (axis_size, math.prod(trials), nnz)
+                    )
+                buffers[4 * p + 2] = w.reshape(-1)
+            flags.append(w_b or was_batched)
+        out = _kernel_call(specs, fresh, per_synapse, tuple(flags), s, step, ring, *buffers)
+        return out, True
+
+    return deliver(s, step, ring, *buffers)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 5))
