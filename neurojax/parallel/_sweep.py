@@ -113,6 +113,10 @@ def sweep(
         batch_size: evaluate at most this many entries at once (a bound on memory). The
             batch is cut into chunks of this size, each run by one compiled program; a short
             last chunk is padded (its extra results are dropped). Default: all `B` at once.
+            It is also a speed setting: on CPU a chunk whose states stay in cache runs
+            fastest (for the 4000-neuron COBA network, chunks of 4-16 trials cost 0.94-0.99
+            of one trial each against 1.3 for all 64 at once, `benchmarks/RESULTS.md`); a
+            GPU wants chunks large enough to fill it.
         mesh: a `jax.sharding.Mesh`; each chunk is split along its batch axis over the
             devices of `axis` (a chunk is padded up to a multiple of their number).
         axis: the mesh axis name (or names) to shard the batch over; default all axes.
