@@ -537,6 +537,30 @@ def test_batch_of_trials_equals_separate_runs():
     assert np.abs(w[0] - w[1]).max() > 1e-3 and np.abs(w[1] - w[2]).max() > 1e-3
 
 
+@pytest.mark.parametrize("inner", [False, True])
+def test_vmap_over_drives_equals_separate_runs(inner):
+    """vmap over the drive of a plastic network (shared rule), with and without a state
+    batch inside: the compiled kernel runs the vmapped axis as more trials of one call."""
+    net = forced_pair_net(nj.STDP(a_plus=0.02, a_minus=0.025), delay=1.0)
+    rng = np.random.default_rng(8)
+    n_steps, inner_batch = 600, ((2,) if inner else ())
+    drives = {
+        "pre": poisson_drive(rng, n_steps, 4, 80.0, batch=(3, *inner_batch)),
+        "post": poisson_drive(rng, n_steps, 3, 80.0, batch=(3, *inner_batch)),
+    }
+    # the vmapped axis of the drive is axis 1 (axis 0 is time)
+    state = net.init_state(batch=inner_batch)
+
+    def final_weights(drive):
+        return nj.simulate(net, state, drive, dt=DT)[0].plastic[0].weights
+
+    swept = np.asarray(jax.jit(jax.vmap(final_weights, in_axes=(1,)))(drives))
+    for trial in range(3):
+        one = {k: v[:, trial] for k, v in drives.items()}
+        np.testing.assert_array_equal(swept[trial], np.asarray(final_weights(one)))
+    assert np.abs(swept[0] - swept[1]).max() > 1e-3
+
+
 # ---------------------------------------------------------------- statistics and recording
 
 

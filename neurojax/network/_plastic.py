@@ -116,17 +116,41 @@ def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, de
     params = jnp.stack(
         [rule.a_plus, rule.a_minus, rule.w_min, rule.w_max, decay_x, decay_y]
     ).astype(dtype)
-    call = jax.ffi.ffi_call(
-        _kernel.STDP_TARGET,
-        (
-            jax.ShapeDtypeStruct(w.shape, dtype),
-            jax.ShapeDtypeStruct(x_old.shape, dtype),
-            jax.ShapeDtypeStruct(y_old.shape, dtype),
-        ),
-        input_output_aliases={0: 0, 1: 1, 2: 2},
-        vmap_method="sequential",
+    attrs = dict(
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        multiplicative=np.int64(rule.mode == "multiplicative"),
+        nearest=np.int64(rule.pairing == "nearest"),
     )
-    return call(
+
+    def raw(*args):
+        call = jax.ffi.ffi_call(
+            _kernel.STDP_TARGET,
+            tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in args[:3]),
+            input_output_aliases={0: 0, 1: 1, 2: 2},
+            vmap_method="sequential",
+        )
+        return call(*args, **attrs)
+
+    # The kernel treats the leading dimensions of the weights, traces and spikes as trials.
+    # Under vmap with shared rule parameters and layout, the vmapped axis becomes more
+    # trials of one call; otherwise (a sweep over a_plus, say) one call per trial.
+    @jax.custom_batching.custom_vmap
+    def update(*args):
+        return raw(*args)
+
+    @update.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        if any(in_batched[5:]):
+            axes = [0 if b else None for b in in_batched]
+            return jax.vmap(raw, in_axes=axes)(*args), (True, True, True)
+        per_trial = [
+            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, b in zip(args[:5], in_batched[:5], strict=True)
+        ]
+        return raw(*per_trial, *args[5:]), (True, True, True)
+
+    return update(
         w,
         x_old.astype(dtype),
         y_old.astype(dtype),
@@ -138,10 +162,6 @@ def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, de
         lay.col_ptr,
         lay.col_syn,
         lay.col_pre,
-        n_pre=np.int64(sizes[0]),
-        n_post=np.int64(sizes[1]),
-        multiplicative=np.int64(rule.mode == "multiplicative"),
-        nearest=np.int64(rule.pairing == "nearest"),
     )
 
 
