@@ -156,7 +156,12 @@ def izhikevich_lattice(
         # Every pair within the radius (p = 1): the key draws nothing, but it must not be
         # the state's key all the same.
         pairs = connect.distance_connect(
-            jr.fold_in(k_syn, 1), pos_of["I"], pos_of["I"], gap_radius, periodic=box, allow_self=False
+            jr.fold_in(k_syn, 1),
+            pos_of["I"],
+            pos_of["I"],
+            gap_radius,
+            periodic=box,
+            allow_self=False,
         )
         idx = jax.device_get(pairs.indices)
         keep = idx[:, 0] < idx[:, 1]

@@ -22,6 +22,13 @@ class GapJunction(eqx.Module):
     to itself. The current is computed with one gather and one scatter per stored pair, so its
     cost grows with the number of pairs, not with `n^2`.
 
+    **Time step.** In a `nj.Network` the current is computed from the potentials at the start
+    of a step and held over it (explicit coupling), whatever the neuron's own scheme: the
+    coupling is first-order in `dt`, and strongly coupled neurons need a `dt` well below the
+    time in which the coupling alone equalises their potentials (for `dv/dt = I / C`, about
+    `C / (g sum_j c_ij)`). Check a result by halving `dt`: in the Izhikevich lattice
+    (notebook 07) dt = 0.5 and 0.25 ms give different spike trains at `g` = 0.1-0.2.
+
     Args:
         conn: `jax.experimental.sparse.BCOO` of shape `(n, n)` (for example from
             `nj.connect.distance_connect(..., allow_self=False)` keeping only `i < j`, or
