@@ -240,44 +240,47 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           int64_t n_post, int64_t n_trials, bool multiplicative, bool nearest) {
   const F a_plus = params[0], a_minus = params[1], lo = params[2], hi = params[3];
   const F decay_x = params[4], decay_y = params[5];
+  // Two passes over the neurons per step instead of six: each trace is decayed and
+  // incremented in one pass that also visits the rows (or columns) of this step's spikes.
+  // The arithmetic is that of the pure-JAX update, operation for operation: depression
+  // reads the postsynaptic trace decayed but not yet incremented (y * decay_y, the same
+  // product the stored trace gets), potentiation the presynaptic trace after the arrivals.
+  const auto x_update = [&](F xi, F a) {
+    const F d = xi * decay_x;
+    return nearest ? (a > F(0) ? F(1) : d) : d + a;
+  };
+  const auto y_update = [&](F yj, F p) {
+    const F d = yj * decay_y;
+    return nearest ? (p > F(0) ? F(1) : d) : d + p;
+  };
   for (int64_t b = 0; b < n_trials; ++b) {
     F* wb = w + b * nnz;
     F* xb = x + b * n_pre;
     F* yb = y + b * n_post;
     const F* ab = s_arr + b * n_pre;
     const F* pb = s_post + b * n_post;
-    for (int64_t i = 0; i < n_pre; ++i) xb[i] = xb[i] * decay_x;
-    for (int64_t j = 0; j < n_post; ++j) yb[j] = yb[j] * decay_y;
+    // Depression of the arriving rows (before any trace of this step is written).
     ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
       for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
         const F v = wb[k];
         const F f = multiplicative ? v - lo : F(1);
-        wb[k] = Clip<F>(v - a_minus * f * yb[post[k]] * s, lo, hi);
+        const F yd = yb[post[k]] * decay_y;
+        wb[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
       }
     });
-    // Presynaptic trace after the arrivals, then potentiation with it.
-    for (int64_t i = 0; i < n_pre; ++i) {
-      if (nearest) {
-        xb[i] = ab[i] > F(0) ? F(1) : xb[i];
-      } else {
-        xb[i] = xb[i] + ab[i];
-      }
-    }
+    for (int64_t i = 0; i < n_pre; ++i) xb[i] = x_update(xb[i], ab[i]);
+    // Potentiation of the spiking columns with the new presynaptic trace.
     ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F s) {
-      for (int32_t m = col_ptr[j]; m < col_ptr[j + 1]; ++m) {
+      const int32_t end = col_ptr[j + 1];
+      for (int32_t m = col_ptr[j]; m < end; ++m) {
+        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
         const int32_t k = col_syn[m];
         const F v = wb[k];
         const F f = multiplicative ? hi - v : F(1);
         wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
       }
     });
-    for (int64_t j = 0; j < n_post; ++j) {
-      if (nearest) {
-        yb[j] = pb[j] > F(0) ? F(1) : yb[j];
-      } else {
-        yb[j] = yb[j] + pb[j];
-      }
-    }
+    for (int64_t j = 0; j < n_post; ++j) yb[j] = y_update(yb[j], pb[j]);
   }
 }
 
