@@ -24,7 +24,9 @@ def _weights_of(x: Any) -> jax.Array:
     return jnp.asarray(x)
 
 
-def weight_stats(weights: Any, *, bins: int = 20, range: tuple[float, float] | None = None):
+def weight_stats(
+    weights: Any, *, bins: int = 20, range: tuple[float, float] | None = None
+) -> dict[str, jax.Array]:
     """Mean, standard deviation, minimum, maximum and histogram of a set of weights.
 
     Args:

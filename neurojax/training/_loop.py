@@ -44,7 +44,9 @@ def _check_loss_shape(loss, owner: str, per_example: bool):
         )
 
 
-def init_opt_state(optimizer: optax.GradientTransformation, model, filter_spec=None):
+def init_opt_state(
+    optimizer: optax.GradientTransformation, model: Any, filter_spec: Any = None
+) -> optax.OptState:
     """The optimizer state for the trainable leaves of `model` (`trainable(model)` by default)."""
     spec = trainable(model) if filter_spec is None else filter_spec
     return optimizer.init(eqx.filter(model, spec))
@@ -55,7 +57,7 @@ def make_train_step(
     optimizer: optax.GradientTransformation,
     *,
     per_example: bool = True,
-    filter_spec=None,
+    filter_spec: Any = None,
 ) -> Callable:
     """Build a jitted training step `step(model, opt_state, batch, key)`.
 
@@ -183,21 +185,21 @@ def _examples(owner: str, data) -> int:
 
 
 def fit(
-    model,
+    model: Any,
     optimizer: optax.GradientTransformation,
     loss_fn: Callable,
-    data,
+    data: Any,
     *,
-    key,
+    key: jax.Array,
     epochs: int = 1,
     batch_size: int = 32,
     per_example: bool = True,
-    filter_spec=None,
+    filter_spec: Any = None,
     eval_fn: Callable | None = None,
-    opt_state=None,
+    opt_state: Any = None,
     progress: bool = False,
     callback: Callable | None = None,
-):
+) -> tuple[Any, "FitResult"]:
     """Train `model` on `data` for `epochs` passes of shuffled mini-batches.
 
     Each epoch draws a permutation of the examples from `key`, cuts it into batches of
