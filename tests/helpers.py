@@ -99,3 +99,22 @@ def leaves_equal(a, b) -> bool:
     return len(la) == len(lb) and all(
         np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb)
     )
+
+
+def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
+    """Shapes of the outputs of every compiled-kernel (FFI) call in `fn`'s jaxpr.
+
+    Under `vmap` a kernel batched into one call shows the vmapped axis in its output shape;
+    a kernel run one call per trial shows the unbatched shape inside a loop.
+    """
+    import re
+
+    shapes = []
+    for line in str(jax.make_jaxpr(fn)(*args)).splitlines():
+        if "= ffi_call[" in line:
+            lhs = line.split("= ffi_call[")[0]
+            shapes += [
+                tuple(int(d) for d in dims.split(",") if d)
+                for dims in re.findall(r":[a-z0-9]+\[([\d,]*)\]", lhs)
+            ]
+    return shapes

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import ffi_output_shapes
 
 import neurojax as nj
 from neurojax.network import _kernel, _propagation
@@ -291,26 +292,29 @@ def test_vmap_over_weights_and_delays_equals_loop(path, inner_batch):
     state = net.init_state(jax.random.key(5), batch=inner_batch)
     scales = jnp.array([0.5, 1.0, 2.0, 3.0])
 
-    def arrivals(scale, st):
-        n = eqx.tree_at(lambda m: m.projections[0].weights, net, net.projections[0].weights * scale)
-        return arrivals_of(n, st, 200)[1]
+    def scaled(scale):
+        return eqx.tree_at(
+            lambda m: m.projections[0].weights, net, net.projections[0].weights * scale
+        )
 
     def run(scale, st):
         def rec(s, out):
             return s.synapses[0].g * DT
 
-        n = eqx.tree_at(lambda m: m.projections[0].weights, net, net.projections[0].weights * scale)
-        return nj.simulate(n, st, dt=DT, n_steps=200, record=rec)[1].values
+        return nj.simulate(scaled(scale), st, dt=DT, n_steps=200, record=rec)[1].values
 
     swept = np.asarray(jax.jit(jax.vmap(run, in_axes=(0, None)))(scales, state))
     # The same with the state vmapped too (every leaf but the shared step count).
     states = jax.tree.map(lambda x: jnp.stack([x] * len(scales)) if x.ndim else x, state)
     both = np.asarray(jax.vmap(run, in_axes=(0, state_axes(states)))(scales, states))
     for i, scale in enumerate(scales):
-        one = arrivals(scale, state)
+        one = arrivals_of(scaled(scale), state, 200)[1]
         assert one.sum() > 0
         np.testing.assert_array_equal(swept[i], one)
         np.testing.assert_array_equal(both[i], one)
+    if path == "kernel":  # one call for all trials: the ring (4, *inner, D, T)
+        shapes = ffi_output_shapes(jax.vmap(run, in_axes=(0, None)), scales, state)
+        assert shapes and all(sh[: 1 + len(inner_batch)] == (4, *inner_batch) for sh in shapes)
 
 
 def state_axes(state):

@@ -15,10 +15,12 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from helpers import ffi_output_shapes
 from jax.experimental import sparse
 from jax.flatten_util import ravel_pytree
 
 import neurojax as nj
+from neurojax.network import _kernel
 
 DT = 0.1
 PULSE = 1e4  # one step of this input takes a forced LIF from 0 far above threshold
@@ -559,6 +561,10 @@ def test_vmap_over_drives_equals_separate_runs(inner):
         one = {k: v[:, trial] for k, v in drives.items()}
         np.testing.assert_array_equal(swept[trial], np.asarray(final_weights(one)))
     assert np.abs(swept[0] - swept[1]).max() > 1e-3
+    if _kernel.available():  # one STDP call for all trials: weights (3, *inner, nnz)
+        shapes = ffi_output_shapes(jax.vmap(final_weights, in_axes=(1,)), drives)
+        nnz = net.projections[0].indices.shape[0]
+        assert (3, *inner_batch, nnz) in shapes, shapes
 
 
 # ---------------------------------------------------------------- statistics and recording
