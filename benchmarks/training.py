@@ -286,7 +286,9 @@ class FaultCounter:
 
 
 def _device_peak_bytes() -> int | None:
-    """Peak bytes in use on JAX's first device (GPU/TPU allocators report it; CPU: None)."""
+    """Peak bytes in use on JAX's first device so far in this process (GPU/TPU allocators
+    report it; CPU: None). JAX cannot reset it, so a row's figure is the largest of every
+    configuration run before it in the process (sizes run in the order of `--sizes`)."""
     import jax
 
     stats = jax.devices()[0].memory_stats() or {}
