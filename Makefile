@@ -29,15 +29,19 @@ demo: $(STAMP_DEV)
 	$(VENV)/bin/neurojax run coba --plot coba.png
 
 # The default suite leaves out the tests marked slow (long reference and statistics runs);
-# CI (`.ci/run`) runs both. Each part takes a few minutes on 2 CPU cores.
+# CI (`.ci/run`) runs both. Tests run on TEST_WORKERS processes (pytest-xdist; one per core
+# of the 2-core reference machine): the default suite takes about 9 minutes there, 15 on one
+# process. `make test TEST_WORKERS=0` runs them in this process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP_DEV)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
 
 test-slow: $(STAMP_DEV)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS)
 
 test-all: $(STAMP_DEV)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run_all

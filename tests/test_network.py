@@ -579,21 +579,25 @@ def test_kernel_build_failure_falls_back_with_one_warning(monkeypatch, tmp_path)
 
 
 def test_kernel_and_jax_paths_give_identical_plastic_weights(monkeypatch):
-    """COBA with STDP on E->E: the compiled and pure-JAX STDP updates agree to rounding."""
+    """COBA with STDP on E->E, E->I and I->E: the compiled and pure-JAX STDP updates agree to
+    rounding. E and I are stepped as one group, so the kernel reads the arrivals and the
+    postsynaptic spikes out of the group's spike vector at offsets 0 (E) and 400 (I)."""
     if not _kernel.available():
         pytest.skip("the compiled CPU kernel could not be built here")
     net, state = nj.models.coba(jax.random.key(4), n_exc=400, n_inh=100, p=0.1)
     ee = net.projections[0]
     for mode in ("additive", "multiplicative"):
         stdp = nj.STDP(a_plus=0.006, a_minus=0.0063, w_max=1.2, mode=mode)
-        plastic = nj.Projection(
-            "E", "E", ee.conn, synapse=ee.synapse, output=ee.output, plasticity=stdp
-        )
+        plastic = [
+            nj.Projection(p.pre, p.post, p.conn, synapse=p.synapse, output=p.output, plasticity=r)
+            for p, r in zip(net.projections[:3], (stdp, stdp, nj.STDP(w_max=8.0)), strict=True)
+        ]
         pnet = nj.Network(
             {"E": (net.populations["E"], 400), "I": (net.populations["I"], 100)},
-            [plastic, *net.projections[1:]],
+            [*plastic, net.projections[3]],
             inputs=net.inputs,
         )
+        assert pnet.groups == (("E", "I"),)
         v0 = [jnp.stack([state.populations[p].v] * 2) for p in ("E", "I")]
         pstate = eqx.tree_at(
             lambda s: (s.populations["E"].v, s.populations["I"].v), pnet.init_state(batch=2), v0
@@ -605,12 +609,16 @@ def test_kernel_and_jax_paths_give_identical_plastic_weights(monkeypatch):
             jax.clear_caches()
             fin_j, rec_j = nj.simulate(pnet, pstate, dt=DT, n_steps=1500)
         jax.clear_caches()
-        w_k, w_j = fin_k.plastic[0].weights, fin_j.plastic[0].weights
-        assert float(jnp.abs(w_k - ee.weights).max()) > 1e-3  # the weights did move
-        # Equal up to the last bit of the traces (XLA may fuse decay and increment into one
-        # multiply-add, the kernel rounds twice): 1 ulp of the weights at most.
-        np.testing.assert_allclose(w_k, w_j, rtol=4e-7, atol=0)
+        for i in range(3):
+            w_k, w_j = fin_k.plastic[i].weights, fin_j.plastic[i].weights
+            moved = float(jnp.abs(w_k - pstate.plastic[i].weights).max())
+            assert moved > 1e-3, (i, moved)  # the weights did move
+            # Equal up to the last bit of the traces (XLA may fuse decay and increment into
+            # one multiply-add, the kernel rounds twice): 1 ulp of the weights at most.
+            np.testing.assert_allclose(w_k, w_j, rtol=4e-7, atol=0)
+        assert float(jnp.abs(fin_k.plastic[0].weights - ee.weights).max()) > 1e-3
         np.testing.assert_array_equal(rec_k.spikes["E"], rec_j.spikes["E"])
+        np.testing.assert_array_equal(rec_k.spikes["I"], rec_j.spikes["I"])
 
 
 def test_populations_view_and_with_population():

@@ -624,3 +624,64 @@ def test_record_every_gives_every_nth_step(every):
     spikes = np.asarray(rec_1.spikes["post"]).reshape(-1, every, 3).sum(1)
     np.testing.assert_array_equal(np.asarray(rec_n.spikes["post"]), spikes)
     np.testing.assert_allclose(np.asarray(rec_n.t), np.arange(1, n_steps // every + 1) * every * DT)
+
+
+# ---------------------------------------------------------------- spikes read at an offset
+
+
+@pytest.mark.parametrize("use_kernel", [True, False])
+def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel, monkeypatch):
+    """`stdp_update` on spike vectors of a whole group (the projection's neurons at
+    `arr_offset` / `post_offset`) equals the update on the projection's own vectors, values
+    and gradients, on the compiled kernel and on the pure-JAX path."""
+    from neurojax.network._plastic import PlasticLayout, stdp_update
+
+    if use_kernel and not _kernel.available():
+        pytest.skip("the compiled CPU kernel could not be built here")
+    if not use_kernel:
+        monkeypatch.setattr(_kernel, "available", lambda: False)
+    jax.clear_caches()
+    n_pre, n_post, batch = 6, 5, (2,)
+    conn = nj.connect.fixed_prob(jr.key(3), n_pre, n_post, 0.7, weight=0.5)
+    rule = nj.STDP(a_plus=0.05, a_minus=0.04, w_max=1.0)
+    proj = nj.Projection("a", "b", conn, synapse=nj.Exponential(5.0), plasticity=rule)
+    lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
+    sizes = (n_pre, n_post, proj.max_fan_out, proj.max_fan_in)
+    rng = np.random.default_rng(11)
+    w = jnp.asarray(rng.uniform(0.2, 0.8, batch + proj.weights.shape), jnp.float32)
+    x = jnp.asarray(rng.uniform(0, 1, batch + (n_pre,)), jnp.float32)
+    y = jnp.asarray(rng.uniform(0, 1, batch + (n_post,)), jnp.float32)
+    s_arr = jnp.asarray(rng.random(batch + (n_pre,)) < 0.5, jnp.float32)
+    s_post = jnp.asarray(rng.random(batch + (n_post,)) < 0.5, jnp.float32)
+    # wider vectors: 3 other neurons before and 2 after the projection's own
+    wide_arr = jnp.concatenate([jnp.ones(batch + (3,)), s_arr, jnp.ones(batch + (2,))], -1)
+    wide_post = jnp.concatenate([jnp.ones(batch + (7,)), s_post, jnp.ones(batch + (1,))], -1)
+    d = (jnp.float32(0.9), jnp.float32(0.8))
+
+    narrow = stdp_update(rule, lay, sizes, w, x, y, s_arr, s_post, *d)
+    wide = stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=3,
+                       post_offset=7)
+    for a, b in zip(narrow, wide, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(jnp.abs(narrow[0] - w).max()) > 1e-3  # some synapse changed
+
+    def loss_narrow(sa, sp):
+        return jnp.sum(stdp_update(rule, lay, sizes, w, x, y, sa, sp, *d)[0] ** 2)
+
+    def loss_wide(sa, sp):
+        out = stdp_update(rule, lay, sizes, w, x, y, sa, sp, *d, arr_offset=3, post_offset=7)
+        return jnp.sum(out[0] ** 2)
+
+    g_arr, g_post = jax.grad(loss_narrow, argnums=(0, 1))(s_arr, s_post)
+    gw_arr, gw_post = jax.grad(loss_wide, argnums=(0, 1))(wide_arr, wide_post)
+    np.testing.assert_allclose(gw_arr[..., 3:9], g_arr, rtol=1e-6)
+    np.testing.assert_allclose(gw_post[..., 7:12], g_post, rtol=1e-6)
+    assert float(jnp.abs(gw_arr[..., :3]).max()) == 0.0  # the other neurons get no gradient
+    assert float(jnp.abs(gw_post[..., 12:]).max()) == 0.0
+    assert float(jnp.abs(g_post).max()) > 0.0
+
+    with pytest.raises(ValueError, match=r"stdp_update: post_offset=9 with 5 neurons does not fit in spike vectors of length 13"):
+        stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, post_offset=9)
+    with pytest.raises(ValueError, match=r"stdp_update: arr_offset=-1"):
+        stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=-1)
+    jax.clear_caches()

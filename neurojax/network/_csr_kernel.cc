@@ -221,8 +221,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
 // (+1, or reset to 1 with `nearest`).
 //
 // Arguments: weights (*batch, nnz), x (*batch, n_pre), y (*batch, n_post) of the previous
-// step, s_arr (*batch, n_pre), s_post (*batch, n_post), params (6,) = (a_plus, a_minus,
-// w_min, w_max, decay_x, decay_y), indptr, indices, col_ptr, col_syn, col_pre (int32).
+// step, s_arr (*batch, arr_stride), s_post (*batch, post_stride), params (6,) = (a_plus,
+// a_minus, w_min, w_max, decay_x, decay_y), indptr, indices, col_ptr, col_syn, col_pre
+// (int32). The arrivals of trial b are s_arr[b, arr_offset : arr_offset + n_pre] and its
+// postsynaptic spikes s_post[b, post_offset : post_offset + n_post]: the spike vectors may be
+// those of a whole group of populations stepped together, the same vector the delivery kernel
+// reads, so that XLA does not evaluate a population's spikes a second time for this kernel.
 // Results: weights, x, y, aliased to the inputs.
 
 namespace {
@@ -237,7 +241,8 @@ template <typename F, typename Bits>
 void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
           const int32_t* col_syn, const int32_t* col_pre, int64_t nnz, int64_t n_pre,
-          int64_t n_post, int64_t n_trials, bool multiplicative, bool nearest) {
+          int64_t n_post, int64_t n_trials, int64_t arr_stride, int64_t post_stride,
+          bool multiplicative, bool nearest) {
   const F a_plus = params[0], a_minus = params[1], lo = params[2], hi = params[3];
   const F decay_x = params[4], decay_y = params[5];
   // Two passes over the neurons per step instead of six: each trace is decayed and
@@ -257,8 +262,8 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     F* wb = w + b * nnz;
     F* xb = x + b * n_pre;
     F* yb = y + b * n_post;
-    const F* ab = s_arr + b * n_pre;
-    const F* pb = s_post + b * n_post;
+    const F* ab = s_arr + b * arr_stride;
+    const F* pb = s_post + b * post_stride;
     // Depression of the arriving rows (before any trace of this step is written).
     ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
       for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
@@ -290,7 +295,8 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
                     ffi::AnyBuffer col_syn, ffi::AnyBuffer col_pre,
                     ffi::Result<ffi::AnyBuffer> w_out, ffi::Result<ffi::AnyBuffer> x_out,
                     ffi::Result<ffi::AnyBuffer> y_out, int64_t n_pre, int64_t n_post,
-                    int64_t multiplicative, int64_t nearest) {
+                    int64_t arr_stride, int64_t arr_offset, int64_t post_stride,
+                    int64_t post_offset, int64_t multiplicative, int64_t nearest) {
   const auto type = w_in.element_type();
   for (const ffi::AnyBuffer* buf : {&x_in, &y_in, &s_arr, &s_post, &params}) {
     if (buf->element_type() != type) {
@@ -310,7 +316,16 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
     }
   }
   const int64_t nnz = post.element_count();
-  const int64_t n_trials = nnz > 0 ? w_in.element_count() / nnz : 0;
+  // Trials from the presynaptic trace (a projection may have no synapse at all; its traces
+  // still advance).
+  const int64_t n_trials = n_pre > 0 ? x_in.element_count() / n_pre : 0;
+  if (arr_offset < 0 || arr_offset + n_pre > arr_stride || post_offset < 0 ||
+      post_offset + n_post > post_stride ||
+      s_arr.element_count() != static_cast<size_t>(n_trials * arr_stride) ||
+      s_post.element_count() != static_cast<size_t>(n_trials * post_stride)) {
+    return ffi::Error::InvalidArgument(
+        "nj_stdp_update: spike vectors do not match the trials, strides and offsets");
+  }
   const auto i32 = [](const ffi::AnyBuffer& b) {
     return static_cast<const int32_t*>(b.untyped_data());
   };
@@ -318,11 +333,12 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
     using F = decltype(zero);
     Stdp<F, decltype(bits)>(
         static_cast<F*>(w_out->untyped_data()), static_cast<F*>(x_out->untyped_data()),
-        static_cast<F*>(y_out->untyped_data()), static_cast<const F*>(s_arr.untyped_data()),
-        static_cast<const F*>(s_post.untyped_data()),
+        static_cast<F*>(y_out->untyped_data()),
+        static_cast<const F*>(s_arr.untyped_data()) + arr_offset,
+        static_cast<const F*>(s_post.untyped_data()) + post_offset,
         static_cast<const F*>(params.untyped_data()), i32(indptr), i32(post), i32(col_ptr),
-        i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials, multiplicative != 0,
-        nearest != 0);
+        i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials, arr_stride, post_stride,
+        multiplicative != 0, nearest != 0);
   };
   if (type == ffi::DataType::F32) {
     run(0.0f, uint32_t{0});
@@ -341,8 +357,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
                                   .Arg<ffi::AnyBuffer>()  // x after arrivals (*batch, n_pre)
                                   .Arg<ffi::AnyBuffer>()  // y before post spikes
-                                  .Arg<ffi::AnyBuffer>()  // s_arr (*batch, n_pre)
-                                  .Arg<ffi::AnyBuffer>()  // s_post (*batch, n_post)
+                                  .Arg<ffi::AnyBuffer>()  // s_arr (*batch, arr_stride)
+                                  .Arg<ffi::AnyBuffer>()  // s_post (*batch, post_stride)
                                   .Arg<ffi::AnyBuffer>()  // params (4,)
                                   .Arg<ffi::AnyBuffer>()  // indptr
                                   .Arg<ffi::AnyBuffer>()  // indices (post per synapse)
@@ -354,5 +370,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
                                   .Ret<ffi::AnyBuffer>()  // y after this step (aliased)
                                   .Attr<int64_t>("n_pre")
                                   .Attr<int64_t>("n_post")
+                                  .Attr<int64_t>("arr_stride")
+                                  .Attr<int64_t>("arr_offset")
+                                  .Attr<int64_t>("post_stride")
+                                  .Attr<int64_t>("post_offset")
                                   .Attr<int64_t>("multiplicative")
                                   .Attr<int64_t>("nearest"));

@@ -484,18 +484,26 @@ class Network(eqx.Module):
             current = term if current is None else current + term
         return current
 
-    def _plasticity_step(self, i: int, ps: STDPState, spikes: dict, k, dt: float) -> STDPState:
+    def _plasticity_step(
+        self, i: int, ps: STDPState, group_spikes: list, k, dt: float
+    ) -> STDPState:
         proj = self.projections[i]
         rule = proj.plasticity
-        s_pre = spikes[proj.pre].astype(ps.x.dtype)
-        s_post = spikes[proj.post].astype(ps.y.dtype)
+        # The kernel reads this step's spikes out of the whole group's spike vector (the one
+        # delivery reads too) at the population's offset, so that XLA computes them once.
+        pre_group, pre_offset = self._where(proj.pre)
+        post_group, post_offset = self._where(proj.post)
+        s_group_pre = group_spikes[pre_group].astype(ps.x.dtype)
+        s_post = group_spikes[post_group].astype(ps.y.dtype)
         history = ps.history
         if history is None:
-            arrivals = s_pre
+            arrivals, arr_offset = s_group_pre, pre_offset
         else:  # spikes emitted d steps ago reach the synapses at the end of this step
+            s_pre = s_group_pre[..., pre_offset : pre_offset + proj.n_pre]
             d = history.shape[-2]
             slot = k % d
             arrivals = lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
+            arr_offset = 0
             history = lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
         decay_x, decay_y = rule.decays(dt)
         lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
@@ -511,6 +519,8 @@ class Network(eqx.Module):
             s_post,
             decay_x.astype(ps.x.dtype),
             decay_y.astype(ps.y.dtype),
+            arr_offset=arr_offset,
+            post_offset=post_offset,
         )
         return STDPState(weights=w, x=x, y=y, history=history)
 
@@ -591,7 +601,7 @@ class Network(eqx.Module):
         plastic = list(state.plastic)
         for i, proj in enumerate(self.projections):
             if proj.plasticity is not None:
-                plastic[i] = self._plasticity_step(i, state.plastic[i], spikes, k, dt)
+                plastic[i] = self._plasticity_step(i, state.plastic[i], group_spikes, k, dt)
 
         # 4. delivery: dense paths per projection, event paths once per sending group
         for si, (gi, idx) in enumerate(self.senders):

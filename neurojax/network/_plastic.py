@@ -61,8 +61,19 @@ def _rows(lay: PlasticLayout, n_pre: int) -> jax.Array:
     return jnp.repeat(jnp.arange(n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
 
 
+def _own_spikes(sizes, s_arr, s_post):
+    """The projection's own arrivals `(*batch, n_pre)` and postsynaptic spikes `(*batch, n_post)`
+    out of the (possibly wider, group-wide) vectors handed to `stdp_update`."""
+    n_pre, n_post, _, _, arr_offset, post_offset = sizes
+    return (
+        s_arr[..., arr_offset : arr_offset + n_pre],
+        s_post[..., post_offset : post_offset + n_post],
+    )
+
+
 def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
-    n_pre, n_post, max_out, max_in = sizes
+    n_pre, n_post, max_out, max_in = sizes[:4]
+    s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
     nnz = w.shape[-1]
     x = x_old * decay_x
     y = y_old * decay_y
@@ -119,6 +130,10 @@ def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, de
     attrs = dict(
         n_pre=np.int64(sizes[0]),
         n_post=np.int64(sizes[1]),
+        arr_stride=np.int64(s_arr.shape[-1]),
+        arr_offset=np.int64(sizes[4]),
+        post_stride=np.int64(s_post.shape[-1]),
+        post_offset=np.int64(sizes[5]),
         multiplicative=np.int64(rule.mode == "multiplicative"),
         nearest=np.int64(rule.pairing == "nearest"),
     )
@@ -185,6 +200,7 @@ def _update_jvp(sizes, primals, tangents):
     rows = _rows(lay, sizes[0])
 
     def dense(rule_, w_, x_, y_, sa_, sp_, ddx, ddy):
+        sa_, sp_ = _own_spikes(sizes, sa_, sp_)
         x_ = x_ * ddx
         y_ = y_ * ddy
         w_new = rule_.dense_update(w_, x_, y_, sa_, sp_, rows, lay.indices)
@@ -198,11 +214,42 @@ def _update_jvp(sizes, primals, tangents):
     return out, t_out
 
 
-def stdp_update(rule, lay: PlasticLayout, sizes, w, x, y, s_arr, s_post, decay_x, decay_y):
+def stdp_update(
+    rule,
+    lay: PlasticLayout,
+    sizes,
+    w,
+    x,
+    y,
+    s_arr,
+    s_post,
+    decay_x,
+    decay_y,
+    *,
+    arr_offset: int = 0,
+    post_offset: int = 0,
+):
     """Weights and traces after one step: `(w, x, y)`.
 
     `x`, `y` are the traces of the previous step; they decay by `decay_x`, `decay_y` and
     take this step's arrivals `s_arr` and postsynaptic spikes `s_post`. `sizes` is the static
     `(n_pre, n_post, max_fan_out, max_fan_in)`.
+
+    The spike vectors may be wider than the projection: the arrivals are
+    `s_arr[..., arr_offset : arr_offset + n_pre]` and the postsynaptic spikes
+    `s_post[..., post_offset : post_offset + n_post]`. A network hands over the spikes of the
+    whole group of populations stepped together, which the compiled kernel reads in place
+    (the same vector as the delivery kernel), so the group's spikes are computed once a step.
     """
-    return _update(tuple(sizes), rule, lay, w, x, y, s_arr, s_post, decay_x, decay_y)
+    n_pre, n_post = int(sizes[0]), int(sizes[1])
+    for name, off, n, vec in (
+        ("arr_offset", arr_offset, n_pre, s_arr),
+        ("post_offset", post_offset, n_post, s_post),
+    ):
+        if off < 0 or off + n > vec.shape[-1]:
+            raise ValueError(
+                f"stdp_update: {name}={off} with {n} neurons does not fit in spike vectors of "
+                f"length {vec.shape[-1]}"
+            )
+    key = (*(int(v) for v in sizes), int(arr_offset), int(post_offset))
+    return _update(key, rule, lay, w, x, y, s_arr, s_post, decay_x, decay_y)
