@@ -17,13 +17,20 @@ synapses, and without it; its STDP record carries its own `stdp_over_static` and
 `neurojax_over_peer` (neurojax `run_s` / Brian2's, with STDP). Brian2 draws its own network
 and trains, so rates and weights agree statistically, not spike by spike.
 
+Interleaved pairs: the two configurations above are timed one after the other, so a change
+in the machine's load between them (other jobs on a shared host) moves the ratio. After both,
+`--pairs` (default 15) more runs alternate static and STDP calls of the same compiled
+programs, and a record with `"measure": "interleaved"` carries the median over the pairs of
+the per-pair ratio (`stdp_over_static_paired`), the ratio of the two medians and all times.
+
 `--quick` (the smoke test) simulates 100 ms. The ratios are also written to stderr.
 
 Run: `python -m benchmarks.stdp_overhead [--quick] [--duration MS] [--no-peers]
-[--threads 1|2] [--repeats R] [--budget S]`. `--sizes` is not used.
+[--threads 1|2] [--repeats R] [--budget S] [--pairs P]`. `--sizes` is not used.
 """
 
 import sys
+import time
 from typing import Any
 
 from . import _harness
@@ -36,6 +43,9 @@ SEED = 0
 
 def _extra(parser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="simulated ms (1000)")
+    parser.add_argument(
+        "--pairs", type=int, default=None, help="interleaved static/STDP pairs (15; quick: 3)"
+    )
 
 
 def with_stdp(net, state, rule):
@@ -92,11 +102,13 @@ def main(argv: list[str] | None = None) -> None:
         return final.plastic, rec.spikes
 
     results: dict[bool, dict[str, Any]] = {}
+    calls = {}
     for stdp, (net, state) in ((False, (static_net, static_state)), (True, (stdp_net, stdp_state))):
         _harness.log(f"stdp_overhead: neurojax stdp={stdp}")
-        timing, (plastic, spikes), _ = _harness.time_jax(
+        timing, (plastic, spikes), compiled = _harness.time_jax(
             run, (net, state), repeats=args.repeats, budget_s=args.budget
         )
+        calls[stdp] = (compiled, net, state)
         raster = np.concatenate([np.asarray(spikes["E"]), np.asarray(spikes["I"])], axis=-1)
         step, idx = np.nonzero(raster)
         del spikes, raster
@@ -124,6 +136,34 @@ def main(argv: list[str] | None = None) -> None:
         _harness.emit(rec)
         del net, state, plastic
     summary = [f"neurojax STDP / static: {results[True]['stdp_over_static']:.2f}x"]
+
+    n_pairs = args.pairs if args.pairs is not None else (3 if args.quick else 15)
+    if n_pairs > 0:
+        _harness.log(f"stdp_overhead: neurojax, {n_pairs} interleaved static/STDP pairs")
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(n_pairs):
+            for stdp in (False, True):
+                compiled, net, state = calls[stdp]
+                t0 = time.perf_counter()
+                jax.block_until_ready(compiled(net, state))
+                times[stdp].append(time.perf_counter() - t0)
+        static_t, stdp_t = np.asarray(times[False]), np.asarray(times[True])
+        paired = float(np.median(stdp_t / static_t))
+        rec = {
+            **base,
+            "impl": "neurojax",
+            "measure": "interleaved",
+            "pairs": n_pairs,
+            "static_times_s": times[False],
+            "stdp_times_s": times[True],
+            "static_run_s": float(np.median(static_t)),
+            "stdp_run_s": float(np.median(stdp_t)),
+            "stdp_over_static_paired": paired,
+            "stdp_over_static_medians": float(np.median(stdp_t) / np.median(static_t)),
+        }
+        _harness.emit(rec)
+        summary.append(f"interleaved pairs: {paired:.2f}x (median of per-pair ratios)")
+    del calls
 
     if args.peers:
         peer: dict[bool, dict[str, Any]] = {}

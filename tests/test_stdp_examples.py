@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,8 +80,19 @@ def _check_coba(r: dict) -> None:
 
 def test_stdp_overhead_quick():
     records = _run("benchmarks.stdp_overhead", "--quick", "--no-peers", "--repeats", "2")
-    assert [(r["impl"], r["stdp"]) for r in records] == [("neurojax", False), ("neurojax", True)]
-    static, plastic = records
+    assert [(r["impl"], r.get("stdp"), r.get("measure")) for r in records] == [
+        ("neurojax", False, None),
+        ("neurojax", True, None),
+        ("neurojax", None, "interleaved"),
+    ]
+    static, plastic, pairs = records
+    assert pairs["pairs"] == 3 and len(pairs["static_times_s"]) == len(pairs["stdp_times_s"]) == 3
+    ratios = np.asarray(pairs["stdp_times_s"]) / np.asarray(pairs["static_times_s"])
+    assert pairs["stdp_over_static_paired"] == pytest.approx(float(np.median(ratios)))
+    assert pairs["stdp_over_static_medians"] == pytest.approx(
+        pairs["stdp_run_s"] / pairs["static_run_s"]
+    )
+    records = records[:2]
     for r in records:
         assert r["bench"] == "stdp_overhead" and r["steps"] == 1000
         assert r["n_synapses"] == static["n_synapses"]

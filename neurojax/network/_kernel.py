@@ -7,7 +7,11 @@ does the same work in one call through XLA's FFI: one pass over the spike vector
 proportional to spikes x fan-out; a second kernel updates plastic weights in place. They are
 compiled once per machine and JAX version with the
 system C++ compiler (`$CXX`, else `c++`/`g++`) against the FFI headers that ship with jaxlib,
-and cached in `$NEUROJAX_CACHE_DIR` (default `~/.cache/neurojax`).
+for this CPU's instruction set (`-march=native`; set `NEUROJAX_MARCH` to another target, or
+to an empty string for the compiler's default), without fused multiply-add contraction, and
+cached in `$NEUROJAX_CACHE_DIR` (default `~/.cache/neurojax`) under a name that also hashes
+the CPU's feature flags, so a cache shared between machines never hands one CPU code built
+for another.
 
 When no compiler is found or the build fails, neurojax warns once and uses the pure-JAX path,
 which gives the same results. Set `NEUROJAX_CPU_KERNEL=0` to always use the pure-JAX path.
@@ -54,10 +58,25 @@ def _compiler() -> str | None:
     return None
 
 
+def _cpu_flags() -> bytes:
+    """The instruction-set flags of this machine's CPU (Linux), part of the library's tag."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    return b""
+
+
 def _build() -> Path:
     include = jax.ffi.include_dir()
     source = _SOURCE.read_bytes()
-    tag = hashlib.sha256(source + jax.__version__.encode() + include.encode()).hexdigest()[:16]
+    march = os.environ.get("NEUROJAX_MARCH", "native")
+    tag = hashlib.sha256(
+        source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
+    ).hexdigest()[:16]
     out = _cache_dir() / f"libnj_csr_{tag}.so"
     if out.exists():
         return out
@@ -67,20 +86,33 @@ def _build() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [
-        cxx,
-        "-O3",
-        "-shared",
-        "-fPIC",
-        "-std=c++17",
-        "-w",
-        f"-I{include}",
-        str(_SOURCE),
-        "-o",
-        tmp,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
+    def command(march_flags: list[str]) -> list[str]:
+        return [
+            cxx,
+            "-O3",
+            *march_flags,
+            # No fused multiply-add contraction: the kernels must round exactly as XLA's
+            # separate multiply and add do, so that both paths give the same numbers.
+            "-ffp-contract=off",
+            "-shared",
+            "-fPIC",
+            "-std=c++17",
+            "-w",
+            f"-I{include}",
+            str(_SOURCE),
+            "-o",
+            tmp,
+        ]
+
+    # This CPU's vector instructions (AVX2 on current x86) where the compiler knows them;
+    # a compiler that rejects -march gets the portable build.
+    attempts = [[f"-march={march}"], []] if march else [[]]
+    for flags in attempts:
+        cmd = command(flags)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == 0:
+            break
+    else:
         os.unlink(tmp)
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     os.replace(tmp, out)  # atomic: concurrent builders never see a half-written library
