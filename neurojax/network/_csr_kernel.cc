@@ -264,13 +264,6 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     F* yb = y + b * n_post;
     const F* ab = s_arr + b * arr_stride;
     const F* pb = s_post + b * post_stride;
-    // The weights that potentiation will touch sit at random places of the CSR-ordered
-    // weight vector (one per presynaptic row), mostly outside the L1/L2 caches. Asking for
-    // all of them now lets the memory system fetch them in parallel while depression and
-    // the presynaptic trace run; a prefetch changes no value.
-    ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F) {
-      for (int32_t m = col_ptr[j]; m < col_ptr[j + 1]; ++m) __builtin_prefetch(wb + col_syn[m], 1);
-    });
     // Depression of the arriving rows (before any trace of this step is written).
     ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
       for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
@@ -285,6 +278,7 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F s) {
       const int32_t end = col_ptr[j + 1];
       for (int32_t m = col_ptr[j]; m < end; ++m) {
+        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
         const int32_t k = col_syn[m];
         const F v = wb[k];
         const F f = multiplicative ? hi - v : F(1);
