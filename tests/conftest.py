@@ -5,7 +5,13 @@ during the tests, so that a model never silently computes in an unexpected preci
 Python scalars stay weakly typed and are allowed.
 """
 
-import jax
+import os
+
+# `make test` runs two pytest-xdist workers; on a GPU each would otherwise preallocate 75 % of
+# the device's memory at its first JAX call, and the second would fail. No effect on CPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402  (after the environment is set)
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
