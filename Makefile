@@ -30,7 +30,7 @@ demo: $(STAMP_DEV)
 
 # The default suite leaves out the tests marked slow (long reference and statistics runs);
 # CI (`.ci/run`) runs both. Tests run on TEST_WORKERS processes (pytest-xdist; one per core
-# of the 2-core reference machine): the default suite takes about 9 minutes there, 15 on one
+# of the 2-core reference machine): the default suite takes 9-10 minutes there, 15 on one
 # process. `make test TEST_WORKERS=0` runs them in this process.
 TEST_WORKERS ?= 2
 

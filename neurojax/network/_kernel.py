@@ -86,6 +86,7 @@ def _build() -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
+
     def command(march_flags: list[str]) -> list[str]:
         return [
             cxx,
