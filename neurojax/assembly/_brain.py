@@ -1,5 +1,6 @@
 """The assembly-calculus brain: areas with a k-cap, random synapses and Hebbian plasticity."""
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from ..network import _kernel
 from . import _sampling, _synapses
 from ._synapses import FanOut
 
@@ -515,13 +517,21 @@ class Brain(eqx.Module):
         routes = self._routes(stimuli, areas, "Brain.input_currents")
         return {t: self._inputs(state, t, stims, srcs) for t, stims, srcs in routes}
 
-    def _inputs(self, state: BrainState, t: str, stims: tuple, srcs: tuple) -> Array:
+    def _inputs(
+        self, state: BrainState, t: str, stims: tuple, srcs: tuple, limit: Array | None = None
+    ) -> Array:
+        """Summed input of target `t`; with `limit`, dense synapses are summed over the first
+        `limit` neurons only (0 beyond: the sparse mode's not-yet-represented neurons)."""
         i = self.area_names.index(t)
         x = jnp.zeros((self.capacities[i],), jnp.result_type(float))
         for s in stims:
             x = x + state.stimulus_weights[(s, t)]
         for a in srcs:
-            x = x + _synapses.inputs(state.weights[(a, t)], state.winners[a])
+            w = state.weights[(a, t)]
+            if isinstance(w, FanOut):
+                x = x + _synapses.inputs(w, state.winners[a])
+            else:
+                x = x + _synapses.dense_inputs(w, state.winners[a], limit)
         return x
 
     @eqx.filter_jit
@@ -576,11 +586,16 @@ class Brain(eqx.Module):
                     w = _synapses.hebbian_vector(w, win_t, 1.0 + self.beta[(s, t)])
                 stim_w[(s, t)] = w
             for a in srcs:
-                w = created_w.get(a, state.weights[(a, t)])
-                if plasticity:
-                    if isinstance(w, FanOut) and mask is None:
-                        mask = _synapses.winner_mask(win_t, self.capacities[i])
-                    w = _synapses.hebbian(w, state.winners[a], win_t, mask, 1.0 + self.beta[(a, t)])
+                w = state.weights[(a, t)]
+                factor = 1.0 + self.beta[(a, t)]
+                if isinstance(w, FanOut):
+                    if plasticity:
+                        if mask is None:
+                            mask = _synapses.winner_mask(win_t, self.capacities[i])
+                        w = _synapses.hebbian(w, state.winners[a], win_t, mask, factor)
+                else:
+                    hebb = (state.winners[a], win_t, factor) if plasticity else None
+                    w = _synapses.dense_update(w, created_w.get(a), hebb)
                 weights[(a, t)] = w
             new_winners[t] = win_t
         return BrainState(
@@ -620,18 +635,28 @@ class Brain(eqx.Module):
                 {t: new.winners[t] for t in targets},
                 {t: new.new_winners[t] for t in targets},
                 {t: new.support[t] for t in targets},
-                {t: overlap(new.winners[t], s.winners[t]) for t in targets},
+                {t: self._overlap(t, new.winners[t], s.winners[t]) for t in targets},
             )
             return new, rec
 
         state, (win, new, sup, ov) = jax.lax.scan(body, state, None, length=steps)
         return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
 
+    def _overlap(self, t: str, a: Array, b: Array) -> Array:
+        """`overlap(a, b)` of two winner lists of area `t`; over a support of at most 2**20
+        labels through a boolean mask (two small scatters and a gather), else by sorting."""
+        size = self.capacities[self.area_names.index(t)]
+        if size > 1 << 20:
+            return overlap(a, b)
+        mask = jnp.zeros((size + 1,), bool).at[jnp.where(b < 0, size, b)].set(True)
+        found = mask[jnp.where(a < 0, size, a)] & (a >= 0)
+        return jnp.sum(found).astype(jnp.int32)
+
     def _explicit_target(self, state, t, stims, srcs):
         i = self.area_names.index(t)
         k = self.caps[i]
         x = self._inputs(state, t, stims, srcs)
-        _, idx = jax.lax.top_k(x, k)
+        _, idx = _top_k(x, k)
         idx = idx.astype(jnp.int32)
         fixed = state.fixed[t]
         win = jnp.where(fixed, state.winners[t], idx)
@@ -646,8 +671,8 @@ class Brain(eqx.Module):
         i = self.area_names.index(t)
         n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
         k_cand, k_items = jr.split(key)
-        x = self._inputs(state, t, stims, srcs)
         w = state.support[t]
+        x = self._inputs(state, t, stims, srcs, limit=w)
         x = jnp.where(jnp.arange(cap) < w, x, -jnp.inf)
         stim_sizes = [self.stimulus_sizes[self.stimulus_names.index(s)] for s in stims]
         src_counts = [jnp.sum(state.winners[a] >= 0).astype(jnp.int32) for a in srcs]
@@ -657,7 +682,7 @@ class Brain(eqx.Module):
         total_max = sum(stim_sizes) + sum(self.caps[self.area_names.index(a)] for a in srcs)
         table = _sampling.binom_tail_table(total_max, self.p, k / n)
         cand = _sampling.sample_candidates(k_cand, table, total, n, k, w, self.p)
-        vals, idx = jax.lax.top_k(jnp.concatenate([x, cand]), k)
+        vals, idx = _top_k(jnp.concatenate([x, cand]), k)
         idx = idx.astype(jnp.int32)
         fixed = state.fixed[t]
         is_new = (idx >= cap) & ~fixed
@@ -682,7 +707,7 @@ class Brain(eqx.Module):
             f"Brain.project: a new winner of area {t!r} drew an input above the static bound "
             f"{bound} (please report)",
         )
-        chosen = _choose_inputs(k_items, m, total, bound)
+        chosen = _choose_inputs(k_items, m, total, bound, total_max)
         created_stim, created_w = {}, {}
         offset = 0
         for s, ks in zip(stims, stim_sizes):
@@ -692,22 +717,11 @@ class Brain(eqx.Module):
             offset += ks
         start = jnp.asarray(offset, jnp.int32)
         for a, count_a in zip(srcs, src_counts):
-            src_win = state.winners[a]
-            k_src = src_win.shape[0]
-            compact = _compact(src_win)
-            slot = chosen - start
-            ok = (slot >= 0) & (slot < count_a)
-            rows = jnp.arange(k)[:, None]
-            hit = jnp.zeros((k, k_src), state.weights[(a, t)].dtype)
-            hit = hit.at[rows, jnp.where(ok, slot, k_src)].set(1.0, mode="drop")
-            cap_src = self.capacities[self.area_names.index(a)]
-            src_rows = jnp.where(compact < 0, cap_src, compact)
-            # Without first-time winners every column index is the sentinel and the scatter
-            # writes nothing. (A `lax.cond` would skip it, but under `vmap` it turns into a
-            # select over the whole matrix, far dearer than this k x k scatter.)
-            created_w[a] = (
-                state.weights[(a, t)].at[src_rows[None, :], cols[:, None]].set(hit, mode="drop")
-            )
+            # The synapses of the first-time winners (columns `cols`) from this source's
+            # winners: 1 from the winners their input was drawn from (items `start` to
+            # `start + count_a` of `chosen`), 0 from the others; `dense_update` writes them.
+            # Without first-time winners every column is the sentinel and nothing is written.
+            created_w[a] = (_compact(state.winners[a]), cols, chosen, start, count_a)
             start = start + count_a
         return win, new_support, n_new, None, created_stim, created_w
 
@@ -720,30 +734,111 @@ def _compact(winners: Int[Array, " k"]) -> Int[Array, " k"]:
 
 
 def _choose_inputs(
-    key: PRNGKeyArray, m: Int[Array, " k"], total: Int[Array, ""], bound: int
+    key: PRNGKeyArray, m: Int[Array, " k"], total: Int[Array, ""], bound: int, total_max: int
 ) -> Int[Array, "k bound"]:
     """For each row, `m[r]` distinct items of `range(total)` chosen uniformly; `total` pads.
 
     Floyd's algorithm, vectorised over rows: for `j = total - m, ..., total - 1` draw `t`
     uniformly in `[0, j]` and keep `t`, or `j` if `t` was already kept. It yields a uniform
-    `m`-subset with `m` draws, so a step without first-time winners costs no draws at all
-    (the loop runs `max(m)` times).
-    """
-    rows = m.shape[0]
-    chosen = jnp.full((rows, max(bound, 1)), total, jnp.int32)
+    `m`-subset with `m` draws; a step without first-time winners draws nothing.
 
+    The draws come from one block of 32-bit words, drawn only when some row needs them: a
+    word `u` gives `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`,
+    whose bias is below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few
+    hundred inputs). On CPU a compiled kernel runs the loop (`_dense_kernel.cc`, same
+    numbers). Inputs of `2**16` or more draw with `jax.random.randint` at every iteration.
+    """
+    width = max(bound, 1)
+    if total_max >= 2**16:
+        return _floyd_randint(key, m, total, width)
+    rows = m.shape[0]
+    words = jax.lax.cond(
+        jnp.max(m, initial=0) > 0,
+        lambda: jr.bits(key, (width, rows), jnp.uint32),
+        lambda: jnp.zeros((width, rows), jnp.uint32),
+    )
+    total = jnp.asarray(total, jnp.int32)
+    if _kernel.available():
+        return jax.lax.platform_dependent(words, m, total, cpu=_floyd_kernel, default=_floyd_words)
+    return _floyd_words(words, m, total)
+
+
+def _floyd_loop(m, total, width, draw_at):
     def body(carry):
         i, chosen = carry
-        active = i < m
-        j = total - m + i
-        draw = jr.randint(jr.fold_in(key, i), (rows,), 0, jnp.maximum(j, 0) + 1, jnp.int32)
-        seen = jnp.any(chosen == draw[:, None], axis=1)
-        pick = jnp.where(seen, j, draw)
-        col = jnp.where(active, pick, total)
-        chosen = chosen.at[:, i].set(col)
-        return i + 1, chosen
+        j = jnp.maximum(total - m + i, 0)
+        draw = draw_at(i, j)
+        seen = jnp.any(chosen == draw[None, :], axis=0)
+        col = jnp.where(i < m, jnp.where(seen, j, draw), total)
+        return i + 1, jax.lax.dynamic_update_index_in_dim(chosen, col, i, 0)
 
+    chosen = jnp.full((width, m.shape[0]), total, jnp.int32)
     _, chosen = jax.lax.while_loop(
         lambda c: c[0] < jnp.max(m, initial=0), body, (jnp.zeros((), jnp.int32), chosen)
     )
-    return chosen
+    return chosen.T
+
+
+def _floyd_words(words, m, total):
+    def draw_at(i, j):
+        u = words[i]
+        span = (j + 1).astype(jnp.uint32)
+        return (((u >> 16) * span + (((u & 0xFFFF) * span) >> 16)) >> 16).astype(jnp.int32)
+
+    return _floyd_loop(m, total, words.shape[0], draw_at)
+
+
+def _floyd_randint(key, m, total, width):
+    def draw_at(i, j):
+        return jr.randint(jr.fold_in(key, i), m.shape, 0, j + 1, jnp.int32)
+
+    return _floyd_loop(m, total, width, draw_at)
+
+
+def _floyd_kernel(words, m, total):
+    def raw(words, m, total):
+        shape = (*m.shape, words.shape[-2])
+        call = jax.ffi.ffi_call(
+            _kernel.ASM_CHOOSE_TARGET,
+            jax.ShapeDtypeStruct(shape, jnp.int32),
+            vmap_method="broadcast_all",
+        )
+        return call(words, m, total)
+
+    return raw(words, m, total)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _top_k(x: Float[Array, " n"], k: int) -> tuple[Float[Array, " k"], Int[Array, " k"]]:
+    """`jax.lax.top_k` (ties to the lower index); on CPU the compiled kernel of
+    `_dense_kernel.cc`, which selects the k-th value in linear time and sorts only the k
+    winners, with the same result."""
+    if _kernel.available():
+        return jax.lax.platform_dependent(
+            x, cpu=functools.partial(_top_k_kernel, k=k), default=functools.partial(_lax_top_k, k=k)
+        )
+    return _lax_top_k(x, k)
+
+
+def _lax_top_k(x, k):
+    vals, idx = jax.lax.top_k(x, k)
+    return vals, idx
+
+
+@_top_k.defjvp
+def _top_k_jvp(k, primals, tangents):
+    (x,), (dx,) = primals, tangents
+    vals, idx = _top_k(x, k)
+    d_idx = np.zeros(idx.shape, jax.dtypes.float0)
+    return (vals, idx), (jnp.take_along_axis(dx, idx, axis=-1), d_idx)
+
+
+def _top_k_kernel(x, k):
+    shape = (*x.shape[:-1], k)
+    call = jax.ffi.ffi_call(
+        _kernel.ASM_TOPK_TARGET,
+        (jax.ShapeDtypeStruct(shape, x.dtype), jax.ShapeDtypeStruct(shape, jnp.int32)),
+        vmap_method="broadcast_all",
+    )
+    vals, idx = call(x)
+    return vals, idx

@@ -10,14 +10,27 @@ new winners by `1 + beta`.
 - fan-out lists (`FanOut`): for each source neuron the targets of its synapses, in increasing
   order and padded with the sentinel `n_tgt`, and their weights. Explicit areas with many
   neurons use it (about `8 n p` bytes per source neuron instead of `4 n`).
+
+On CPU the two dense operations of a projection step, the input sum (`dense_inputs`) and the
+update of the synapses of first-time winners plus the Hebbian factor (`dense_update`), run in
+the compiled kernels of `_dense_kernel.cc` (built on first use with the network kernels, see
+`neurojax.network._kernel`): work in proportion to the winners, weights updated in place,
+with the same numbers as the pure-JAX path, which other platforms use. XLA:CPU's scatter
+costs a few nanoseconds per index even for indices it drops, and a step without first-time
+winners would still pay for a `k x k` scatter of them.
 """
 
+import functools
 import math
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from ..network import _kernel
 
 __all__ = [
     "FanOut",
@@ -25,6 +38,8 @@ __all__ = [
     "random_fanout",
     "fanout_width",
     "inputs",
+    "dense_inputs",
+    "dense_update",
     "hebbian",
     "hebbian_vector",
     "winner_mask",
@@ -157,3 +172,192 @@ def hebbian_vector(
 def winner_mask(winners: Int[Array, " k"], size: int) -> Bool[Array, " size"]:
     """Boolean vector over an area marking `winners` (`-1` entries ignored)."""
     return jnp.zeros((size,), bool).at[_safe(winners, size)].set(True, mode="drop")
+
+
+# -- dense operations of a projection step: compiled CPU kernel or pure JAX ------------------
+
+
+def _rowsum_jax(conn: Array, rows: Array, limit: Array) -> Array:
+    x = inputs(conn, rows)
+    return jnp.where(jnp.arange(conn.shape[-1]) < limit, x, jnp.zeros_like(x))
+
+
+def _rowsum_kernel(conn: Array, rows: Array, limit: Array) -> Array:
+    def raw(conn, rows, limit):
+        call = jax.ffi.ffi_call(
+            _kernel.ASM_ROWSUM_TARGET,
+            jax.ShapeDtypeStruct((*conn.shape[:-2], conn.shape[-1]), conn.dtype),
+            vmap_method="sequential",
+        )
+        return call(conn, rows, limit)
+
+    # The kernel treats leading dimensions as brains: under vmap over brains (the weights
+    # batched) one call does them all; with shared weights, one call per batch entry.
+    @jax.custom_batching.custom_vmap
+    def rowsum(conn, rows, limit):
+        return raw(conn, rows, limit)
+
+    @rowsum.def_vmap
+    def _batched(axis_size, in_batched, conn, rows, limit):
+        if not in_batched[0]:
+            axes = (None, 0 if in_batched[1] else None, 0 if in_batched[2] else None)
+            return jax.vmap(raw, in_axes=axes)(conn, rows, limit), True
+        rows, limit = (
+            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, b in zip((rows, limit), in_batched[1:], strict=True)
+        )
+        return raw(conn, rows, limit), True
+
+    return rowsum(conn, rows, limit)
+
+
+@jax.custom_jvp
+def _rowsum(conn: Array, rows: Array, limit: Array) -> Array:
+    if _kernel.available():
+        return jax.lax.platform_dependent(
+            conn, rows, limit, cpu=_rowsum_kernel, default=_rowsum_jax
+        )
+    return _rowsum_jax(conn, rows, limit)
+
+
+@_rowsum.defjvp
+def _rowsum_jvp(primals, tangents):
+    # Linear in the weights: the tangent is the pure-JAX sum of the weight tangents (which
+    # reverse mode can transpose; the kernel is never differentiated).
+    _, d_out = jax.jvp(_rowsum_jax, primals, tangents)
+    return _rowsum(*primals), d_out
+
+
+def dense_inputs(
+    conn: Float[Array, "a b"], sources: Int[Array, " k"], limit: Int[Array, ""] | int | None = None
+) -> Float[Array, " b"]:
+    """`inputs` of a dense matrix, summed over the first `limit` targets only (0 beyond).
+
+    `limit=None` sums every target. In sparse mode `limit` is the target area's support: the
+    columns beyond it hold synapses of neurons that have not fired, which the caller masks.
+    """
+    limit = conn.shape[-1] if limit is None else limit
+    return _rowsum(conn, _safe(sources, conn.shape[0]), jnp.asarray(limit, jnp.int32))
+
+
+def _update_jax(plastic, conn, src_rows, cols, chosen, start, count, heb_rows, heb_cols, factor):
+    n_src, n_tgt = conn.shape
+    k_src = src_rows.shape[0]
+    if cols.shape[0]:
+        slot = chosen - start
+        ok = (slot >= 0) & (slot < count)
+        rows = jnp.arange(cols.shape[0])[:, None]
+        hit = jnp.zeros((cols.shape[0], k_src), conn.dtype)
+        hit = hit.at[rows, jnp.where(ok, slot, k_src)].set(1.0, mode="drop")
+        conn = conn.at[_safe(src_rows, n_src)[None, :], _safe(cols, n_tgt)[:, None]].set(
+            hit, mode="drop"
+        )
+    if plastic:
+        conn = hebbian(conn, heb_rows, heb_cols, None, factor)
+    return conn
+
+
+def _update_kernel(plastic, conn, *args):
+    def raw(*args):
+        call = jax.ffi.ffi_call(
+            _kernel.ASM_UPDATE_TARGET,
+            jax.ShapeDtypeStruct(args[0].shape, args[0].dtype),
+            input_output_aliases={0: 0},
+            vmap_method="sequential",
+        )
+        return call(*args, plastic=np.int64(plastic))
+
+    # Leading dimensions are brains; the result is one matrix per brain, so under vmap every
+    # argument is broadcast to the batch and one call updates all of them in place.
+    @jax.custom_batching.custom_vmap
+    def update(*args):
+        return raw(*args)
+
+    @update.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        args = [
+            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, b in zip(args, in_batched, strict=True)
+        ]
+        return raw(*args), True
+
+    return update(conn, *args)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _update(plastic, *args):
+    if _kernel.available():
+        return jax.lax.platform_dependent(
+            *args,
+            cpu=functools.partial(_update_kernel, plastic),
+            default=functools.partial(_update_jax, plastic),
+        )
+    return _update_jax(plastic, *args)
+
+
+def _update_differentiable(plastic, conn, src_rows, cols, chosen, start, count, *hebb):
+    """`_update_jax` written with gathers and scatter-sets only, which JAX differentiates
+    (its scatter-multiply has no gradient): the tangent rule of `_update`."""
+    n_src, n_tgt = conn.shape
+    if cols.shape[0]:
+        created = (src_rows, cols, chosen, start, count, *hebb)
+        zero = _update_jax(False, jnp.zeros_like(conn), *created)
+        one = _update_jax(False, jnp.ones_like(conn), *created)
+        # Created synapses are constants: zero (or one) whatever the old weight was.
+        conn = jnp.where(zero == one, jax.lax.stop_gradient(zero), conn)
+    if plastic:
+        heb_rows, heb_cols, factor = hebb
+        rows = _safe(heb_rows, n_src)[:, None]
+        cols_t = _safe(heb_cols, n_tgt)[None, :]
+        block = conn.at[rows, cols_t].get(mode="fill", fill_value=0.0)
+        conn = conn.at[rows, cols_t].set(block * factor, mode="drop")
+    return conn
+
+
+@_update.defjvp
+def _update_jvp(plastic, primals, tangents):
+    f = functools.partial(_update_differentiable, plastic)
+    _, d_out = jax.jvp(f, primals, tangents)
+    return _update(plastic, *primals), d_out
+
+
+def dense_update(
+    conn: Float[Array, "a b"],
+    created: tuple[Array, ...] | None,
+    hebb: tuple[Array, Array, Array] | None,
+) -> Float[Array, "a b"]:
+    """Synapses of first-time winners, then the Hebbian factor, on a dense matrix.
+
+    `created = (src_rows, cols, chosen, start, count)` (sparse mode) gives the new synapses
+    onto first-time winners: for every row `i` with a valid column `cols[i]` (`-1` or
+    `n_tgt` = not new), the synapses from the valid `src_rows` (`-1` = none) onto that column
+    become 0, except those from `src_rows[t - start]` for the items `t` of `chosen[i]` with
+    `0 <= t - start < count`, which become 1. `hebb = (sources, targets, factor)` then
+    multiplies every synapse from `sources` onto `targets` by `factor`, as `hebbian`. Either
+    may be None.
+    """
+    if created is None:
+        empty = jnp.zeros((0,), jnp.int32)
+        zero = jnp.zeros((), jnp.int32)
+        created = (empty, empty, jnp.zeros((0, 1), jnp.int32), zero, zero)
+    src_rows, cols, chosen, start, count = created
+    if hebb is None:
+        plastic = False
+        empty = jnp.zeros((0,), jnp.int32)
+        hebb = (empty, empty, jnp.ones((), conn.dtype))
+    else:
+        plastic = True
+    heb_rows, heb_cols, factor = hebb
+    i32 = functools.partial(jnp.asarray, dtype=jnp.int32)
+    return _update(
+        plastic,
+        conn,
+        i32(src_rows),
+        i32(cols),
+        i32(chosen),
+        i32(start),
+        i32(count),
+        i32(heb_rows),
+        i32(heb_cols),
+        jnp.asarray(factor, conn.dtype),
+    )

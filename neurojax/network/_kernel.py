@@ -1,5 +1,6 @@
-"""The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`), built on
-first use.
+"""The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`) and of the
+assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`), built on
+first use into one library.
 
 XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
 about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
@@ -30,11 +31,36 @@ from pathlib import Path
 
 import jax
 
-__all__ = ["TARGET", "STDP_TARGET", "available", "enabled"]
+__all__ = [
+    "TARGET",
+    "STDP_TARGET",
+    "ASM_ROWSUM_TARGET",
+    "ASM_UPDATE_TARGET",
+    "ASM_CHOOSE_TARGET",
+    "ASM_TOPK_TARGET",
+    "available",
+    "enabled",
+]
 
 TARGET = "nj_csr_deliver"
 STDP_TARGET = "nj_stdp_update"
-_SOURCE = Path(__file__).with_name("_csr_kernel.cc")
+ASM_ROWSUM_TARGET = "nj_asm_rowsum"
+ASM_UPDATE_TARGET = "nj_asm_update"
+ASM_CHOOSE_TARGET = "nj_asm_choose"
+ASM_TOPK_TARGET = "nj_asm_topk"
+_SOURCES = (
+    Path(__file__).with_name("_csr_kernel.cc"),
+    Path(__file__).parent.parent / "assembly" / "_dense_kernel.cc",
+)
+# (FFI target, symbol exported by the library)
+_HANDLERS = (
+    (TARGET, "NjCsrDeliver"),
+    (STDP_TARGET, "NjStdpUpdate"),
+    (ASM_ROWSUM_TARGET, "NjAsmRowSum"),
+    (ASM_UPDATE_TARGET, "NjAsmUpdate"),
+    (ASM_CHOOSE_TARGET, "NjAsmChoose"),
+    (ASM_TOPK_TARGET, "NjAsmTopK"),
+)
 _REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
 
 
@@ -72,7 +98,7 @@ def _cpu_flags() -> bytes:
 
 def _build() -> Path:
     include = jax.ffi.include_dir()
-    source = _SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in _SOURCES)
     march = os.environ.get("NEUROJAX_MARCH", "native")
     tag = hashlib.sha256(
         source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
@@ -100,7 +126,7 @@ def _build() -> Path:
             "-std=c++17",
             "-w",
             f"-I{include}",
-            str(_SOURCE),
+            *map(str, _SOURCES),
             "-o",
             tmp,
         ]
@@ -130,14 +156,15 @@ def available() -> bool:
     try:
         path = _build()
         lib = ctypes.cdll.LoadLibrary(str(path))
-        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.NjCsrDeliver), platform="cpu")
-        jax.ffi.register_ffi_target(
-            STDP_TARGET, jax.ffi.pycapsule(lib.NjStdpUpdate), platform="cpu"
-        )
+        for target, symbol in _HANDLERS:
+            jax.ffi.register_ffi_target(
+                target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
+            )
         _REGISTERED.append(path)
     except Exception as err:  # any build or load failure falls back to pure JAX
         warnings.warn(
-            "neurojax: the compiled CPU kernel for event-driven delivery is unavailable "
+            "neurojax: the compiled CPU kernels (event-driven delivery, STDP, assembly "
+            "synapses) are unavailable "
             f"({type(err).__name__}: {err}); using the pure-JAX path, which gives the same "
             "results more slowly. Set NEUROJAX_CPU_KERNEL=0 to silence this.",
             RuntimeWarning,

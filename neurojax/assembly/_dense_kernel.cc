@@ -1,0 +1,390 @@
+// The two synapse operations of an assembly projection step on a dense weight matrix: the
+// CPU kernels of neurojax.assembly._synapses, called through XLA's FFI.
+//
+// nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (ascending list
+// position; entries outside [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b].
+// The sum starts from zero and adds the rows in list order, the order in which XLA reduces the
+// gathered rows of the pure-JAX path, so both give the same numbers (tests check it bit for bit).
+// Only the first `limit` columns are read: in sparse mode the columns beyond an area's support
+// belong to neurons that have not fired yet, and the caller masks them.
+//
+// nj_asm_update: in place on W (*batch, R, C), first the synapses of first-time winners, then
+// the Hebbian factor:
+//   1. for every row i with 0 <= cols[b, i] < C (a first-time winner, column c): W[src, c] = 0
+//      for every valid source row src in src_rows[b, :], then W[src_rows[b, s], c] = 1 for each
+//      item t of chosen[b, i, :] with 0 <= s = t - start[b] < count[b] (the winners of this
+//      source that the new neuron's input was drawn from);
+//   2. with `plastic`, W[r, c] *= factor[b] for every valid r in heb_rows[b, :] and every valid c
+//      in heb_cols[b, :] (synapses from the previous winners onto the new ones).
+// Each entry is set or multiplied once (winner lists hold distinct neurons), so the result
+// equals the pure-JAX scatters exactly. Work is proportional to the winners times the support
+// (the rows of the previous winners up to the last new winner's column), never to the whole
+// matrix.
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <cstring>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+template <typename F>
+__attribute__((noinline)) void AddRow(F* __restrict x, const F* __restrict row, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) x[c] += row[c];
+}
+
+template <typename F>
+void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t n_batch,
+            int64_t n_rows, int64_t n_cols, int64_t k) {
+  for (int64_t b = 0; b < n_batch; ++b) {
+    const F* wb = w + b * n_rows * n_cols;
+    const int32_t* rb = rows + b * k;
+    F* xb = x + b * n_cols;
+    int64_t lim = limit[b];
+    lim = lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
+    for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t r = rb[i];
+      if (r < 0 || r >= n_rows) continue;
+      AddRow(xb, wb + r * n_cols, lim);
+    }
+  }
+}
+
+ffi::Error RowSumImpl(ffi::AnyBuffer w, ffi::AnyBuffer rows, ffi::AnyBuffer limit,
+                      ffi::Result<ffi::AnyBuffer> x) {
+  const auto type = w.element_type();
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
+    return ffi::Error::InvalidArgument("nj_asm_rowsum: weights must be float32 or float64");
+  }
+  if (x->element_type() != type || rows.element_type() != ffi::DataType::S32 ||
+      limit.element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_asm_rowsum: rows and limit must be int32");
+  }
+  const auto dims = w.dimensions();
+  if (dims.size() < 2) {
+    return ffi::Error::InvalidArgument("nj_asm_rowsum: weights must be (*batch, R, C)");
+  }
+  const int64_t n_rows = dims[dims.size() - 2];
+  const int64_t n_cols = dims[dims.size() - 1];
+  const int64_t n_batch = n_rows * n_cols > 0 ? w.element_count() / (n_rows * n_cols) : 0;
+  if (n_batch == 0) {
+    if (x->size_bytes()) std::memset(x->untyped_data(), 0, x->size_bytes());
+    return ffi::Error::Success();
+  }
+  if (static_cast<int64_t>(limit.element_count()) != n_batch ||
+      static_cast<int64_t>(rows.element_count()) % n_batch != 0 ||
+      static_cast<int64_t>(x->element_count()) != n_batch * n_cols) {
+    return ffi::Error::InvalidArgument("nj_asm_rowsum: batch sizes of the arguments differ");
+  }
+  const int64_t k = rows.element_count() / n_batch;
+  const auto* r = static_cast<const int32_t*>(rows.untyped_data());
+  const auto* l = static_cast<const int32_t*>(limit.untyped_data());
+  if (type == ffi::DataType::F32) {
+    RowSum<float>(static_cast<const float*>(w.untyped_data()), r, l,
+                  static_cast<float*>(x->untyped_data()), n_batch, n_rows, n_cols, k);
+  } else {
+    RowSum<double>(static_cast<const double*>(w.untyped_data()), r, l,
+                   static_cast<double*>(x->untyped_data()), n_batch, n_rows, n_cols, k);
+  }
+  return ffi::Error::Success();
+}
+
+struct UpdateArgs {
+  const int32_t* src_rows;  // (*batch, ks)
+  const int32_t* cols;      // (*batch, kc)
+  const int32_t* chosen;    // (*batch, kc, width)
+  const int32_t* start;     // (*batch,)
+  const int32_t* count;     // (*batch,)
+  const int32_t* heb_rows;  // (*batch, kr)
+  const int32_t* heb_cols;  // (*batch, kt)
+  int64_t ks, kc, width, kr, kt;
+};
+
+template <typename F>
+__attribute__((noinline)) void ScaleRow(F* __restrict row, const F* __restrict m, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) row[c] *= m[c];
+}
+
+template <typename F>
+void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t n_rows,
+            int64_t n_cols, bool plastic) {
+  std::vector<F> mult(plastic ? n_cols : 0, F(1));
+  std::vector<int64_t> new_cols;
+  new_cols.reserve(a.kc);
+  for (int64_t b = 0; b < n_batch; ++b) {
+    F* wb = w + b * n_rows * n_cols;
+    const int32_t* src = a.src_rows + b * a.ks;
+    const int32_t* cols = a.cols + b * a.kc;
+    const int64_t start = a.start[b];
+    const int64_t count = a.count[b];
+    // The new winners' columns are cleared row by row (their labels are consecutive, so each
+    // row is one short contiguous run), then the chosen synapses are set to 1.
+    new_cols.clear();
+    for (int64_t i = 0; i < a.kc; ++i) {
+      if (cols[i] >= 0 && cols[i] < n_cols) new_cols.push_back(cols[i]);
+    }
+    if (!new_cols.empty()) {
+      for (int64_t s = 0; s < a.ks; ++s) {
+        const int64_t r = src[s];
+        if (r < 0 || r >= n_rows) continue;
+        F* row = wb + r * n_cols;
+        for (const int64_t c : new_cols) row[c] = F(0);
+      }
+    }
+    for (int64_t i = 0; i < a.kc; ++i) {
+      const int64_t c = cols[i];
+      if (c < 0 || c >= n_cols) continue;
+      const int32_t* items = a.chosen + (b * a.kc + i) * a.width;
+      for (int64_t j = 0; j < a.width; ++j) {
+        const int64_t s = static_cast<int64_t>(items[j]) - start;
+        if (s < 0 || s >= count || s >= a.ks) continue;
+        const int64_t r = src[s];
+        if (r >= 0 && r < n_rows) wb[r * n_cols + c] = F(1);
+      }
+    }
+    if (!plastic) continue;
+    // Each row of a previous winner is multiplied by a vector that holds `factor` at the new
+    // winners' columns and 1 elsewhere, up to the last such column: a contiguous, vectorised
+    // pass over the row instead of scattered read-modify-writes (the rows of a large matrix
+    // are not in cache, and scattered accesses into them are bound by memory latency).
+    // x * 1 == x exactly, so every other synapse keeps its value bit for bit.
+    const F f = factor[b];
+    int64_t width = 0;
+    for (int64_t j = 0; j < a.kt; ++j) {
+      const int64_t c = a.heb_cols[b * a.kt + j];
+      if (c >= 0 && c < n_cols) {
+        mult[c] = f;
+        width = c + 1 > width ? c + 1 : width;
+      }
+    }
+    const F* m = mult.data();
+    for (int64_t i = 0; i < a.kr; ++i) {
+      const int64_t r = a.heb_rows[b * a.kr + i];
+      if (r < 0 || r >= n_rows) continue;
+      ScaleRow(wb + r * n_cols, m, width);
+    }
+    for (int64_t c = 0; c < width; ++c) mult[c] = F(1);
+  }
+}
+
+ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuffer cols,
+                      ffi::AnyBuffer chosen, ffi::AnyBuffer start, ffi::AnyBuffer count,
+                      ffi::AnyBuffer heb_rows, ffi::AnyBuffer heb_cols, ffi::AnyBuffer factor,
+                      ffi::Result<ffi::AnyBuffer> w_out, int64_t plastic) {
+  const auto type = w_in.element_type();
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
+    return ffi::Error::InvalidArgument("nj_asm_update: weights must be float32 or float64");
+  }
+  if (factor.element_type() != type) {
+    return ffi::Error::InvalidArgument("nj_asm_update: factor must have the weights' dtype");
+  }
+  for (const auto* buf : {&src_rows, &cols, &chosen, &start, &count, &heb_rows, &heb_cols}) {
+    if (buf->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument("nj_asm_update: index arguments must be int32");
+    }
+  }
+  const auto dims = w_in.dimensions();
+  if (dims.size() < 2) {
+    return ffi::Error::InvalidArgument("nj_asm_update: weights must be (*batch, R, C)");
+  }
+  if (w_out->untyped_data() != w_in.untyped_data()) {
+    std::memcpy(w_out->untyped_data(), w_in.untyped_data(), w_in.size_bytes());
+  }
+  const int64_t n_rows = dims[dims.size() - 2];
+  const int64_t n_cols = dims[dims.size() - 1];
+  const int64_t n_batch = n_rows * n_cols > 0 ? w_in.element_count() / (n_rows * n_cols) : 0;
+  if (n_batch == 0) return ffi::Error::Success();
+  const auto per = [n_batch](const ffi::AnyBuffer& buf) -> int64_t {
+    return static_cast<int64_t>(buf.element_count()) / n_batch;
+  };
+  const bool sizes_ok =
+      static_cast<int64_t>(start.element_count()) == n_batch &&
+      static_cast<int64_t>(count.element_count()) == n_batch &&
+      static_cast<int64_t>(factor.element_count()) == n_batch &&
+      per(src_rows) * n_batch == static_cast<int64_t>(src_rows.element_count()) &&
+      per(cols) * n_batch == static_cast<int64_t>(cols.element_count()) &&
+      per(heb_rows) * n_batch == static_cast<int64_t>(heb_rows.element_count()) &&
+      per(heb_cols) * n_batch == static_cast<int64_t>(heb_cols.element_count()) &&
+      (per(cols) == 0 || per(chosen) % per(cols) == 0);
+  if (!sizes_ok) {
+    return ffi::Error::InvalidArgument("nj_asm_update: batch sizes of the arguments differ");
+  }
+  UpdateArgs a{static_cast<const int32_t*>(src_rows.untyped_data()),
+               static_cast<const int32_t*>(cols.untyped_data()),
+               static_cast<const int32_t*>(chosen.untyped_data()),
+               static_cast<const int32_t*>(start.untyped_data()),
+               static_cast<const int32_t*>(count.untyped_data()),
+               static_cast<const int32_t*>(heb_rows.untyped_data()),
+               static_cast<const int32_t*>(heb_cols.untyped_data()),
+               per(src_rows),
+               per(cols),
+               per(cols) > 0 ? per(chosen) / per(cols) : 0,
+               per(heb_rows),
+               per(heb_cols)};
+  if (type == ffi::DataType::F32) {
+    Update<float>(static_cast<float*>(w_out->untyped_data()),
+                  static_cast<const float*>(factor.untyped_data()), a, n_batch, n_rows, n_cols,
+                  plastic != 0);
+  } else {
+    Update<double>(static_cast<double*>(w_out->untyped_data()),
+                   static_cast<const double*>(factor.untyped_data()), a, n_batch, n_rows, n_cols,
+                   plastic != 0);
+  }
+  return ffi::Error::Success();
+}
+
+
+// nj_asm_choose: for each row r of each batch entry, m[b, r] distinct items of range(total[b])
+// by Floyd's algorithm: for i = 0..m-1, j = total - m + i, draw t uniformly in [0, j] and keep
+// t, or j if t is already kept. The draw of step i is the multiply-high
+// floor(u * (j + 1) / 2**32) of the word u = words[b, i, r], computed in 16-bit halves exactly
+// as the pure-JAX path does (j + 1 < 2**16). chosen[b, r, i] holds the i-th kept item; entries
+// from m onwards hold `total`.
+ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer m, ffi::AnyBuffer total,
+                      ffi::Result<ffi::AnyBuffer> chosen) {
+  if (words.element_type() != ffi::DataType::U32 || m.element_type() != ffi::DataType::S32 ||
+      total.element_type() != ffi::DataType::S32 ||
+      chosen->element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument(
+        "nj_asm_choose: words must be uint32 and m, total, chosen int32");
+  }
+  const int64_t n_batch = total.element_count();
+  if (n_batch == 0) return ffi::Error::Success();
+  const int64_t rows = m.element_count() / n_batch;
+  const int64_t width = rows > 0 ? chosen->element_count() / (n_batch * rows) : 0;
+  if (rows * n_batch != static_cast<int64_t>(m.element_count()) ||
+      static_cast<int64_t>(words.element_count()) != n_batch * width * rows ||
+      static_cast<int64_t>(chosen->element_count()) != n_batch * rows * width) {
+    return ffi::Error::InvalidArgument("nj_asm_choose: argument sizes do not match");
+  }
+  const auto* u = static_cast<const uint32_t*>(words.untyped_data());
+  const auto* mm = static_cast<const int32_t*>(m.untyped_data());
+  const auto* tt = static_cast<const int32_t*>(total.untyped_data());
+  auto* out = static_cast<int32_t*>(chosen->untyped_data());
+  for (int64_t b = 0; b < n_batch; ++b) {
+    const int32_t tot = tt[b];
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t* kept = out + (b * rows + r) * width;
+      const int64_t mr = mm[b * rows + r] < width ? mm[b * rows + r] : width;
+      for (int64_t i = 0; i < width; ++i) kept[i] = tot;
+      for (int64_t i = 0; i < mr; ++i) {
+        int64_t j = static_cast<int64_t>(tot) - mm[b * rows + r] + i;
+        j = j < 0 ? 0 : j;
+        const uint32_t span = static_cast<uint32_t>(j + 1);
+        const uint32_t w = u[(b * width + i) * rows + r];
+        const uint32_t t = ((w >> 16) * span + (((w & 0xFFFFu) * span) >> 16)) >> 16;
+        bool seen = false;
+        for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
+        kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
+      }
+    }
+  }
+  return ffi::Error::Success();
+}
+
+
+// nj_asm_topk: the k largest entries of each row of x (*batch, n) and their indices, as
+// jax.lax.top_k returns them: values in decreasing order, equal values by increasing index.
+// The k-th largest value is found with nth_element on a copy of the row, the entries above it
+// and then as many equal to it as fit are collected in index order, and only those k are
+// sorted. Rows must not contain NaN (assembly inputs never do).
+template <typename F>
+void TopK(const F* x, F* values, int32_t* indices, int64_t n_batch, int64_t n, int64_t k) {
+  std::vector<F> buf(n);
+  std::vector<int32_t> pick(k);
+  for (int64_t b = 0; b < n_batch; ++b) {
+    const F* xb = x + b * n;
+    std::copy(xb, xb + n, buf.begin());
+    std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<F>());
+    const F kth = buf[k - 1];
+    int64_t above = 0;
+    for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
+    // Everything above the k-th value, and the first k - above entries equal to it.
+    int64_t out = 0, equal_left = k - above;
+    for (int64_t i = 0; i < n && out < k; ++i) {
+      if (xb[i] > kth) {
+        pick[out++] = static_cast<int32_t>(i);
+      } else if (xb[i] == kth && equal_left > 0) {
+        pick[out++] = static_cast<int32_t>(i);
+        --equal_left;
+      }
+    }
+    std::sort(pick.begin(), pick.end(), [xb](int32_t a, int32_t c) {
+      return xb[a] > xb[c] || (xb[a] == xb[c] && a < c);
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      indices[b * k + j] = pick[j];
+      values[b * k + j] = xb[pick[j]];
+    }
+  }
+}
+
+ffi::Error TopKImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+                    ffi::Result<ffi::AnyBuffer> indices) {
+  const auto type = x.element_type();
+  if ((type != ffi::DataType::F32 && type != ffi::DataType::F64) ||
+      values->element_type() != type || indices->element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_asm_topk: x must be float32 or float64");
+  }
+  const auto dims = x.dimensions();
+  const auto kdims = values->dimensions();
+  if (dims.size() < 1 || kdims.size() != dims.size()) {
+    return ffi::Error::InvalidArgument("nj_asm_topk: x must be (*batch, n)");
+  }
+  const int64_t n = dims[dims.size() - 1];
+  const int64_t k = kdims[kdims.size() - 1];
+  if (k < 1 || k > n) return ffi::Error::InvalidArgument("nj_asm_topk: needs 0 < k <= n");
+  const int64_t n_batch = x.element_count() / n;
+  if (type == ffi::DataType::F32) {
+    TopK<float>(static_cast<const float*>(x.untyped_data()),
+                static_cast<float*>(values->untyped_data()),
+                static_cast<int32_t*>(indices->untyped_data()), n_batch, n, k);
+  } else {
+    TopK<double>(static_cast<const double*>(x.untyped_data()),
+                 static_cast<double*>(values->untyped_data()),
+                 static_cast<int32_t*>(indices->untyped_data()), n_batch, n, k);
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, RowSumImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
+                                  .Arg<ffi::AnyBuffer>()  // rows (*batch, k) int32
+                                  .Arg<ffi::AnyBuffer>()  // limit (*batch,) int32
+                                  .Ret<ffi::AnyBuffer>());  // x (*batch, C)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
+                                  .Arg<ffi::AnyBuffer>()  // src_rows (*batch, ks)
+                                  .Arg<ffi::AnyBuffer>()  // cols (*batch, kc)
+                                  .Arg<ffi::AnyBuffer>()  // chosen (*batch, kc, width)
+                                  .Arg<ffi::AnyBuffer>()  // start (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // count (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // heb_rows (*batch, kr)
+                                  .Arg<ffi::AnyBuffer>()  // heb_cols (*batch, kt)
+                                  .Arg<ffi::AnyBuffer>()  // factor (*batch,)
+                                  .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Attr<int64_t>("plastic"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // words (*batch, width, rows) uint32
+                                  .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
+                                  .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
+                                  .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, TopKImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()   // x (*batch, n)
+                                  .Ret<ffi::AnyBuffer>()   // values (*batch, k)
+                                  .Ret<ffi::AnyBuffer>());  // indices (*batch, k) int32

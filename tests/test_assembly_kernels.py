@@ -1,0 +1,288 @@
+"""The compiled CPU kernels of the assembly calculus against the pure-JAX path and NumPy.
+
+On CPU a projection step runs its input sum, its synapse update (first-time winners and the
+Hebbian factor), its draw of the new winners' inputs and its k-cap in the kernels of
+`neurojax/assembly/_dense_kernel.cc`; other platforms run the pure-JAX code. Each kernel is
+checked here against that code and against a NumPy loop written from the definition, under
+`vmap` and `grad`, and whole projections are run through both paths.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import neurojax as nj
+from neurojax.assembly import _brain, _synapses
+from neurojax.network import _kernel
+
+A = nj.assembly
+
+
+@pytest.fixture
+def kernel():
+    if not _kernel.available():
+        pytest.skip("the compiled CPU kernels could not be built here")
+
+
+def _weights(rng, r, c, integer=False):
+    if integer:
+        return rng.integers(0, 3, (r, c)).astype(np.float32)
+    # Hebbian-like weights: 0 or a power of 1.05, so sums are inexact in float32.
+    w = (rng.random((r, c)) < 0.3) * 1.05 ** rng.integers(0, 60, (r, c))
+    return w.astype(np.float32)
+
+
+def _rows(rng, r, k, pad=2):
+    rows = rng.choice(r, k, replace=False).astype(np.int32)
+    rows[rng.choice(k, pad, replace=False)] = -1
+    return rows
+
+
+# -- input sum --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,k", [((50, 37), 9), ((400, 1000), 150), ((2536, 2536), 317)])
+def test_dense_inputs_kernel_matches_numpy_and_jax(kernel, shape, k):
+    rng = np.random.default_rng(k)
+    w = _weights(rng, *shape)
+    rows = _rows(rng, shape[0], k)
+    limit = shape[1] // 2
+    ref = w[rows[rows >= 0]].astype(np.float64).sum(axis=0)
+    ref[limit:] = 0.0
+    got = np.asarray(_synapses._rowsum_kernel(jnp.asarray(w), jnp.asarray(rows), limit))
+    pure = np.asarray(_synapses._rowsum_jax(jnp.asarray(w), jnp.asarray(rows), limit))
+    # float32 sums in list order (kernel) and in XLA's order: both within float32 rounding.
+    np.testing.assert_allclose(got, ref, rtol=2e-6)
+    np.testing.assert_allclose(pure, ref, rtol=2e-6)
+    assert np.all(got[limit:] == 0.0)
+    # Integer weights sum exactly, in any order: the two paths agree bit for bit.
+    wi = jnp.asarray(_weights(rng, *shape, integer=True))
+    np.testing.assert_array_equal(
+        _synapses._rowsum_kernel(wi, jnp.asarray(rows), shape[1]),
+        _synapses._rowsum_jax(wi, jnp.asarray(rows), shape[1]),
+    )
+
+
+def test_dense_inputs_under_vmap_and_grad(kernel):
+    rng = np.random.default_rng(1)
+    ws = jnp.asarray(np.stack([_weights(rng, 60, 40, integer=True) for _ in range(3)]))
+    rows = jnp.asarray(np.stack([_rows(rng, 60, 12) for _ in range(3)]))
+    limits = jnp.asarray([40, 17, 0], jnp.int32)
+    want = np.stack([_synapses._rowsum_jax(ws[b], rows[b], limits[b]) for b in range(3)])
+    # Batched weights: one kernel call for the batch; shared weights: one call per entry.
+    got = jax.jit(jax.vmap(_synapses.dense_inputs))(ws, rows, limits)
+    np.testing.assert_array_equal(got, want)
+    shared = jax.vmap(_synapses.dense_inputs, in_axes=(None, 0, None))(ws[0], rows, 40)
+    np.testing.assert_array_equal(
+        shared, np.stack([_synapses._rowsum_jax(ws[0], rows[b], 40) for b in range(3)])
+    )
+    # The gradient is the pure-JAX one: d sum(c * x) / dW[r] = c on the summed rows.
+    c = jnp.asarray(rng.normal(size=40).astype(np.float32))
+    g = jax.grad(lambda w: jnp.sum(c * _synapses.dense_inputs(w, rows[0], 30)))(ws[0])
+    g_ref = jax.grad(lambda w: jnp.sum(c * _synapses._rowsum_jax(w, rows[0], 30)))(ws[0])
+    np.testing.assert_array_equal(g, g_ref)
+    on = np.asarray(rows[0])[np.asarray(rows[0]) >= 0]
+    np.testing.assert_array_equal(np.asarray(g)[on, :30], np.broadcast_to(c[:30], (on.size, 30)))
+    assert np.all(np.asarray(g)[:, 30:] == 0.0)
+
+
+# -- synapse update ----------------------------------------------------------------------------
+
+
+def _update_case(rng, n_src=300, n_tgt=280, k=40, width=12, n_new=15):
+    w = _weights(rng, n_src, n_tgt)
+    src_rows = np.full(k, -1, np.int32)
+    n_src_win = k - 3
+    src_rows[:n_src_win] = rng.choice(n_src, n_src_win, replace=False)
+    cols = np.full(k, n_tgt, np.int32)
+    first = int(rng.integers(0, n_tgt - n_new))
+    cols[rng.choice(k, n_new, replace=False)] = first + np.arange(n_new)
+    start, count = 7, n_src_win
+    chosen = rng.integers(0, start + count + 5, (k, width)).astype(np.int32)
+    heb_rows = _rows(rng, n_src, k, pad=4)
+    heb_cols = _rows(rng, n_tgt, k, pad=5)
+    factor = np.float32(1.0 + rng.random())
+    return w, (src_rows, cols, chosen, start, count), (heb_rows, heb_cols, factor)
+
+
+def _update_numpy(w, created, hebb):
+    """The definition, one synapse at a time."""
+    w = w.copy()
+    src_rows, cols, chosen, start, count = created
+    for i, c in enumerate(cols):
+        if not 0 <= c < w.shape[1]:
+            continue
+        for r in src_rows[src_rows >= 0]:
+            w[r, c] = 0.0
+        for t in chosen[i]:
+            if 0 <= t - start < count:
+                w[src_rows[t - start], c] = 1.0
+    if hebb is not None:
+        rows, tcols, factor = hebb
+        for r in rows[rows >= 0]:
+            for c in tcols[tcols >= 0]:
+                w[r, c] = np.float32(w[r, c] * factor)
+    return w
+
+
+@pytest.mark.parametrize("plastic", [True, False])
+def test_dense_update_kernel_equals_definition_and_jax_exactly(kernel, plastic):
+    rng = np.random.default_rng(2)
+    w, created, hebb = _update_case(rng)
+    hebb = hebb if plastic else None
+    want = _update_numpy(w, created, hebb)
+    args = (jnp.asarray(w), tuple(map(jnp.asarray, created)))
+    hebb_j = None if hebb is None else tuple(map(jnp.asarray, hebb))
+    got = jax.jit(_synapses.dense_update)(*args, hebb_j)
+    assert not np.array_equal(want, w)
+    np.testing.assert_array_equal(got, want)
+    i32 = [jnp.asarray(a, jnp.int32) for a in created]
+    h = hebb_j if plastic else (jnp.zeros(0, jnp.int32), jnp.zeros(0, jnp.int32), 1.0)
+    pure = _synapses._update_jax(
+        plastic,
+        args[0],
+        *i32,
+        jnp.asarray(h[0], jnp.int32),
+        jnp.asarray(h[1], jnp.int32),
+        jnp.asarray(h[2], jnp.float32),
+    )
+    np.testing.assert_array_equal(pure, want)
+
+
+def test_dense_update_under_vmap_and_grad(kernel):
+    rng = np.random.default_rng(3)
+    cases = [_update_case(rng) for _ in range(3)]
+    ws = jnp.asarray(np.stack([c[0] for c in cases]))
+    created = tuple(jnp.asarray(np.stack([c[1][j] for c in cases])) for j in range(5))
+    hebb = tuple(jnp.asarray(np.stack([c[2][j] for c in cases])) for j in range(3))
+    got = jax.jit(jax.vmap(_synapses.dense_update))(ws, created, hebb)
+    for b, (w, cr, hb) in enumerate(cases):
+        np.testing.assert_array_equal(got[b], _update_numpy(w, cr, hb))
+    # Gradient: the created synapses are constants, the others scale by the factor.
+    w, cr, hb = cases[0]
+    c = jnp.asarray(rng.normal(size=w.shape).astype(np.float32))
+    cr_j, hb_j = tuple(map(jnp.asarray, cr)), tuple(map(jnp.asarray, hb))
+    g = jax.grad(lambda w: jnp.sum(c * _synapses.dense_update(w, cr_j, hb_j)))(jnp.asarray(w))
+    probe = _update_numpy(np.ones_like(w), cr, hb)  # factor where scaled, 0 where created
+    created_mask = _update_numpy(np.full_like(w, 7.0), cr, None) != 7.0
+    expect = np.where(created_mask, 0.0, np.where(probe != 1.0, hb[2], 1.0)) * np.asarray(c)
+    np.testing.assert_allclose(g, expect, rtol=1e-6)
+
+
+# -- Floyd's draw of the new winners' inputs --------------------------------------------------
+
+
+def test_floyd_kernel_equals_jax_and_draws_distinct_items(kernel):
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        rows, width = int(rng.integers(1, 400)), int(rng.integers(1, 60))
+        total = int(rng.integers(width, 3000))
+        m = np.where(rng.random(rows) < 0.6, rng.integers(0, width + 1, rows), 0).astype(np.int32)
+        words = rng.integers(0, 2**32, (width, rows), dtype=np.uint64).astype(np.uint32)
+        args = (jnp.asarray(words), jnp.asarray(m), jnp.int32(total))
+        got = np.asarray(jax.jit(_brain._floyd_kernel)(*args))
+        np.testing.assert_array_equal(got, _brain._floyd_words(*args))
+        for r in range(rows):
+            kept = got[r, : m[r]]
+            assert len(set(kept.tolist())) == m[r] and np.all((kept >= 0) & (kept < total))
+            assert np.all(got[r, m[r] :] == total)
+    batch = jax.vmap(_brain._floyd_kernel, in_axes=(0, 0, None))(
+        jnp.stack([args[0], args[0][:, ::-1]]), jnp.stack([args[1], args[1][::-1]]), args[2]
+    )
+    np.testing.assert_array_equal(batch[0], got)
+
+
+@pytest.mark.parametrize("path", ["kernel", "jax"])
+def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
+    """2 of 5 items, 20000 rows: each of the 10 pairs 2000 times up to chance (chi-square)."""
+    if path == "kernel" and not _kernel.available():
+        pytest.skip("the compiled CPU kernels could not be built here")
+    if path == "jax":
+        monkeypatch.setattr(_kernel, "available", lambda: False)
+    m = jnp.full((20_000,), 2, jnp.int32)
+    chosen = np.asarray(_brain._choose_inputs(jax.random.key(5), m, jnp.int32(5), 4, 5))
+    assert np.all(chosen[:, 2:] == 5)
+    pairs = np.sort(chosen[:, :2], axis=1)
+    counts = np.bincount(pairs[:, 0] * 5 + pairs[:, 1], minlength=25)
+    observed = counts[[a * 5 + b for a in range(5) for b in range(a + 1, 5)]]
+    assert observed.sum() == 20_000
+    assert stats.chisquare(observed).pvalue > 1e-4
+
+
+# -- k-cap ------------------------------------------------------------------------------------
+
+
+def test_top_k_kernel_equals_lax_top_k_with_ties(kernel):
+    rng = np.random.default_rng(6)
+    for trial in range(60):
+        n = int(rng.integers(1, 3000))
+        k = int(rng.integers(1, n + 1)) if trial % 5 else n
+        if trial % 2:
+            x = rng.integers(0, 4, n).astype(np.float32)  # many ties
+        else:
+            x = rng.random(n).astype(np.float32)
+        if trial % 3 == 0:
+            x[rng.random(n) < 0.5] = -np.inf
+        want = jax.lax.top_k(jnp.asarray(x), k)
+        got = _brain._top_k_kernel(jnp.asarray(x), k)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    xs = jnp.asarray(rng.integers(0, 3, (4, 50)).astype(np.float32))
+    np.testing.assert_array_equal(
+        jax.vmap(lambda x: _brain._top_k(x, 7)[1])(xs), jax.lax.top_k(xs, 7)[1]
+    )
+    # The values' tangent is the input tangent at the winners.
+    jac = jax.jacfwd(lambda x: _brain._top_k(x, 3)[0])(xs[0])
+    idx = np.asarray(jax.lax.top_k(xs[0], 3)[1])
+    np.testing.assert_array_equal(jac, np.eye(50, dtype=np.float32)[idx])
+
+
+# -- whole projections through both paths -----------------------------------------------------
+
+
+def _run(brain, steps):
+    state = brain.project(brain.init_state(), stimuli={"s": ["A"]})
+    return brain.project_rounds(state, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=steps)
+
+
+@pytest.mark.parametrize("mode", ["sparse", "explicit"])
+def test_projection_is_identical_through_kernels_and_pure_jax(kernel, monkeypatch, mode):
+    """With beta = 0 every weight is an integer, so every sum is exact and both paths must
+    give the same brain bit for bit: winners, supports and every synapse (the first-time
+    winners' synapses included). With beta > 0 one step from identical states (the stimulus
+    step, whose inputs are integers) must also give identical weights."""
+    n = 20_000 if mode == "sparse" else 3_000
+
+    def brain(beta, seed):
+        return A.Brain(
+            areas={"A": (n, 60)},
+            stimuli={"s": 60},
+            p=0.05,
+            beta=beta,
+            mode=mode,
+            key=jax.random.key(seed),
+        )
+
+    static, plastic = brain(0.0, 7), brain(0.1, 8)
+    jax.clear_caches()
+    fin_k, tr_k = _run(static, 30)
+    one_k = plastic.project(plastic.init_state(), stimuli={"s": ["A"]}, areas={})
+    two_k = plastic.project(one_k, stimuli={"s": ["A"]}, areas={"A": ["A"]})
+    monkeypatch.setattr(_kernel, "available", lambda: False)
+    jax.clear_caches()
+    fin_j, tr_j = _run(static, 30)
+    one_j = plastic.project(plastic.init_state(), stimuli={"s": ["A"]}, areas={})
+    two_j = plastic.project(one_k, stimuli={"s": ["A"]}, areas={"A": ["A"]})
+    jax.clear_caches()
+    assert int(tr_k.support["A"][-1]) > 60 and int(tr_k.new_winners["A"][1]) > 0
+    for field in ("winners", "support", "new_winners", "overlap"):
+        np.testing.assert_array_equal(getattr(tr_k, field)["A"], getattr(tr_j, field)["A"])
+    np.testing.assert_array_equal(fin_k.weights[("A", "A")], fin_j.weights[("A", "A")])
+    np.testing.assert_array_equal(
+        fin_k.stimulus_weights[("s", "A")], fin_j.stimulus_weights[("s", "A")]
+    )
+    np.testing.assert_array_equal(one_k.winners["A"], one_j.winners["A"])
+    np.testing.assert_array_equal(two_k.winners["A"], two_j.winners["A"])
+    np.testing.assert_array_equal(two_k.weights[("A", "A")], two_j.weights[("A", "A")])
