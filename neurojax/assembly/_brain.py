@@ -753,7 +753,7 @@ def _choose_inputs(
         return _floyd_randint(key, m, total, width)
     rows = m.shape[0]
     words = jax.lax.cond(
-        jnp.max(m, initial=0) > 0,
+        _any_in_batch(jnp.max(m, initial=0) > 0),
         lambda: jr.bits(key, (width, rows), jnp.uint32),
         lambda: jnp.zeros((width, rows), jnp.uint32),
     )
@@ -761,6 +761,22 @@ def _choose_inputs(
     if _kernel.available():
         return jax.lax.platform_dependent(words, m, total, cpu=_floyd_kernel, default=_floyd_words)
     return _floyd_words(words, m, total)
+
+
+@jax.custom_batching.custom_vmap
+def _any_in_batch(flag: Array) -> Array:
+    """`flag`, except that under `vmap` it is True for every brain of the batch when it is for
+    one: a `lax.cond` on it stays a branch instead of becoming a select that evaluates both
+    sides for every brain (used where both sides give the same result when the flag is False,
+    so the answer never depends on the rest of the batch)."""
+    return flag
+
+
+@_any_in_batch.def_vmap
+def _any_in_batch_vmap(axis_size, in_batched, flag):
+    if not in_batched[0]:
+        return _any_in_batch(flag), False
+    return _any_in_batch(jnp.any(flag, axis=0)), False
 
 
 def _floyd_loop(m, total, width, draw_at):
