@@ -180,23 +180,26 @@ def test_floyd_kernel_equals_jax_and_draws_distinct_items(kernel):
         rows, width = int(rng.integers(1, 400)), int(rng.integers(1, 60))
         total = int(rng.integers(width, 3000))
         m = np.where(rng.random(rows) < 0.6, rng.integers(0, width + 1, rows), 0).astype(np.int32)
-        words = rng.integers(0, 2**32, (width, rows), dtype=np.uint64).astype(np.uint32)
-        args = (jnp.asarray(words), jnp.asarray(m), jnp.int32(total))
+        slot = np.where(m > 0, np.cumsum(m > 0) - 1, 0).astype(np.int32)
+        words = rng.integers(0, 2**32, (rows, width), dtype=np.uint64).astype(np.uint32)
+        args = (jnp.asarray(words), jnp.asarray(slot), jnp.asarray(m), jnp.int32(total))
         got = np.asarray(jax.jit(_brain._floyd_kernel)(*args))
         np.testing.assert_array_equal(got, _brain._floyd_words(*args))
         for r in range(rows):
             kept = got[r, : m[r]]
             assert len(set(kept.tolist())) == m[r] and np.all((kept >= 0) & (kept < total))
             assert np.all(got[r, m[r] :] == total)
-    batch = jax.vmap(_brain._floyd_kernel, in_axes=(0, 0, None))(
-        jnp.stack([args[0], args[0][:, ::-1]]), jnp.stack([args[1], args[1][::-1]]), args[2]
+    batch = jax.vmap(_brain._floyd_kernel, in_axes=(0, None, None, None))(
+        jnp.stack([args[0], args[0][::-1]]), *args[1:]
     )
     np.testing.assert_array_equal(batch[0], got)
+    np.testing.assert_array_equal(batch[1], _brain._floyd_words(args[0][::-1], *args[1:]))
 
 
 @pytest.mark.parametrize("path", ["kernel", "jax"])
 def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
-    """2 of 5 items, 20000 rows: each of the 10 pairs 2000 times up to chance (chi-square)."""
+    """2 of 5 items, 20000 rows: each of the 10 pairs 2000 times up to chance (chi-square);
+    then rows with and without draws mixed, one with draws alone (the smallest bucket)."""
     if path == "kernel" and not _kernel.available():
         pytest.skip("the compiled CPU kernels could not be built here")
     if path == "jax":
@@ -209,6 +212,13 @@ def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
     observed = counts[[a * 5 + b for a in range(5) for b in range(a + 1, 5)]]
     assert observed.sum() == 20_000
     assert stats.chisquare(observed).pvalue > 1e-4
+    m = jnp.zeros((300,), jnp.int32).at[jnp.asarray([3, 150, 299])].set(jnp.asarray([4, 0, 6]))
+    chosen = np.asarray(_brain._choose_inputs(jax.random.key(6), m, jnp.int32(40), 8, 40))
+    for r, m_r in enumerate(np.asarray(m)):
+        assert len(set(chosen[r, :m_r].tolist())) == m_r and np.all(chosen[r, m_r:] == 40)
+    single = jnp.zeros((300,), jnp.int32).at[10].set(40)  # all 40 items: a permutation
+    chosen = np.asarray(_brain._choose_inputs(jax.random.key(7), single, jnp.int32(40), 40, 40))
+    assert sorted(chosen[10].tolist()) == list(range(40))
 
 
 # -- k-cap ------------------------------------------------------------------------------------
@@ -226,15 +236,16 @@ def test_top_k_kernel_equals_lax_top_k_with_ties(kernel):
         if trial % 3 == 0:
             x[rng.random(n) < 0.5] = -np.inf
         want = jax.lax.top_k(jnp.asarray(x), k)
-        got = _brain._top_k_kernel(jnp.asarray(x), k)
+        cut = int(rng.integers(0, n + 1))  # the kernel reads [x1, x2] as one row
+        got = _brain._top_k_kernel(jnp.asarray(x[:cut]), jnp.asarray(x[cut:]), k)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
     xs = jnp.asarray(rng.integers(0, 3, (4, 50)).astype(np.float32))
     np.testing.assert_array_equal(
-        jax.vmap(lambda x: _brain._top_k(x, 7)[1])(xs), jax.lax.top_k(xs, 7)[1]
+        jax.vmap(lambda x: _brain._top_k(x[:30], 7, x[30:])[1])(xs), jax.lax.top_k(xs, 7)[1]
     )
     # The values' tangent is the input tangent at the winners.
-    jac = jax.jacfwd(lambda x: _brain._top_k(x, 3)[0])(xs[0])
+    jac = jax.jacfwd(lambda x: _brain._top_k(x[:20], 3, x[20:])[0])(xs[0])
     idx = np.asarray(jax.lax.top_k(xs[0], 3)[1])
     np.testing.assert_array_equal(jac, np.eye(50, dtype=np.float32)[idx])
 

@@ -656,7 +656,7 @@ class Brain(eqx.Module):
         i = self.area_names.index(t)
         k = self.caps[i]
         x = self._inputs(state, t, stims, srcs)
-        _, idx = _top_k(x, k)
+        _, idx = _top_k(x, k, x[..., :0])
         idx = idx.astype(jnp.int32)
         fixed = state.fixed[t]
         win = jnp.where(fixed, state.winners[t], idx)
@@ -682,7 +682,7 @@ class Brain(eqx.Module):
         total_max = sum(stim_sizes) + sum(self.caps[self.area_names.index(a)] for a in srcs)
         table = _sampling.binom_tail_table(total_max, self.p, k / n)
         cand = _sampling.sample_candidates(k_cand, table, total, n, k, w, self.p)
-        vals, idx = _top_k(jnp.concatenate([x, cand]), k)
+        vals, idx = _top_k(x, k, cand)
         idx = idx.astype(jnp.int32)
         fixed = state.fixed[t]
         is_new = (idx >= cap) & ~fixed
@@ -742,41 +742,56 @@ def _choose_inputs(
     uniformly in `[0, j]` and keep `t`, or `j` if `t` was already kept. It yields a uniform
     `m`-subset with `m` draws; a step without first-time winners draws nothing.
 
-    The draws come from one block of 32-bit words, drawn only when some row needs them: a
-    word `u` gives `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`,
-    whose bias is below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few
-    hundred inputs). On CPU a compiled kernel runs the loop (`_dense_kernel.cc`, same
-    numbers). Inputs of `2**16` or more draw with `jax.random.randint` at every iteration.
+    The draws come from one block of 32-bit words, one row of `bound` words for each row with
+    `m > 0` (in row order), drawn in the smallest of a few static sizes that holds them (a
+    step with one first-time winner draws 8 rows, not `k`): a word `u` gives
+    `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`, whose bias is
+    below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few hundred inputs).
+    On CPU a compiled kernel runs the loop (`_dense_kernel.cc`, same numbers). Inputs of
+    `2**16` or more draw with `jax.random.randint` at every iteration.
     """
     width = max(bound, 1)
     if total_max >= 2**16:
         return _floyd_randint(key, m, total, width)
     rows = m.shape[0]
-    words = jax.lax.cond(
-        _any_in_batch(jnp.max(m, initial=0) > 0),
-        lambda: jr.bits(key, (width, rows), jnp.uint32),
-        lambda: jnp.zeros((width, rows), jnp.uint32),
-    )
+    need = m > 0
+    slot = jnp.cumsum(need.astype(jnp.int32)) - 1
+    sizes = sorted({0, *(s for s in (8, 64) if s < rows), rows})
+
+    def draw(size):
+        def branch():
+            words = jnp.zeros((rows, width), jnp.uint32)
+            if size == 0:
+                return words
+            return words.at[:size].set(jr.bits(key, (size, width), jnp.uint32))
+
+        return branch
+
+    # The bucket is chosen for the whole batch under vmap, so it stays a branch.
+    n_need = _max_in_batch(jnp.sum(need).astype(jnp.int32))
+    index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), n_need, side="left")
+    words = jax.lax.switch(index, [draw(size) for size in sizes])
     total = jnp.asarray(total, jnp.int32)
+    args = (words, jnp.where(need, slot, 0), m, total)
     if _kernel.available():
-        return jax.lax.platform_dependent(words, m, total, cpu=_floyd_kernel, default=_floyd_words)
-    return _floyd_words(words, m, total)
+        return jax.lax.platform_dependent(*args, cpu=_floyd_kernel, default=_floyd_words)
+    return _floyd_words(*args)
 
 
 @jax.custom_batching.custom_vmap
-def _any_in_batch(flag: Array) -> Array:
-    """`flag`, except that under `vmap` it is True for every brain of the batch when it is for
-    one: a `lax.cond` on it stays a branch instead of becoming a select that evaluates both
-    sides for every brain (used where both sides give the same result when the flag is False,
-    so the answer never depends on the rest of the batch)."""
-    return flag
+def _max_in_batch(value: Array) -> Array:
+    """`value`, except that under `vmap` it is the largest value of the batch: a branch chosen
+    by it stays a branch instead of becoming a select that evaluates every side for every
+    brain (used where every side that a brain's own value allows gives that brain the same
+    result, so the answer never depends on the rest of the batch)."""
+    return value
 
 
-@_any_in_batch.def_vmap
-def _any_in_batch_vmap(axis_size, in_batched, flag):
+@_max_in_batch.def_vmap
+def _max_in_batch_vmap(axis_size, in_batched, value):
     if not in_batched[0]:
-        return _any_in_batch(flag), False
-    return _any_in_batch(jnp.any(flag, axis=0)), False
+        return _max_in_batch(value), False
+    return _max_in_batch(jnp.max(value, axis=0)), False
 
 
 def _floyd_loop(m, total, width, draw_at):
@@ -795,13 +810,13 @@ def _floyd_loop(m, total, width, draw_at):
     return chosen.T
 
 
-def _floyd_words(words, m, total):
+def _floyd_words(words, slot, m, total):
     def draw_at(i, j):
-        u = words[i]
+        u = words[slot, i]
         span = (j + 1).astype(jnp.uint32)
         return (((u >> 16) * span + (((u & 0xFFFF) * span) >> 16)) >> 16).astype(jnp.int32)
 
-    return _floyd_loop(m, total, words.shape[0], draw_at)
+    return _floyd_loop(m, total, words.shape[-1], draw_at)
 
 
 def _floyd_randint(key, m, total, width):
@@ -811,50 +826,56 @@ def _floyd_randint(key, m, total, width):
     return _floyd_loop(m, total, width, draw_at)
 
 
-def _floyd_kernel(words, m, total):
-    def raw(words, m, total):
-        shape = (*m.shape, words.shape[-2])
-        call = jax.ffi.ffi_call(
-            _kernel.ASM_CHOOSE_TARGET,
-            jax.ShapeDtypeStruct(shape, jnp.int32),
-            vmap_method="broadcast_all",
-        )
-        return call(words, m, total)
-
-    return raw(words, m, total)
+def _floyd_kernel(words, slot, m, total):
+    shape = (*m.shape, words.shape[-1])
+    call = jax.ffi.ffi_call(
+        _kernel.ASM_CHOOSE_TARGET,
+        jax.ShapeDtypeStruct(shape, jnp.int32),
+        vmap_method="broadcast_all",
+    )
+    return call(words, slot, m, total)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def _top_k(x: Float[Array, " n"], k: int) -> tuple[Float[Array, " k"], Int[Array, " k"]]:
-    """`jax.lax.top_k` (ties to the lower index); on CPU the compiled kernel of
-    `_dense_kernel.cc`, which selects the k-th value in linear time and sorts only the k
-    winners, with the same result."""
+def _top_k(
+    x: Float[Array, " n"], k: int, extra: Float[Array, " m"]
+) -> tuple[Float[Array, " k"], Int[Array, " k"]]:
+    """`jax.lax.top_k(concatenate([x, extra]), k)` (ties to the lower index).
+
+    On CPU the compiled kernel of `_dense_kernel.cc` selects the k-th value in linear time,
+    sorts only the k winners and reads the two parts where they are: XLA:CPU fused the
+    candidates' inverse normal CDF into a concatenation over the whole capacity, evaluating
+    it for every entry (about half of a step at n = 10^5)."""
     if _kernel.available():
         return jax.lax.platform_dependent(
-            x, cpu=functools.partial(_top_k_kernel, k=k), default=functools.partial(_lax_top_k, k=k)
+            x,
+            extra,
+            cpu=functools.partial(_top_k_kernel, k=k),
+            default=functools.partial(_lax_top_k, k=k),
         )
-    return _lax_top_k(x, k)
-
-
-def _lax_top_k(x, k):
-    vals, idx = jax.lax.top_k(x, k)
-    return vals, idx
+    return _lax_top_k(x, extra, k)
 
 
 @_top_k.defjvp
 def _top_k_jvp(k, primals, tangents):
-    (x,), (dx,) = primals, tangents
-    vals, idx = _top_k(x, k)
+    (x, extra), (dx, d_extra) = primals, tangents
+    vals, idx = _top_k(x, k, extra)
+    d_all = jnp.concatenate([dx, d_extra], axis=-1)
     d_idx = np.zeros(idx.shape, jax.dtypes.float0)
-    return (vals, idx), (jnp.take_along_axis(dx, idx, axis=-1), d_idx)
+    return (vals, idx), (jnp.take_along_axis(d_all, idx, axis=-1), d_idx)
 
 
-def _top_k_kernel(x, k):
+def _lax_top_k(x, extra, k):
+    vals, idx = jax.lax.top_k(jnp.concatenate([x, extra], axis=-1), k)
+    return vals, idx
+
+
+def _top_k_kernel(x, extra, k):
     shape = (*x.shape[:-1], k)
     call = jax.ffi.ffi_call(
         _kernel.ASM_TOPK_TARGET,
         (jax.ShapeDtypeStruct(shape, x.dtype), jax.ShapeDtypeStruct(shape, jnp.int32)),
         vmap_method="broadcast_all",
     )
-    vals, idx = call(x)
+    vals, idx = call(x, extra)
     return vals, idx

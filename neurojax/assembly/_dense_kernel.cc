@@ -243,27 +243,31 @@ ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuff
 // nj_asm_choose: for each row r of each batch entry, m[b, r] distinct items of range(total[b])
 // by Floyd's algorithm: for i = 0..m-1, j = total - m + i, draw t uniformly in [0, j] and keep
 // t, or j if t is already kept. The draw of step i is the multiply-high
-// floor(u * (j + 1) / 2**32) of the word u = words[b, i, r], computed in 16-bit halves exactly
-// as the pure-JAX path does (j + 1 < 2**16). chosen[b, r, i] holds the i-th kept item; entries
-// from m onwards hold `total`.
-ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer m, ffi::AnyBuffer total,
-                      ffi::Result<ffi::AnyBuffer> chosen) {
-  if (words.element_type() != ffi::DataType::U32 || m.element_type() != ffi::DataType::S32 ||
-      total.element_type() != ffi::DataType::S32 ||
+// floor(u * (j + 1) / 2**32) of the word u = words[b, slot[b, r], i], computed in 16-bit halves
+// exactly as the pure-JAX path does (j + 1 < 2**16). chosen[b, r, i] holds the i-th kept item;
+// entries from m onwards hold `total`.
+ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer m,
+                      ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> chosen) {
+  if (words.element_type() != ffi::DataType::U32 || slot.element_type() != ffi::DataType::S32 ||
+      m.element_type() != ffi::DataType::S32 || total.element_type() != ffi::DataType::S32 ||
       chosen->element_type() != ffi::DataType::S32) {
     return ffi::Error::InvalidArgument(
-        "nj_asm_choose: words must be uint32 and m, total, chosen int32");
+        "nj_asm_choose: words must be uint32 and slot, m, total, chosen int32");
   }
   const int64_t n_batch = total.element_count();
   if (n_batch == 0) return ffi::Error::Success();
   const int64_t rows = m.element_count() / n_batch;
-  const int64_t width = rows > 0 ? chosen->element_count() / (n_batch * rows) : 0;
+  const auto wdims = words.dimensions();
+  const int64_t width = wdims.size() ? wdims[wdims.size() - 1] : 0;
+  const int64_t n_words = width > 0 ? words.element_count() / (n_batch * width) : 0;
   if (rows * n_batch != static_cast<int64_t>(m.element_count()) ||
-      static_cast<int64_t>(words.element_count()) != n_batch * width * rows ||
+      static_cast<int64_t>(slot.element_count()) != n_batch * rows ||
+      static_cast<int64_t>(words.element_count()) != n_batch * n_words * width ||
       static_cast<int64_t>(chosen->element_count()) != n_batch * rows * width) {
     return ffi::Error::InvalidArgument("nj_asm_choose: argument sizes do not match");
   }
   const auto* u = static_cast<const uint32_t*>(words.untyped_data());
+  const auto* sl = static_cast<const int32_t*>(slot.untyped_data());
   const auto* mm = static_cast<const int32_t*>(m.untyped_data());
   const auto* tt = static_cast<const int32_t*>(total.untyped_data());
   auto* out = static_cast<int32_t*>(chosen->untyped_data());
@@ -271,14 +275,17 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer m, ffi::AnyBuffer tot
     const int32_t tot = tt[b];
     for (int64_t r = 0; r < rows; ++r) {
       int32_t* kept = out + (b * rows + r) * width;
-      const int64_t mr = mm[b * rows + r] < width ? mm[b * rows + r] : width;
+      const int64_t m_r = mm[b * rows + r];
+      const int64_t n_draw = m_r < width ? m_r : width;
       for (int64_t i = 0; i < width; ++i) kept[i] = tot;
-      for (int64_t i = 0; i < mr; ++i) {
-        int64_t j = static_cast<int64_t>(tot) - mm[b * rows + r] + i;
+      const int64_t s = sl[b * rows + r];
+      if (n_draw <= 0 || s < 0 || s >= n_words) continue;
+      const uint32_t* w = u + (b * n_words + s) * width;
+      for (int64_t i = 0; i < n_draw; ++i) {
+        int64_t j = static_cast<int64_t>(tot) - m_r + i;
         j = j < 0 ? 0 : j;
         const uint32_t span = static_cast<uint32_t>(j + 1);
-        const uint32_t w = u[(b * width + i) * rows + r];
-        const uint32_t t = ((w >> 16) * span + (((w & 0xFFFFu) * span) >> 16)) >> 16;
+        const uint32_t t = ((w[i] >> 16) * span + (((w[i] & 0xFFFFu) * span) >> 16)) >> 16;
         bool seen = false;
         for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
         kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
@@ -288,19 +295,24 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer m, ffi::AnyBuffer tot
   return ffi::Error::Success();
 }
 
-
-// nj_asm_topk: the k largest entries of each row of x (*batch, n) and their indices, as
-// jax.lax.top_k returns them: values in decreasing order, equal values by increasing index.
-// The k-th largest value is found with nth_element on a copy of the row, the entries above it
-// and then as many equal to it as fit are collected in index order, and only those k are
-// sorted. Rows must not contain NaN (assembly inputs never do).
+// nj_asm_topk: the k largest entries of each row of the concatenation [x1, x2] of x1
+// (*batch, n1) and x2 (*batch, n2), and their indices in it, as jax.lax.top_k returns them:
+// values in decreasing order, equal values by increasing index. (Taking the two parts apart
+// keeps XLA from fusing the producer of x2 into a concatenation over the whole row.) The k-th
+// largest value is found with nth_element on a copy of the row, the entries above it and then
+// as many equal to it as fit are collected in index order, and only those k are sorted. Rows
+// must not contain NaN (assembly inputs never do).
 template <typename F>
-void TopK(const F* x, F* values, int32_t* indices, int64_t n_batch, int64_t n, int64_t k) {
-  std::vector<F> buf(n);
+void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch, int64_t n1,
+          int64_t n2, int64_t k) {
+  const int64_t n = n1 + n2;
+  std::vector<F> row(n), buf(n);
   std::vector<int32_t> pick(k);
   for (int64_t b = 0; b < n_batch; ++b) {
-    const F* xb = x + b * n;
-    std::copy(xb, xb + n, buf.begin());
+    std::copy(x1 + b * n1, x1 + (b + 1) * n1, row.begin());
+    std::copy(x2 + b * n2, x2 + (b + 1) * n2, row.begin() + n1);
+    const F* xb = row.data();
+    std::copy(row.begin(), row.end(), buf.begin());
     std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<F>());
     const F kth = buf[k - 1];
     int64_t above = 0;
@@ -325,30 +337,38 @@ void TopK(const F* x, F* values, int32_t* indices, int64_t n_batch, int64_t n, i
   }
 }
 
-ffi::Error TopKImpl(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> values,
+ffi::Error TopKImpl(ffi::AnyBuffer x1, ffi::AnyBuffer x2, ffi::Result<ffi::AnyBuffer> values,
                     ffi::Result<ffi::AnyBuffer> indices) {
-  const auto type = x.element_type();
+  const auto type = x1.element_type();
   if ((type != ffi::DataType::F32 && type != ffi::DataType::F64) ||
-      values->element_type() != type || indices->element_type() != ffi::DataType::S32) {
-    return ffi::Error::InvalidArgument("nj_asm_topk: x must be float32 or float64");
+      x2.element_type() != type || values->element_type() != type ||
+      indices->element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_asm_topk: x1, x2 must be float32 or float64");
   }
-  const auto dims = x.dimensions();
+  const auto d1 = x1.dimensions();
+  const auto d2 = x2.dimensions();
   const auto kdims = values->dimensions();
-  if (dims.size() < 1 || kdims.size() != dims.size()) {
-    return ffi::Error::InvalidArgument("nj_asm_topk: x must be (*batch, n)");
+  if (d1.size() < 1 || d2.size() != d1.size() || kdims.size() != d1.size()) {
+    return ffi::Error::InvalidArgument("nj_asm_topk: x1 and x2 must be (*batch, n)");
   }
-  const int64_t n = dims[dims.size() - 1];
+  const int64_t n1 = d1[d1.size() - 1];
+  const int64_t n2 = d2[d2.size() - 1];
   const int64_t k = kdims[kdims.size() - 1];
-  if (k < 1 || k > n) return ffi::Error::InvalidArgument("nj_asm_topk: needs 0 < k <= n");
-  const int64_t n_batch = x.element_count() / n;
+  const int64_t n_batch = static_cast<int64_t>(values->element_count()) / (k > 0 ? k : 1);
+  if (k < 1 || k > n1 + n2 || static_cast<int64_t>(x1.element_count()) != n_batch * n1 ||
+      static_cast<int64_t>(x2.element_count()) != n_batch * n2) {
+    return ffi::Error::InvalidArgument("nj_asm_topk: needs 0 < k <= n1 + n2 and equal batches");
+  }
   if (type == ffi::DataType::F32) {
-    TopK<float>(static_cast<const float*>(x.untyped_data()),
+    TopK<float>(static_cast<const float*>(x1.untyped_data()),
+                static_cast<const float*>(x2.untyped_data()),
                 static_cast<float*>(values->untyped_data()),
-                static_cast<int32_t*>(indices->untyped_data()), n_batch, n, k);
+                static_cast<int32_t*>(indices->untyped_data()), n_batch, n1, n2, k);
   } else {
-    TopK<double>(static_cast<const double*>(x.untyped_data()),
+    TopK<double>(static_cast<const double*>(x1.untyped_data()),
+                 static_cast<const double*>(x2.untyped_data()),
                  static_cast<double*>(values->untyped_data()),
-                 static_cast<int32_t*>(indices->untyped_data()), n_batch, n, k);
+                 static_cast<int32_t*>(indices->untyped_data()), n_batch, n1, n2, k);
   }
   return ffi::Error::Success();
 }
@@ -378,13 +398,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // words (*batch, width, rows) uint32
+                                  .Arg<ffi::AnyBuffer>()  // words (*batch, n_words, width) u32
+                                  .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, TopKImpl,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()   // x (*batch, n)
+                                  .Arg<ffi::AnyBuffer>()   // x1 (*batch, n1)
+                                  .Arg<ffi::AnyBuffer>()   // x2 (*batch, n2)
                                   .Ret<ffi::AnyBuffer>()   // values (*batch, k)
                                   .Ret<ffi::AnyBuffer>());  // indices (*batch, k) int32
