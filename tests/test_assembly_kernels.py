@@ -297,3 +297,19 @@ def test_projection_is_identical_through_kernels_and_pure_jax(kernel, monkeypatc
     np.testing.assert_array_equal(one_k.winners["A"], one_j.winners["A"])
     np.testing.assert_array_equal(two_k.winners["A"], two_j.winners["A"])
     np.testing.assert_array_equal(two_k.weights[("A", "A")], two_j.weights[("A", "A")])
+
+
+def test_trace_overlap_equals_overlap():
+    """`project_rounds` counts the overlap through a mask over the support; `overlap` sorts."""
+    rng = np.random.default_rng(9)
+    small = A.Brain(areas={"A": (20_000, 50)}, p=0.05, key=jax.random.key(0))  # capacity 1024
+    large = A.Brain(areas={"A": (100_000, 50)}, p=0.05, mode="explicit", key=jax.random.key(0))
+    for brain, size in ((small, 1024), (large, 100_000)):
+        for _ in range(20):
+            a, b = (rng.choice(size, 50, replace=False).astype(np.int32) for _ in range(2))
+            b[:25] = a[rng.choice(50, 25, replace=False)]
+            a[rng.random(50) < 0.1] = -1
+            b[rng.random(50) < 0.1] = -1
+            got = brain._overlap("A", jnp.asarray(a), jnp.asarray(b))
+            assert int(got) == int(A.overlap(jnp.asarray(a), jnp.asarray(b)))
+            assert int(got) == len(set(a[a >= 0].tolist()) & set(b[b >= 0].tolist()))

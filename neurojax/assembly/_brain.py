@@ -643,10 +643,11 @@ class Brain(eqx.Module):
         return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
 
     def _overlap(self, t: str, a: Array, b: Array) -> Array:
-        """`overlap(a, b)` of two winner lists of area `t`; over a support of at most 2**20
-        labels through a boolean mask (two small scatters and a gather), else by sorting."""
+        """`overlap(a, b)` of two winner lists of area `t`: for at most 2**16 labels (the
+        capacity in sparse mode, `n` in explicit mode) through a boolean mask, a scatter and a
+        gather (XLA:CPU sorts and binary-searches several times slower), else by sorting."""
         size = self.capacities[self.area_names.index(t)]
-        if size > 1 << 20:
+        if size > 1 << 16:
             return overlap(a, b)
         mask = jnp.zeros((size + 1,), bool).at[jnp.where(b < 0, size, b)].set(True)
         found = mask[jnp.where(a < 0, size, a)] & (a >= 0)
