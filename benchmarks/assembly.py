@@ -14,12 +14,18 @@ Configurations (one JSON line each):
 - `batch`: 64 brains (seeds) of the `projection` configuration under `jax.vmap`, one call:
   time per trial.
 
-Run: `python -m benchmarks.assembly [--quick] [--no-peers] [--repeats R] [--threads 1|2]`.
-`--quick` uses n = 10^4 / 10^5 and a batch of 4 (a smoke test).
+Interleaved pairs: the neurojax and NumPy timings of `projection` are taken one after the other,
+so a change in the load of a shared machine between them moves their ratio. With the peers,
+`--pairs` (default 11) more runs alternate one neurojax and one NumPy projection, and a record
+with `"measure": "interleaved"` carries the median over the pairs of the per-pair ratio.
+
+Run: `python -m benchmarks.assembly [--quick] [--no-peers] [--repeats R] [--threads 1|2]
+[--pairs P]`. `--quick` uses n = 10^4 / 10^5 and a batch of 4 (a smoke test).
 """
 
 import resource
 import sys
+import time
 
 from . import _harness
 
@@ -51,13 +57,21 @@ def _neurojax_run(n, k, p, beta, steps, seed):
     return brain, run
 
 
+def _extra(parser) -> None:
+    parser.add_argument(
+        "--pairs", type=int, default=None, help="interleaved neurojax/NumPy pairs (11; quick: 3)"
+    )
+
+
 def _projection(args, n, k, p, beta, name):
     import jax
     import numpy as np
 
     brain, run = _neurojax_run(n, k, p, beta, STEPS, 0)
     state = jax.block_until_ready(brain.init_state())
-    timing, out, _ = _harness.time_jax(run, [state], repeats=args.repeats, budget_s=args.budget)
+    timing, out, compiled = _harness.time_jax(
+        run, [state], repeats=args.repeats, budget_s=args.budget
+    )
     support, new, _ = (np.asarray(x) for x in out)
     record = {
         "bench": "assembly",
@@ -76,7 +90,7 @@ def _projection(args, n, k, p, beta, name):
         "capacity": brain.capacities[0],
         **timing.as_dict(),
     }
-    return record
+    return record, (compiled, state)
 
 
 def _converged_step_cost(args, n, k, p, beta) -> dict:
@@ -106,7 +120,9 @@ def _converged_step_cost(args, n, k, p, beta) -> dict:
 
 
 def main(argv=None) -> None:
-    args = _harness.parse_args(__doc__.splitlines()[0], sizes=[1], quick_sizes=[1], argv=argv)
+    args = _harness.parse_args(
+        __doc__.splitlines()[0], sizes=[1], quick_sizes=[1], argv=argv, extra=_extra
+    )
     import jax
     import numpy as np
 
@@ -114,7 +130,7 @@ def main(argv=None) -> None:
 
     n_proj = 10_000 if args.quick else 100_000
     k_proj = 100 if args.quick else 317
-    rec = _projection(args, n_proj, k_proj, 0.01, 0.05, "projection")
+    rec, (compiled, state) = _projection(args, n_proj, k_proj, 0.01, 0.05, "projection")
     rec.update(_converged_step_cost(args, n_proj, k_proj, 0.01, 0.05))
     if args.peers:
         _harness.log("NumPy peer")
@@ -129,11 +145,42 @@ def main(argv=None) -> None:
         rec["target_speedup"] = 10.0
         rec["target_met"] = rec["speedup_vs_numpy"] >= 10.0
     _harness.emit(rec)
+    n_pairs = args.pairs if args.pairs is not None else (3 if args.quick else 11)
+    if args.peers and n_pairs > 0:
+        _harness.log(f"projection: {n_pairs} interleaved neurojax/NumPy pairs")
+        times: dict[str, list[float]] = {"neurojax": [], "numpy": []}
+        for _ in range(n_pairs):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(state))
+            times["neurojax"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            assembly_numpy.run_projection(n_proj, k_proj, 0.01, 0.05, STEPS, 0)
+            times["numpy"].append(time.perf_counter() - t0)
+        nj_t, np_t = np.asarray(times["neurojax"]), np.asarray(times["numpy"])
+        _harness.emit(
+            {
+                "bench": "assembly",
+                "config": "projection",
+                "impl": "neurojax",
+                "measure": "interleaved",
+                "n": n_proj,
+                "k": k_proj,
+                "steps": STEPS,
+                "pairs": n_pairs,
+                "neurojax_times_s": times["neurojax"],
+                "numpy_times_s": times["numpy"],
+                "ms_per_step": float(np.median(nj_t)) / STEPS * 1e3,
+                "numpy_ms_per_step": float(np.median(np_t)) / STEPS * 1e3,
+                "speedup_vs_numpy_paired": float(np.median(np_t / nj_t)),
+                "target_speedup": 10.0,
+                "target_met": float(np.median(np_t / nj_t)) >= 10.0,
+            }
+        )
 
     sizes = [100_000] if args.quick else [1_000_000, 10_000_000]
     for n in sizes:
         _harness.log(f"sparse n={n}")
-        rec = _projection(args, n, 1000, 0.001, 0.05, f"sparse_{n:.0e}".replace("+0", ""))
+        rec, _ = _projection(args, n, 1000, 0.001, 0.05, f"sparse_{n:.0e}".replace("+0", ""))
         rec["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         _harness.emit(rec)
 

@@ -167,6 +167,26 @@ def test_network_scale_quick_prints_valid_json():
 
 
 @pytest.mark.slow
+def test_assembly_interleaved_pairs_against_the_numpy_peer():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.assembly", "--quick", "--pairs", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    (pairs,) = [r for r in records if r.get("measure") == "interleaved"]
+    assert pairs["pairs"] == 2 and len(pairs["neurojax_times_s"]) == 2
+    ratios = np.asarray(pairs["numpy_times_s"]) / np.asarray(pairs["neurojax_times_s"])
+    assert pairs["speedup_vs_numpy_paired"] == pytest.approx(float(np.median(ratios)))
+    assert pairs["target_met"] == (pairs["speedup_vs_numpy_paired"] >= 10.0)
+    first = records[0]
+    assert first["config"] == "projection" and "speedup_vs_numpy" in first
+
+
+@pytest.mark.slow
 def test_assembly_quick_prints_valid_json():
     records = _run("benchmarks.assembly")
     assert [r["config"] for r in records] == ["projection", "sparse_1e5", "batch"]
