@@ -313,3 +313,21 @@ def test_trace_overlap_equals_overlap():
             got = brain._overlap("A", jnp.asarray(a), jnp.asarray(b))
             assert int(got) == int(A.overlap(jnp.asarray(a), jnp.asarray(b)))
             assert int(got) == len(set(a[a >= 0].tolist()) & set(b[b >= 0].tolist()))
+
+
+def test_float64_brain_runs_the_kernels_and_matches_pure_jax(kernel, monkeypatch):
+    """Under x64 the weights are float64 and the kernels take their float64 branch."""
+    with jax.enable_x64(True):
+        brain = A.Brain(
+            areas={"A": (20_000, 60)}, stimuli={"s": 60}, p=0.05, beta=0.0, key=jax.random.key(7)
+        )
+        jax.clear_caches()
+        fin_k, tr_k = _run(brain, 20)
+        monkeypatch.setattr(_kernel, "available", lambda: False)
+        jax.clear_caches()
+        fin_j, tr_j = _run(brain, 20)
+        jax.clear_caches()
+    assert fin_k.weights[("A", "A")].dtype == jnp.float64
+    assert int(tr_k.support["A"][-1]) > 60
+    np.testing.assert_array_equal(tr_k.winners["A"], tr_j.winners["A"])
+    np.testing.assert_array_equal(fin_k.weights[("A", "A")], fin_j.weights[("A", "A")])

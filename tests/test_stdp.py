@@ -659,8 +659,9 @@ def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel, monkeypatch
     d = (jnp.float32(0.9), jnp.float32(0.8))
 
     narrow = stdp_update(rule, lay, sizes, w, x, y, s_arr, s_post, *d)
-    wide = stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=3,
-                       post_offset=7)
+    wide = stdp_update(
+        rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=3, post_offset=7
+    )
     for a, b in zip(narrow, wide, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert float(jnp.abs(narrow[0] - w).max()) > 1e-3  # some synapse changed
@@ -680,7 +681,10 @@ def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel, monkeypatch
     assert float(jnp.abs(gw_post[..., 12:]).max()) == 0.0
     assert float(jnp.abs(g_post).max()) > 0.0
 
-    with pytest.raises(ValueError, match=r"stdp_update: post_offset=9 with 5 neurons does not fit in spike vectors of length 13"):
+    with pytest.raises(
+        ValueError,
+        match=r"stdp_update: post_offset=9 with 5 neurons does not fit in spike vectors of length 13",
+    ):
         stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, post_offset=9)
     with pytest.raises(ValueError, match=r"stdp_update: arr_offset=-1"):
         stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=-1)

@@ -674,7 +674,7 @@ class Brain(eqx.Module):
         k_cand, k_items = jr.split(key)
         w = state.support[t]
         x = self._inputs(state, t, stims, srcs, limit=w)
-        x = jnp.where(jnp.arange(cap) < w, x, -jnp.inf)
+        x = jnp.where(jnp.arange(cap, dtype=jnp.int32) < w, x, -jnp.inf)
         stim_sizes = [self.stimulus_sizes[self.stimulus_names.index(s)] for s in stims]
         src_counts = [jnp.sum(state.winners[a] >= 0).astype(jnp.int32) for a in srcs]
         total = jnp.asarray(sum(stim_sizes), jnp.int32)

@@ -65,7 +65,7 @@ def binom_ppf(
     The quantile is the smallest `x` with `cdf(x) >= 1 - tail`, that is with `sf(x) <= tail`;
     since `sf` falls with `x`, it equals the number of `x` whose `sf(x)` is still above `tail`.
     """
-    row = table[total]
+    row = table[total].astype(jnp.result_type(log_tail))
     return jnp.sum(row > log_tail).astype(jnp.int32)
 
 

@@ -179,7 +179,7 @@ def winner_mask(winners: Int[Array, " k"], size: int) -> Bool[Array, " size"]:
 
 def _rowsum_jax(conn: Array, rows: Array, limit: Array) -> Array:
     x = inputs(conn, rows)
-    return jnp.where(jnp.arange(conn.shape[-1]) < limit, x, jnp.zeros_like(x))
+    return jnp.where(jnp.arange(conn.shape[-1], dtype=jnp.int32) < limit, x, jnp.zeros_like(x))
 
 
 def _rowsum_kernel(conn: Array, rows: Array, limit: Array) -> Array:
@@ -246,7 +246,7 @@ def _update_jax(plastic, conn, src_rows, cols, chosen, start, count, heb_rows, h
     if cols.shape[0]:
         slot = chosen - start
         ok = (slot >= 0) & (slot < count)
-        rows = jnp.arange(cols.shape[0])[:, None]
+        rows = jnp.arange(cols.shape[0], dtype=jnp.int32)[:, None]
         hit = jnp.zeros((cols.shape[0], k_src), conn.dtype)
         hit = hit.at[rows, jnp.where(ok, slot, k_src)].set(1.0, mode="drop")
         conn = conn.at[_safe(src_rows, n_src)[None, :], _safe(cols, n_tgt)[:, None]].set(
