@@ -1,12 +1,15 @@
-// The two synapse operations of an assembly projection step on a dense weight matrix: the
-// CPU kernels of neurojax.assembly._synapses, called through XLA's FFI.
+// The heavy parts of an assembly projection step on CPU, called through XLA's FFI: the input
+// sum and the synapse update on a dense weight matrix (neurojax.assembly._synapses), Floyd's
+// choice of the first-time winners' inputs and the k-cap (neurojax.assembly._brain). Other
+// platforms run the same operations in pure JAX.
 //
-// nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (ascending list
-// position; entries outside [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b].
-// The sum starts from zero and adds the rows in list order, the order in which XLA reduces the
-// gathered rows of the pure-JAX path, so both give the same numbers (tests check it bit for bit).
-// Only the first `limit` columns are read: in sparse mode the columns beyond an area's support
-// belong to neurons that have not fired yet, and the caller masks them.
+// nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (entries outside
+// [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The sum starts from
+// zero and adds the rows in list order. XLA reduces the gathered rows of the pure-JAX path in
+// an order of its own, so with non-integer weights the two may differ in the last bit of a
+// sum; with integer weights (beta = 0) they agree exactly. Only the first `limit` columns are
+// read: in sparse mode the columns beyond an area's support belong to neurons that have not
+// fired yet, and the caller masks them.
 //
 // nj_asm_update: in place on W (*batch, R, C), first the synapses of first-time winners, then
 // the Hebbian factor:
@@ -23,8 +26,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"

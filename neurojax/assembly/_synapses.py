@@ -14,10 +14,12 @@ new winners by `1 + beta`.
 On CPU the two dense operations of a projection step, the input sum (`dense_inputs`) and the
 update of the synapses of first-time winners plus the Hebbian factor (`dense_update`), run in
 the compiled kernels of `_dense_kernel.cc` (built on first use with the network kernels, see
-`neurojax.network._kernel`): work in proportion to the winners, weights updated in place,
-with the same numbers as the pure-JAX path, which other platforms use. XLA:CPU's scatter
-costs a few nanoseconds per index even for indices it drops, and a step without first-time
-winners would still pay for a `k x k` scatter of them.
+`neurojax.network._kernel`): work in proportion to the winners, weights updated in place.
+The update gives exactly the numbers of the pure-JAX path, which other platforms use; the
+input sum adds the rows in list order where XLA reduces in its own order, so with
+non-integer weights a sum may differ in its last bit. XLA:CPU's scatter costs a few
+nanoseconds per index even for indices it drops, and a step without first-time winners
+would still pay for a `k x k` scatter of them.
 """
 
 import functools
