@@ -15,8 +15,10 @@ the CPU's feature flags, so a cache shared between machines never hands one CPU 
 for another.
 
 When no compiler is found or the build fails, neurojax warns once and uses the pure-JAX path,
-which gives the same results. Set `NEUROJAX_CPU_KERNEL=0` to always use the pure-JAX path.
-Other platforms (GPU, TPU) always use the pure-JAX path.
+which gives the same results (for the assembly's input sum, up to the last bit of a float sum
+with non-integer weights: the kernel adds rows in list order, XLA in its own). Set
+`NEUROJAX_CPU_KERNEL=0` to always use the pure-JAX path. Other platforms (GPU, TPU) always
+use the pure-JAX path.
 """
 
 import ctypes
