@@ -20,9 +20,11 @@ from benchmarks.peers import _hh, _lif
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(module: str) -> list[dict]:
+def _run(module: str, *flags: str, peers: bool = False) -> list[dict]:
+    """`python -m module --quick [--no-peers] *flags`, its stdout as JSON records."""
+    no_peers = () if peers else ("--no-peers",)
     proc = subprocess.run(
-        [sys.executable, "-m", module, "--quick", "--no-peers"],
+        [sys.executable, "-m", module, "--quick", *no_peers, *flags],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -168,15 +170,7 @@ def test_network_scale_quick_prints_valid_json():
 
 @pytest.mark.slow
 def test_assembly_interleaved_pairs_against_the_numpy_peer():
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.assembly", "--quick", "--pairs", "2"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    records = _run("benchmarks.assembly", "--pairs", "2", peers=True)
     (pairs,) = [r for r in records if r.get("measure") == "interleaved"]
     assert pairs["pairs"] == 2 and len(pairs["neurojax_times_s"]) == 2
     ratios = np.asarray(pairs["numpy_times_s"]) / np.asarray(pairs["neurojax_times_s"])

@@ -844,9 +844,7 @@ def _top_k(
     """`jax.lax.top_k(concatenate([x, extra]), k)` (ties to the lower index).
 
     On CPU the compiled kernel of `_dense_kernel.cc` selects the k-th value in linear time,
-    sorts only the k winners and reads the two parts where they are: XLA:CPU fused the
-    candidates' inverse normal CDF into a concatenation over the whole capacity, evaluating
-    it for every entry (about half of a step at n = 10^5)."""
+    sorts only the k winners and reads the two parts where they are, with the same result."""
     if _kernel.available():
         return jax.lax.platform_dependent(
             x,

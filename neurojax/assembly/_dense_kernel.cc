@@ -300,9 +300,8 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
 
 // nj_asm_topk: the k largest entries of each row of the concatenation [x1, x2] of x1
 // (*batch, n1) and x2 (*batch, n2), and their indices in it, as jax.lax.top_k returns them:
-// values in decreasing order, equal values by increasing index. (Taking the two parts apart
-// keeps XLA from fusing the producer of x2 into a concatenation over the whole row.) The k-th
-// largest value is found with nth_element on a copy of the row, the entries above it and then
+// values in decreasing order, equal values by increasing index. (Reading the two parts where
+// they are saves the caller a concatenation.) The k-th largest value is found with nth_element on a copy of the row, the entries above it and then
 // as many equal to it as fit are collected in index order, and only those k are sorted. Rows
 // must not contain NaN (assembly inputs never do).
 template <typename F>
