@@ -275,6 +275,25 @@ def _run_chunk(
     _TRACE_COUNT += 1
     float_dtype = jnp.result_type(float)
 
+    from .neurons import _lif_fused
+
+    const = inputs if kind == "const" else None
+    if _lif_fused.applies(
+        model,
+        state,
+        const,
+        kind=kind,
+        record_every=record_every,
+        record=record,
+        spike_dtype=spike_dtype,
+        check=check,
+        checkpoint=checkpoint,
+        truncate_backprop=truncate_backprop,
+    ):
+        # An uncoupled LIF population: one fused run, identical results (_lif_fused).
+        state, spikes = _lif_fused.run(model, state, const, dt, n_rec)
+        return state, spikes, {}, diag
+
     def plain_step(st, inp):
         return model.step(st, inp, dt)
 

@@ -1,6 +1,7 @@
-"""The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`) and of the
-assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`), built on
-first use into one library.
+"""The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`), of the
+assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`) and of
+whole runs of uncoupled LIF populations (`neurojax/neurons/_lif_kernel.cc`), built on first
+use into one library.
 
 XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
 about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
@@ -40,6 +41,7 @@ __all__ = [
     "ASM_UPDATE_TARGET",
     "ASM_CHOOSE_TARGET",
     "ASM_TOPK_TARGET",
+    "LIF_RUN_TARGET",
     "available",
     "enabled",
 ]
@@ -50,9 +52,11 @@ ASM_ROWSUM_TARGET = "nj_asm_rowsum"
 ASM_UPDATE_TARGET = "nj_asm_update"
 ASM_CHOOSE_TARGET = "nj_asm_choose"
 ASM_TOPK_TARGET = "nj_asm_topk"
+LIF_RUN_TARGET = "nj_lif_run"
 _SOURCES = (
     Path(__file__).with_name("_csr_kernel.cc"),
     Path(__file__).parent.parent / "assembly" / "_dense_kernel.cc",
+    Path(__file__).parent.parent / "neurons" / "_lif_kernel.cc",
 )
 # (FFI target, symbol exported by the library)
 _HANDLERS = (
@@ -62,6 +66,7 @@ _HANDLERS = (
     (ASM_UPDATE_TARGET, "NjAsmUpdate"),
     (ASM_CHOOSE_TARGET, "NjAsmChoose"),
     (ASM_TOPK_TARGET, "NjAsmTopK"),
+    (LIF_RUN_TARGET, "NjLifRun"),
 )
 _REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
 
@@ -120,9 +125,13 @@ def _build() -> Path:
             cxx,
             "-O3",
             *march_flags,
-            # No fused multiply-add contraction: the kernels must round exactly as XLA's
-            # separate multiply and add do, so that both paths give the same numbers.
+            # No implicit fused multiply-add contraction: each kernel writes std::fma where
+            # the XLA program it must match has one (XLA:CPU contracts a multiply feeding an
+            # add on CPUs with FMA, as in the LIF run) and separate operations elsewhere.
             "-ffp-contract=off",
+            # Lets the compiler evaluate both sides of a select and so vectorise branch-free
+            # loops (the LIF run); no floating-point exception is trapped, no value changes.
+            "-fno-trapping-math",
             "-shared",
             "-fPIC",
             "-std=c++17",
@@ -166,7 +175,7 @@ def available() -> bool:
     except Exception as err:  # any build or load failure falls back to pure JAX
         warnings.warn(
             "neurojax: the compiled CPU kernels (event-driven delivery, STDP, assembly "
-            "synapses) are unavailable "
+            "synapses, LIF population runs) are unavailable "
             f"({type(err).__name__}: {err}); using the pure-JAX path, which gives the same "
             "results more slowly. Set NEUROJAX_CPU_KERNEL=0 to silence this.",
             RuntimeWarning,

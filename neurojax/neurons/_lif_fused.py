@@ -1,0 +1,178 @@
+"""A whole `simulate` run of an uncoupled `LIF` population in one compiled CPU kernel.
+
+`nj.simulate` takes this path by itself when it can give exactly the numbers of its general
+`lax.scan` over `LIF.step`: the model is an `nj.LIF` (not a subclass), the input is `None` or
+one constant float array, spikes are recorded as the default bool raster at every step, no
+state field is recorded, and neither `check`, `checkpoint` nor `truncate_backprop` is asked
+for. On CPU, with the compiled kernels available (`neurojax.network._kernel`), one call of
+`nj_lif_run` (`_lif_kernel.cc`) then runs all steps, neuron block by neuron block, with each
+block's state in the L1 cache; elsewhere the same arithmetic runs as a pure-JAX scan.
+
+Both paths compute the same operations in the same order (`LIF.step`, with the parameters
+broadcast to the population and the loop-invariant `v_inf` and decay factor computed once),
+so the final state and the raster are identical to the general path's; the tests compare
+them bit for bit. One caveat, which the general path shares: under an outer `jax.jit` that
+closes over the input or the parameters as constants, XLA may fold the loop-invariant
+arithmetic at compile time (without the fused multiply-add it uses at run time, and with its
+own `exp`), and it need not fold the same parts of the two programs, so they can then differ
+in the last bit. `nj.simulate` itself passes model and input as traced arguments. Derivatives go through the pure-JAX scan (a custom JVP), so `grad` of a
+loss on the final state is that of the general path too; the surrogate does not enter,
+because the bool raster carries no gradient and the reset is detached.
+"""
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ._lif import LIF, LIFState
+
+__all__ = ["applies", "run"]
+
+
+def applies(
+    model: Any,
+    state: Any,
+    inputs: Any,
+    *,
+    kind: str,
+    record_every: int,
+    record: Any,
+    spike_dtype: str | None,
+    check: bool,
+    checkpoint: bool,
+    truncate_backprop: int | None,
+) -> bool:
+    """Whether `simulate` can run this configuration through `run` with identical results."""
+    if type(model) is not LIF or type(state) is not LIFState:
+        return False
+    if record_every != 1 or record is not None or spike_dtype != "bool":
+        return False
+    if check or checkpoint or truncate_backprop is not None:
+        return False
+    if kind not in ("none", "const"):
+        return False
+    v, r = state.v, state.refractory
+    if not isinstance(v, jax.Array) or not isinstance(r, jax.Array) or v.shape != r.shape:
+        return False
+    dtype = v.dtype
+    if dtype not in (jnp.float32, jnp.float64) or r.dtype != dtype or v.ndim == 0 or v.size == 0:
+        return False
+    params = (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref)
+    if kind == "const":
+        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(inputs.dtype, jnp.floating):
+            return False
+        params += (inputs,)
+    for p in params:
+        if not isinstance(p, jax.Array) or not _broadcasts(p.shape, v.shape):
+            return False
+        if p.dtype != dtype and p is not inputs:
+            return False
+    return True
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    try:
+        return jnp.broadcast_shapes(shape, target) == target
+    except ValueError:
+        return False
+
+
+def run(model: LIF, state: LIFState, inputs: Any, dt: float, n_steps: int):
+    """Final state and bool raster `(n_steps, *shape)` of `n_steps` steps (see `applies`)."""
+    v = state.v
+    dtype, shape = v.dtype, v.shape
+    # The loop-invariant part of `LIF.step`, computed as it computes it.
+    i = jnp.zeros((), dtype) if inputs is None else jnp.asarray(inputs, dtype)
+    v_inf = model.v_rest + model.r_m * i
+    if model.method == "euler":
+        c = dt / model.tau_m
+    else:
+        c = jnp.exp(-dt / model.tau_m)
+    full = [
+        jnp.broadcast_to(jnp.asarray(x, dtype), shape)
+        for x in (v_inf, c, model.v_reset, model.v_th, model.t_ref)
+    ]
+    # The comparisons and subtraction of `refractory_clamped`/`refractory_next` use the
+    # Python float dt, rounded to the state's dtype.
+    dts = jnp.asarray([dt, 0.5 * dt], dtype)
+    v_new, r_new, raster = _lif_run(
+        n_steps, model.method == "euler", v, state.refractory, *full, dts
+    )
+    return LIFState(v=v_new, refractory=r_new), raster
+
+
+def _lif_run_jax(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+    dt, half_dt = dts[0], dts[1]
+
+    def body(carry, _):
+        v, r = carry
+        clamped = r > half_dt
+        v_free = v + c * (v_inf - v) if euler else v_inf + (v - v_inf) * c
+        v1 = jnp.where(clamped, v_reset, v_free)
+        spike = (v1 - v_th) / (v_th - v_reset) >= 0
+        v2 = jnp.where(spike, v_reset, v1)
+        r2 = jnp.where(spike, t_ref, jnp.where(clamped, r - dt, jnp.zeros_like(r)))
+        return (v2, r2), spike
+
+    (v, r), raster = lax.scan(body, (v, r), None, length=n_steps)
+    return v, r, raster
+
+
+def _lif_run_kernel(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+    from ..network import _kernel
+
+    call = jax.ffi.ffi_call(
+        _kernel.LIF_RUN_TARGET,
+        (
+            jax.ShapeDtypeStruct(v.shape, v.dtype),
+            jax.ShapeDtypeStruct(r.shape, r.dtype),
+            jax.ShapeDtypeStruct((n_steps, *v.shape), jnp.bool_),
+        ),
+        # Neurons are independent: under vmap every argument gets the batch axis and the
+        # kernel treats it as more neurons, with the raster's batch axis in front of time.
+        vmap_method="broadcast_all",
+    )
+    return call(
+        v,
+        r,
+        v_inf,
+        c,
+        v_reset,
+        v_th,
+        t_ref,
+        dts,
+        n_steps=n_steps,
+        inner=int(v.size),
+        euler=int(euler),
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _lif_run(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+    from ..network import _kernel
+
+    args = (v, r, v_inf, c, v_reset, v_th, t_ref, dts)
+    jax_path = functools.partial(_lif_run_jax, n_steps, euler)
+    if _kernel.available():
+        kernel_path = functools.partial(_lif_run_kernel, n_steps, euler)
+        return lax.platform_dependent(*args, cpu=kernel_path, default=jax_path)
+    return jax_path(*args)
+
+
+@_lif_run.defjvp
+def _lif_run_jvp(n_steps, euler, primals, tangents):
+    # The tangents of the pure-JAX scan (reverse mode transposes them; the kernel is never
+    # differentiated). The raster is boolean and has no tangent.
+    (v, r, _), (dv, dr, _) = jax.jvp(
+        functools.partial(_lif_run_jax, n_steps, euler), primals, tangents
+    )
+    return _lif_run(n_steps, euler, *primals), (dv, dr, _float0_like(n_steps, primals[0]))
+
+
+def _float0_like(n_steps, v):
+    import numpy as np
+
+    return np.zeros((n_steps, *v.shape), dtype=jax.dtypes.float0)
