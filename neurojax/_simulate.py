@@ -485,6 +485,14 @@ def simulate(
             the parameters only through the steps since the last cut. `None` (default) keeps
             the full gradient.
 
+    Uncoupled LIF populations: an `nj.LIF` run with no input or a constant float input,
+    the default bool raster (`record_every=1`, `spike_dtype="bool"`), no `record`, and none of
+    `check`, `checkpoint`, `truncate_backprop` runs on CPU in one compiled kernel that takes
+    the neurons in cache-sized blocks through all steps (`neurojax.neurons._lif_fused`;
+    5x Brian2's C++ standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`). Its final
+    state and raster are identical to the general scan's, and `grad` goes through a pure-JAX
+    scan of the same arithmetic; `NEUROJAX_CPU_KERNEL=0` turns the kernel off.
+
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
         stays on the device (JAX arrays); with it, it is on the host (NumPy arrays).
