@@ -15,9 +15,12 @@ them bit for bit. One caveat, which the general path shares: under an outer `jax
 closes over the input or the parameters as constants, XLA may fold the loop-invariant
 arithmetic at compile time (without the fused multiply-add it uses at run time, and with its
 own `exp`), and it need not fold the same parts of the two programs, so they can then differ
-in the last bit. `nj.simulate` itself passes model and input as traced arguments. Derivatives go through the pure-JAX scan (a custom JVP), so `grad` of a
-loss on the final state is that of the general path too; the surrogate does not enter,
-because the bool raster carries no gradient and the reset is detached.
+in the last bit. `nj.simulate` itself passes model and input as traced arguments.
+
+Derivatives go through the pure-JAX scan (a custom JVP), so `grad` of a loss on the final
+state is the general path's derivative, up to the rounding of the tangent arithmetic; the
+surrogate does not enter, because the bool raster carries no gradient and the reset is
+detached.
 """
 
 import functools
@@ -25,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ._lif import LIF, LIFState
@@ -61,16 +65,13 @@ def applies(
     if dtype not in (jnp.float32, jnp.float64) or r.dtype != dtype or v.ndim == 0 or v.size == 0:
         return False
     params = (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref)
+    if any(p.dtype != dtype for p in params if isinstance(p, jax.Array)):
+        return False  # mixed precision: the general path's promotions decide
     if kind == "const":
         if not isinstance(inputs, jax.Array) or not jnp.issubdtype(inputs.dtype, jnp.floating):
-            return False
+            return False  # an integer or PyTree input: input_current's cast or an error
         params += (inputs,)
-    for p in params:
-        if not isinstance(p, jax.Array) or not _broadcasts(p.shape, v.shape):
-            return False
-        if p.dtype != dtype and p is not inputs:
-            return False
-    return True
+    return all(isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -173,6 +174,4 @@ def _lif_run_jvp(n_steps, euler, primals, tangents):
 
 
 def _float0_like(n_steps, v):
-    import numpy as np
-
     return np.zeros((n_steps, *v.shape), dtype=jax.dtypes.float0)

@@ -15,8 +15,8 @@
 // XLA:CPU contracts a multiply feeding an add into one fused multiply-add on CPUs that have
 // it, so the v_free line is written with std::fma where this build targets such a CPU (the
 // library is compiled with -march=native) and with a separate multiply and add otherwise;
-// nothing else here is a multiply-add. `inner` is the number of neurons of one run; leading dimensions
-// that vmap adds (o) become the raster's outer axis, in front of time.
+// nothing else here is a multiply-add. `inner` is the number of neurons of one run; leading
+// dimensions that vmap adds (o) become the raster's outer axis, in front of time.
 //
 // Why a kernel: XLA:CPU evaluates the step as several loop fusions, each of which re-reads
 // the state and recomputes the update for one of its outputs (new v, new refractory time,
@@ -26,7 +26,8 @@
 // neuron costs its arithmetic and one raster byte.
 //
 // Arguments (all of one float dtype and n elements): v, r, v_inf, c, v_reset, v_th, t_ref;
-// dts (2,) = (dt, half_dt) in that dtype (repeated rows under vmap). Results: v, r (n,), raster (bool, n_steps * n).
+// dts (2,) = (dt, half_dt) in that dtype (repeated rows under vmap). Results: v, r (n,),
+// raster (bool, n_steps * n).
 
 #include <algorithm>
 #include <cmath>
@@ -144,11 +145,13 @@ ffi::Error LifRunImpl(ffi::AnyBuffer v, ffi::AnyBuffer r, ffi::AnyBuffer v_inf, 
   const int64_t n = static_cast<int64_t>(v.element_count());
   for (const ffi::AnyBuffer* b : {&r, &v_inf, &c, &v_reset, &v_th, &t_ref}) {
     if (b->element_type() != type || static_cast<int64_t>(b->element_count()) != n) {
-      return ffi::Error::InvalidArgument("nj_lif_run: state and parameters must share dtype and size");
+      return ffi::Error::InvalidArgument(
+          "nj_lif_run: state and parameters must share dtype and size");
     }
   }
   // Under vmap (broadcast_all) dts arrives repeated once per batch entry; all rows are equal.
-  if (dts.element_type() != type || dts.element_count() < 2 || dts.element_count() % 2 != 0 || v_out->element_type() != type ||
+  if (dts.element_type() != type || dts.element_count() < 2 || dts.element_count() % 2 != 0 ||
+      v_out->element_type() != type ||
       r_out->element_type() != type || raster->element_type() != ffi::DataType::PRED) {
     return ffi::Error::InvalidArgument("nj_lif_run: unexpected dtypes");
   }
