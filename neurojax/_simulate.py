@@ -291,7 +291,7 @@ def _run_chunk(
         truncate_backprop=truncate_backprop,
     ):
         # An uncoupled LIF population: one fused run, identical results (_lif_fused).
-        state, spikes = _lif_fused.run(model, state, const, dt, n_rec)
+        state, spikes = _lif_fused.run(model, state, const, dt, n_rec, record_every)
         return state, spikes, {}, diag
 
     def plain_step(st, inp):
@@ -486,8 +486,8 @@ def simulate(
             the full gradient.
 
     Uncoupled LIF populations: an `nj.LIF` run with no input or a constant float input,
-    the default bool raster (`record_every=1`, `spike_dtype="bool"`), no `record`, and none of
-    `check`, `checkpoint`, `truncate_backprop` runs on CPU in one compiled kernel that takes
+    spikes recorded with the default `spike_dtype="bool"` (raster or counts), no `record`, and
+    none of `check`, `checkpoint`, `truncate_backprop` runs on CPU in one compiled kernel that takes
     the neurons in cache-sized blocks through all steps (`neurojax.neurons._lif_fused`;
     5x Brian2's C++ standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`). Its final
     state and raster are identical to the general scan's, and `grad` goes through a pure-JAX

@@ -1,10 +1,11 @@
 """The fused run of an uncoupled LIF population (`neurojax.neurons._lif_fused`).
 
-`nj.simulate` runs an `nj.LIF` with no input or a constant input and the default bool raster
-in one compiled CPU kernel (`_lif_kernel.cc`), or a pure-JAX scan of the same arithmetic off
-CPU. Both must give exactly what the general `lax.scan` over `LIF.step` gives (which
-`test_lif.py` checks against the analytic solution); here they are compared with it bit for
-bit, with the analytic interspike interval directly, and under jit, vmap and grad.
+`nj.simulate` runs an `nj.LIF` with no input or a constant input and spikes recorded as
+booleans or counts in one compiled CPU kernel (`_lif_kernel.cc`), or a pure-JAX scan of the
+same arithmetic off CPU. Both must give exactly what the general `lax.scan` over
+`LIF.step` gives (which `test_lif.py` checks against the analytic solution); here they are
+compared with it bit for bit, with the analytic interspike interval directly, and under
+jit, vmap and grad.
 """
 
 import jax
@@ -55,6 +56,48 @@ def test_fused_run_equals_general_scan(kernel, method):
     _assert_same(fused, _general(lif, state, current, dt=0.1, n_steps=2000))
 
 
+@pytest.mark.parametrize("every", [7, 300])
+def test_fused_run_counts_equal_general_scan(kernel, every):
+    """`record_every > 1`: spike counts per window, uint8 up to 255 steps, int32 beyond."""
+    lif = nj.LIF(**PARAMS)
+    state = lif.init_state((3, 400), key=jax.random.key(5))
+    current = jnp.linspace(0.2, 2.5, 400)
+    n_steps = every * 12
+    assert "nj_lif_run" in _lowered(
+        lif, state, current, dt=0.1, n_steps=n_steps, record_every=every
+    )
+    fused = nj.simulate(lif, state, current, dt=0.1, n_steps=n_steps, record_every=every)
+    general = _general(lif, state, current, dt=0.1, n_steps=n_steps, record_every=every)
+    assert fused[1].spikes.shape == (12, 3, 400)
+    assert (
+        fused[1].spikes.dtype
+        == general[1].spikes.dtype
+        == (jnp.uint8 if every <= 255 else jnp.int32)
+    )
+    np.testing.assert_array_equal(fused[1].spikes, general[1].spikes)
+    np.testing.assert_array_equal(fused[0].v, general[0].v)
+    np.testing.assert_array_equal(fused[0].refractory, general[0].refractory)
+    # The counts are the raster's window sums.
+    _, raster = nj.simulate(lif, state, current, dt=0.1, n_steps=n_steps)
+    sums = np.asarray(raster.spikes).reshape(12, every, 3, 400).sum(axis=1)
+    np.testing.assert_array_equal(fused[1].spikes, sums)
+    assert sums.sum() > 1000
+    if every > 100:
+        assert sums.max() > 1  # several spikes per window: true counts, not flags
+    # ... under vmap over the initial state too.
+    keys = jax.random.split(jax.random.key(6), 2)
+    states = jax.vmap(lambda k: lif.init_state((3, 400), key=k))(keys)
+    batched = jax.vmap(
+        lambda s: (
+            nj.simulate(lif, s, current, dt=0.1, n_steps=n_steps, record_every=every)[1].spikes
+        )
+    )(states)
+    for i in range(2):
+        s_i = jax.tree_util.tree_map(lambda x, i=i: x[i], states)
+        ref = _general(lif, s_i, current, dt=0.1, n_steps=n_steps, record_every=every)[1].spikes
+        np.testing.assert_array_equal(batched[i], ref)
+
+
 def test_fused_run_with_per_neuron_parameters_and_batch_axes(kernel):
     key1, key2 = jax.random.split(jax.random.key(3))
     lif = nj.LIF(
@@ -98,14 +141,23 @@ def test_pure_jax_fused_path_equals_general_scan(monkeypatch):
     lif = nj.LIF(**PARAMS)
     state = lif.init_state(500, key=jax.random.key(2))
     current = jnp.linspace(0.3, 2.0, 500)
+    calls = []
+    pure = _lif_fused._lif_run_jax
     monkeypatch.setattr(_kernel, "available", lambda: False)
+    monkeypatch.setattr(_lif_fused, "_lif_run_jax", lambda *a: calls.append(a[:2]) or pure(*a))
     jax.clear_caches()
     try:
         assert "nj_lif_run" not in _lowered(lif, state, current, dt=0.1, n_steps=800)
         fused = nj.simulate(lif, state, current, dt=0.1, n_steps=800)
         _assert_same(fused, _general(lif, state, current, dt=0.1, n_steps=800))
+        f_c, r_c = nj.simulate(lif, state, current, dt=0.1, n_steps=800, record_every=20)
+        f_g, r_g = _general(lif, state, current, dt=0.1, n_steps=800, record_every=20)
+        assert r_c.spikes.dtype == jnp.uint8 and r_c.spikes.shape == (40, 500)
+        np.testing.assert_array_equal(r_c.spikes, r_g.spikes)
+        np.testing.assert_array_equal(f_c.v, f_g.v)
     finally:
         jax.clear_caches()
+    assert (800, 1) in calls and (40, 20) in calls  # (records, steps per record)
 
 
 def test_fused_run_under_vmap_and_jit(kernel):
@@ -174,7 +226,6 @@ def test_fused_run_gradients_equal_general_scan(kernel):
     "kwargs",
     [
         dict(record=("v",)),
-        dict(record_every=10),
         dict(spike_dtype=None),
         dict(check=True),
         dict(checkpoint=True),

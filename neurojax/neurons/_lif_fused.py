@@ -2,15 +2,16 @@
 
 `nj.simulate` takes this path by itself when it can give exactly the numbers of its general
 `lax.scan` over `LIF.step`: the model is an `nj.LIF` (not a subclass), the input is `None` or
-one constant float array, spikes are recorded as the default bool raster at every step, no
-state field is recorded, and neither `check`, `checkpoint` nor `truncate_backprop` is asked
-for. On CPU, with the compiled kernels available (`neurojax.network._kernel`), one call of
-`nj_lif_run` (`_lif_kernel.cc`) then runs all steps, neuron block by neuron block, with each
-block's state in the L1 cache; elsewhere the same arithmetic runs as a pure-JAX scan.
+one constant float array, spikes are recorded with the default `spike_dtype="bool"` (the
+bool raster, or counts per window with `record_every > 1`), no state field is recorded, and
+neither `check`, `checkpoint` nor `truncate_backprop` is asked for. On CPU, with the
+compiled kernels available (`neurojax.network._kernel`), one call of `nj_lif_run`
+(`_lif_kernel.cc`) then runs all steps, neuron block by neuron block, with each block's
+state in the L1 cache; elsewhere the same arithmetic runs as a pure-JAX scan.
 
 Both paths compute the same operations in the same order (`LIF.step`, with the parameters
 broadcast to the population and the loop-invariant `v_inf` and decay factor computed once),
-so the final state and the raster are identical to the general path's; the tests compare
+so the final state and the recorded spikes are identical to the general path's; the tests compare
 them bit for bit. One caveat, which the general path shares: under an outer `jax.jit` that
 closes over the input or the parameters as constants, XLA may fold the loop-invariant
 arithmetic at compile time (without the fused multiply-add it uses at run time, and with its
@@ -19,8 +20,8 @@ in the last bit. `nj.simulate` itself passes model and input as traced arguments
 
 Derivatives go through the pure-JAX scan (a custom JVP), so `grad` of a loss on the final
 state is the general path's derivative, up to the rounding of the tangent arithmetic; the
-surrogate does not enter, because the bool raster carries no gradient and the reset is
-detached.
+surrogate does not enter, because the bool raster (or the integer counts) carries no
+gradient and the reset is detached.
 """
 
 import functools
@@ -52,26 +53,46 @@ def applies(
     """Whether `simulate` can run this configuration through `run` with identical results."""
     if type(model) is not LIF or type(state) is not LIFState:
         return False
-    if record_every != 1 or record is not None or spike_dtype != "bool":
+    if record is not None or spike_dtype != "bool":
         return False
     if check or checkpoint or truncate_backprop is not None:
         return False
     if kind not in ("none", "const"):
         return False
     v, r = state.v, state.refractory
-    if not isinstance(v, jax.Array) or not isinstance(r, jax.Array) or v.shape != r.shape:
+    if (
+        not isinstance(v, jax.Array)
+        or not isinstance(r, jax.Array)
+        or v.shape != r.shape
+    ):
         return False
     dtype = v.dtype
-    if dtype not in (jnp.float32, jnp.float64) or r.dtype != dtype or v.ndim == 0 or v.size == 0:
+    if (
+        dtype not in (jnp.float32, jnp.float64)
+        or r.dtype != dtype
+        or v.ndim == 0
+        or v.size == 0
+    ):
         return False
-    params = (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref)
+    params = (
+        model.tau_m,
+        model.v_rest,
+        model.v_reset,
+        model.v_th,
+        model.r_m,
+        model.t_ref,
+    )
     if any(p.dtype != dtype for p in params if isinstance(p, jax.Array)):
         return False  # mixed precision: the general path's promotions decide
     if kind == "const":
-        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(inputs.dtype, jnp.floating):
+        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(
+            inputs.dtype, jnp.floating
+        ):
             return False  # an integer or PyTree input: input_current's cast or an error
         params += (inputs,)
-    return all(isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params)
+    return all(
+        isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params
+    )
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -81,8 +102,17 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return False
 
 
-def run(model: LIF, state: LIFState, inputs: Any, dt: float, n_steps: int):
-    """Final state and bool raster `(n_steps, *shape)` of `n_steps` steps (see `applies`)."""
+def run(
+    model: LIF,
+    state: LIFState,
+    inputs: Any,
+    dt: float,
+    n_rec: int,
+    record_every: int = 1,
+):
+    """Final state and recorded spikes of `n_rec * record_every` steps (see `applies`): the
+    bool raster `(n_rec, *shape)` with `record_every=1`, else the spike counts of each window
+    of `record_every` steps, in `simulate`'s count dtype."""
     v = state.v
     dtype, shape = v.dtype, v.shape
     # The loop-invariant part of `LIF.step`, computed as it computes it.
@@ -99,16 +129,23 @@ def run(model: LIF, state: LIFState, inputs: Any, dt: float, n_steps: int):
     # The comparisons and subtraction of `refractory_clamped`/`refractory_next` use the
     # Python float dt, rounded to the state's dtype.
     dts = jnp.asarray([dt, 0.5 * dt], dtype)
-    v_new, r_new, raster = _lif_run(
-        n_steps, model.method == "euler", v, state.refractory, *full, dts
+    v_new, r_new, spikes = _lif_run(
+        n_rec, record_every, model.method == "euler", v, state.refractory, *full, dts
     )
-    return LIFState(v=v_new, refractory=r_new), raster
+    return LIFState(v=v_new, refractory=r_new), spikes
 
 
-def _lif_run_jax(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+def _spikes_struct(n_rec, every, v):
+    from .._simulate import _count_dtype
+
+    dtype = jnp.bool_ if every == 1 else _count_dtype(every)
+    return jax.ShapeDtypeStruct((n_rec, *v.shape), dtype)
+
+
+def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
     dt, half_dt = dts[0], dts[1]
 
-    def body(carry, _):
+    def step(carry, _):
         v, r = carry
         clamped = r > half_dt
         v_free = v + c * (v_inf - v) if euler else v_inf + (v - v_inf) * c
@@ -118,11 +155,27 @@ def _lif_run_jax(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
         r2 = jnp.where(spike, t_ref, jnp.where(clamped, r - dt, jnp.zeros_like(r)))
         return (v2, r2), spike
 
-    (v, r), raster = lax.scan(body, (v, r), None, length=n_steps)
-    return v, r, raster
+    if every == 1:
+        (v, r), spikes = lax.scan(step, (v, r), None, length=n_rec)
+        return v, r, spikes
+    count_dtype = _spikes_struct(n_rec, every, v).dtype
+
+    def window(carry, _):
+        def inner(c, _):
+            vr, counts = c
+            vr, spike = step(vr, None)
+            return (vr, counts + spike.astype(count_dtype)), None
+
+        (carry, counts), _ = lax.scan(
+            inner, (carry, jnp.zeros(v.shape, count_dtype)), None, length=every
+        )
+        return carry, counts
+
+    (v, r), spikes = lax.scan(window, (v, r), None, length=n_rec)
+    return v, r, spikes
 
 
-def _lif_run_kernel(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+def _lif_run_kernel(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
     from ..network import _kernel
 
     call = jax.ffi.ffi_call(
@@ -130,10 +183,10 @@ def _lif_run_kernel(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
         (
             jax.ShapeDtypeStruct(v.shape, v.dtype),
             jax.ShapeDtypeStruct(r.shape, r.dtype),
-            jax.ShapeDtypeStruct((n_steps, *v.shape), jnp.bool_),
+            _spikes_struct(n_rec, every, v),
         ),
         # Neurons are independent: under vmap every argument gets the batch axis and the
-        # kernel treats it as more neurons, with the raster's batch axis in front of time.
+        # kernel treats it as more neurons, with the record's batch axis in front of time.
         vmap_method="broadcast_all",
     )
     return call(
@@ -145,33 +198,31 @@ def _lif_run_kernel(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
         v_th,
         t_ref,
         dts,
-        n_steps=n_steps,
+        n_steps=n_rec * every,
         inner=int(v.size),
         euler=int(euler),
+        every=every,
     )
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _lif_run(n_steps, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _lif_run(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
     from ..network import _kernel
 
     args = (v, r, v_inf, c, v_reset, v_th, t_ref, dts)
-    jax_path = functools.partial(_lif_run_jax, n_steps, euler)
+    jax_path = functools.partial(_lif_run_jax, n_rec, every, euler)
     if _kernel.available():
-        kernel_path = functools.partial(_lif_run_kernel, n_steps, euler)
+        kernel_path = functools.partial(_lif_run_kernel, n_rec, every, euler)
         return lax.platform_dependent(*args, cpu=kernel_path, default=jax_path)
     return jax_path(*args)
 
 
 @_lif_run.defjvp
-def _lif_run_jvp(n_steps, euler, primals, tangents):
+def _lif_run_jvp(n_rec, every, euler, primals, tangents):
     # The tangents of the pure-JAX scan (reverse mode transposes them; the kernel is never
-    # differentiated). The raster is boolean and has no tangent.
-    (v, r, _), (dv, dr, _) = jax.jvp(
-        functools.partial(_lif_run_jax, n_steps, euler), primals, tangents
+    # differentiated). The recorded spikes are booleans or integers: no tangent.
+    _, (dv, dr, _) = jax.jvp(
+        functools.partial(_lif_run_jax, n_rec, every, euler), primals, tangents
     )
-    return _lif_run(n_steps, euler, *primals), (dv, dr, _float0_like(n_steps, primals[0]))
-
-
-def _float0_like(n_steps, v):
-    return np.zeros((n_steps, *v.shape), dtype=jax.dtypes.float0)
+    spikes_tangent = np.zeros((n_rec, *primals[0].shape), dtype=jax.dtypes.float0)
+    return _lif_run(n_rec, every, euler, *primals), (dv, dr, spikes_tangent)

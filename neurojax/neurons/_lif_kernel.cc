@@ -1,6 +1,6 @@
 // A whole run of an uncoupled LIF population on CPU in one call through XLA's FFI
-// (neurojax.neurons._lif_fused, used by `nj.simulate` for `nj.LIF` with no input, a constant
-// input, the default bool spike raster and no recorded state fields).
+// (neurojax.neurons._lif_fused, used by `nj.simulate` for `nj.LIF` with no input or a
+// constant input, spikes recorded as the bool raster or as counts, no recorded state fields).
 //
 // nj_lif_run: for every neuron k and step t = 0 .. n_steps - 1, exactly `LIF.step`:
 //   clamped = r > half_dt
@@ -10,8 +10,10 @@
 //   spike   = (v - v_th) / (v_th - v_reset) >= 0
 //   v       = spike ? v_reset : v
 //   r       = spike ? t_ref : (clamped ? r - dt : 0)
-// and raster[o, t, i] = spike for the neuron k = o * inner + i. The same operations in the
-// same order as the XLA program of the pure-JAX path, so that both give identical numbers.
+// and raster[o, t, i] = spike for the neuron k = o * inner + i (with every > 1, counts
+// [o, w, i] of the spikes of steps w * every .. (w + 1) * every - 1 instead). The same
+// operations in the same order as the XLA program of the pure-JAX path, so that both give
+// identical numbers.
 // XLA:CPU contracts a multiply feeding an add into one fused multiply-add on CPUs that have
 // it, so the v_free line is written with std::fma where this build targets such a CPU (the
 // library is compiled with -march=native) and with a separate multiply and add otherwise;
@@ -27,7 +29,7 @@
 //
 // Arguments (all of one float dtype and n elements): v, r, v_inf, c, v_reset, v_th, t_ref;
 // dts (2,) = (dt, half_dt) in that dtype (repeated rows under vmap). Results: v, r (n,),
-// raster (bool, n_steps * n).
+// spikes: bool (n_steps * n) or counts, uint8 or int32 (n_steps / every * n).
 
 #include <algorithm>
 #include <cmath>
@@ -83,14 +85,16 @@ using FlagOf = std::conditional_t<sizeof(F) == 4, int32_t, int64_t>;
 // All steps of one block of m <= kBlock neurons. The compiler vectorises the neuron loop
 // only when it may evaluate both sides of a select (the library is built with
 // -fno-trapping-math, which changes no result: no floating-point exception is trapped) and
-// when the spike flags are as wide as F; they become the raster's bytes in a second,
-// narrowing loop.
-template <typename F, bool kEuler>
+// when the spike flags are as wide as F; they become the raster's bytes (every == 1), or are
+// summed into counts written once per `every` steps, in second, narrowing loops.
+template <typename F, bool kEuler, typename Out>
 void LifBlock(
     F* __restrict v, F* __restrict r, const F* __restrict v_inf, const F* __restrict c,
     const F* __restrict v_reset, const F* __restrict v_th, const F* __restrict t_ref, F dt,
-    F half_dt, uint8_t* __restrict raster, int64_t row_stride, int64_t m, int64_t n_steps) {
+    F half_dt, Out* __restrict out, int64_t row_stride, int64_t m, int64_t n_steps,
+    int64_t every) {
   FlagOf<F> flags[kBlock];
+  FlagOf<F> counts[kBlock] = {};
   for (int64_t t = 0; t < n_steps; ++t) {
     for (int64_t k = 0; k < m; ++k) {
       // Every load and every operation unconditional, only selects between values.
@@ -106,31 +110,41 @@ void LifBlock(
       r[k] = spike ? tr : r1;
       flags[k] = spike ? FlagOf<F>(1) : FlagOf<F>(0);
     }
-    uint8_t* __restrict row = raster + t * row_stride;
-    for (int64_t k = 0; k < m; ++k) row[k] = static_cast<uint8_t>(flags[k]);
+    if (every == 1) {
+      Out* __restrict row = out + t * row_stride;
+      for (int64_t k = 0; k < m; ++k) row[k] = static_cast<Out>(flags[k]);
+      continue;
+    }
+    for (int64_t k = 0; k < m; ++k) counts[k] += flags[k];
+    if ((t + 1) % every == 0) {
+      Out* __restrict row = out + (t / every) * row_stride;
+      for (int64_t k = 0; k < m; ++k) row[k] = static_cast<Out>(counts[k]);
+      for (int64_t k = 0; k < m; ++k) counts[k] = 0;
+    }
   }
 }
 
-template <typename F>
+template <typename F, typename Out>
 void LifRun(const F* v_in, const F* r_in, const F* v_inf, const F* c, const F* v_reset,
-            const F* v_th, const F* t_ref, const F* dts, F* v, F* r, uint8_t* raster, int64_t n,
-            int64_t inner, int64_t n_steps, bool euler) {
+            const F* v_th, const F* t_ref, const F* dts, F* v, F* r, Out* out, int64_t n,
+            int64_t inner, int64_t n_steps, int64_t every, bool euler) {
   if (v != v_in) std::memcpy(v, v_in, n * sizeof(F));
   if (r != r_in) std::memcpy(r, r_in, n * sizeof(F));
   const F dt = dts[0], half_dt = dts[1];
-  AdviseHugePages(raster, n * n_steps);
+  const int64_t n_rec = n_steps / every;
+  AdviseHugePages(reinterpret_cast<uint8_t*>(out), n * n_rec * static_cast<int64_t>(sizeof(Out)));
   const int64_t outer = n / inner;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i0 = 0; i0 < inner; i0 += kBlock) {
       const int64_t k0 = o * inner + i0;
       const int64_t m = std::min(kBlock, inner - i0);
-      uint8_t* out = raster + o * n_steps * inner + i0;
+      Out* rows = out + o * n_rec * inner + i0;
       if (euler) {
-        LifBlock<F, true>(v + k0, r + k0, v_inf + k0, c + k0, v_reset + k0, v_th + k0,
-                          t_ref + k0, dt, half_dt, out, inner, m, n_steps);
+        LifBlock<F, true, Out>(v + k0, r + k0, v_inf + k0, c + k0, v_reset + k0, v_th + k0,
+                               t_ref + k0, dt, half_dt, rows, inner, m, n_steps, every);
       } else {
-        LifBlock<F, false>(v + k0, r + k0, v_inf + k0, c + k0, v_reset + k0, v_th + k0,
-                           t_ref + k0, dt, half_dt, out, inner, m, n_steps);
+        LifBlock<F, false, Out>(v + k0, r + k0, v_inf + k0, c + k0, v_reset + k0, v_th + k0,
+                                t_ref + k0, dt, half_dt, rows, inner, m, n_steps, every);
       }
     }
   }
@@ -139,8 +153,8 @@ void LifRun(const F* v_in, const F* r_in, const F* v_inf, const F* c, const F* v
 ffi::Error LifRunImpl(ffi::AnyBuffer v, ffi::AnyBuffer r, ffi::AnyBuffer v_inf, ffi::AnyBuffer c,
                       ffi::AnyBuffer v_reset, ffi::AnyBuffer v_th, ffi::AnyBuffer t_ref,
                       ffi::AnyBuffer dts, ffi::Result<ffi::AnyBuffer> v_out,
-                      ffi::Result<ffi::AnyBuffer> r_out, ffi::Result<ffi::AnyBuffer> raster,
-                      int64_t n_steps, int64_t inner, int64_t euler) {
+                      ffi::Result<ffi::AnyBuffer> r_out, ffi::Result<ffi::AnyBuffer> spikes,
+                      int64_t n_steps, int64_t inner, int64_t euler, int64_t every) {
   const auto type = v.element_type();
   const int64_t n = static_cast<int64_t>(v.element_count());
   for (const ffi::AnyBuffer* b : {&r, &v_inf, &c, &v_reset, &v_th, &t_ref}) {
@@ -149,29 +163,44 @@ ffi::Error LifRunImpl(ffi::AnyBuffer v, ffi::AnyBuffer r, ffi::AnyBuffer v_inf, 
           "nj_lif_run: state and parameters must share dtype and size");
     }
   }
+  // The recorded spikes: a bool raster (every == 1), else counts per window of `every` steps,
+  // uint8 up to 255 steps and int32 beyond (as neurojax._simulate._count_dtype).
+  const auto out_type = spikes->element_type();
+  const bool out_ok = every == 1 ? out_type == ffi::DataType::PRED
+                                 : out_type == (every <= 255 ? ffi::DataType::U8
+                                                             : ffi::DataType::S32);
   // Under vmap (broadcast_all) dts arrives repeated once per batch entry; all rows are equal.
   if (dts.element_type() != type || dts.element_count() < 2 || dts.element_count() % 2 != 0 ||
-      v_out->element_type() != type ||
-      r_out->element_type() != type || raster->element_type() != ffi::DataType::PRED) {
+      v_out->element_type() != type || r_out->element_type() != type || !out_ok) {
     return ffi::Error::InvalidArgument("nj_lif_run: unexpected dtypes");
   }
-  if (inner <= 0 || n_steps < 0 || n % inner != 0 ||
-      static_cast<int64_t>(raster->element_count()) != n * n_steps) {
-    return ffi::Error::InvalidArgument("nj_lif_run: raster size does not match the population");
+  if (inner <= 0 || n_steps < 0 || every <= 0 || n_steps % every != 0 || n % inner != 0 ||
+      static_cast<int64_t>(spikes->element_count()) != n * (n_steps / every)) {
+    return ffi::Error::InvalidArgument("nj_lif_run: spike record size does not match the run");
   }
-  const auto call = [&](auto zero) {
+  const auto call = [&](auto zero, auto out_zero) {
     using F = decltype(zero);
+    using Out = decltype(out_zero);
     const auto in = [](const ffi::AnyBuffer& b) { return static_cast<const F*>(b.untyped_data()); };
-    LifRun<F>(in(v), in(r), in(v_inf), in(c), in(v_reset), in(v_th), in(t_ref), in(dts),
-              static_cast<F*>(v_out->untyped_data()), static_cast<F*>(r_out->untyped_data()),
-              static_cast<uint8_t*>(raster->untyped_data()), n, inner, n_steps, euler != 0);
+    LifRun<F, Out>(in(v), in(r), in(v_inf), in(c), in(v_reset), in(v_th), in(t_ref), in(dts),
+                   static_cast<F*>(v_out->untyped_data()), static_cast<F*>(r_out->untyped_data()),
+                   static_cast<Out*>(spikes->untyped_data()), n, inner, n_steps, every,
+                   euler != 0);
   };
-  if (type == ffi::DataType::F32) {
-    call(0.0f);
-  } else if (type == ffi::DataType::F64) {
-    call(0.0);
-  } else {
+  const auto with_float = [&](auto out_zero) {
+    if (type == ffi::DataType::F32) {
+      call(0.0f, out_zero);
+    } else {
+      call(0.0, out_zero);
+    }
+  };
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
     return ffi::Error::InvalidArgument("nj_lif_run: float32 or float64 expected");
+  }
+  if (out_type == ffi::DataType::S32) {
+    with_float(int32_t{0});
+  } else {
+    with_float(uint8_t{0});  // bool (PRED) is one byte 0/1, as uint8
   }
   return ffi::Error::Success();
 }
@@ -190,7 +219,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjLifRun, LifRunImpl,
                                   .Arg<ffi::AnyBuffer>()   // (dt, dt / 2)
                                   .Ret<ffi::AnyBuffer>()   // v (n)
                                   .Ret<ffi::AnyBuffer>()   // refractory (n)
-                                  .Ret<ffi::AnyBuffer>()   // raster (bool, n_steps * n)
+                                  .Ret<ffi::AnyBuffer>()   // spikes (n_steps / every * n)
                                   .Attr<int64_t>("n_steps")
                                   .Attr<int64_t>("inner")
-                                  .Attr<int64_t>("euler"));
+                                  .Attr<int64_t>("euler")
+                                  .Attr<int64_t>("every"));
