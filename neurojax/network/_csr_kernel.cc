@@ -237,6 +237,21 @@ inline F Clip(F w, F lo, F hi) {
   return w > hi ? hi : w;
 }
 
+// Depression of the synapses [begin, end) of one arriving row. A function of its own, with
+// restrict pointers and the bound rule as a template parameter, so that the compiler
+// vectorises it (gathering the postsynaptic traces); the operations per synapse are those of
+// the pure-JAX update, in its order.
+template <typename F, bool kMultiplicative>
+void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restrict post,
+                int32_t begin, int32_t end, F a_minus, F decay_y, F s, F lo, F hi) {
+  for (int32_t k = begin; k < end; ++k) {
+    const F v = w[k];
+    const F f = kMultiplicative ? v - lo : F(1);
+    const F yd = y[post[k]] * decay_y;
+    w[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
+  }
+}
+
 template <typename F, typename Bits>
 void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
@@ -266,11 +281,10 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     const F* pb = s_post + b * post_stride;
     // Depression of the arriving rows (before any trace of this step is written).
     ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
-      for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
-        const F v = wb[k];
-        const F f = multiplicative ? v - lo : F(1);
-        const F yd = yb[post[k]] * decay_y;
-        wb[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
+      if (multiplicative) {
+        DepressRow<F, true>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, s, lo, hi);
+      } else {
+        DepressRow<F, false>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, s, lo, hi);
       }
     });
     for (int64_t i = 0; i < n_pre; ++i) xb[i] = x_update(xb[i], ab[i]);
