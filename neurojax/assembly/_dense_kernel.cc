@@ -300,10 +300,11 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
 
 // nj_asm_topk: the k largest entries of each row of the concatenation [x1, x2] of x1
 // (*batch, n1) and x2 (*batch, n2), and their indices in it, as jax.lax.top_k returns them:
-// values in decreasing order, equal values by increasing index. (Reading the two parts where
-// they are saves the caller a concatenation.) The k-th largest value is found with nth_element on a copy of the row, the entries above it and then
-// as many equal to it as fit are collected in index order, and only those k are sorted. Rows
-// must not contain NaN (assembly inputs never do).
+// values in decreasing order, equal values by increasing index. (The kernel copies the two
+// parts into its row buffer, which it needs anyway, so the caller's program has no separate
+// concatenation.) The k-th largest value is found with nth_element on a copy of the row, the
+// entries above it and then as many equal to it as fit are collected in index order, and
+// only those k are sorted. Rows must not contain NaN (assembly inputs never do).
 template <typename F>
 void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch, int64_t n1,
           int64_t n2, int64_t k) {

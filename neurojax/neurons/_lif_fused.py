@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._base import input_current, refractory_clamped, refractory_next
 from ._lif import LIF, LIFState
 
 __all__ = ["applies", "run"]
@@ -60,19 +61,10 @@ def applies(
     if kind not in ("none", "const"):
         return False
     v, r = state.v, state.refractory
-    if (
-        not isinstance(v, jax.Array)
-        or not isinstance(r, jax.Array)
-        or v.shape != r.shape
-    ):
+    if not isinstance(v, jax.Array) or not isinstance(r, jax.Array) or v.shape != r.shape:
         return False
     dtype = v.dtype
-    if (
-        dtype not in (jnp.float32, jnp.float64)
-        or r.dtype != dtype
-        or v.ndim == 0
-        or v.size == 0
-    ):
+    if dtype not in (jnp.float32, jnp.float64) or r.dtype != dtype or v.ndim == 0 or v.size == 0:
         return False
     params = (
         model.tau_m,
@@ -85,14 +77,10 @@ def applies(
     if any(p.dtype != dtype for p in params if isinstance(p, jax.Array)):
         return False  # mixed precision: the general path's promotions decide
     if kind == "const":
-        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(
-            inputs.dtype, jnp.floating
-        ):
+        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(inputs.dtype, jnp.floating):
             return False  # an integer or PyTree input: input_current's cast or an error
         params += (inputs,)
-    return all(
-        isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params
-    )
+    return all(isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params)
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -116,8 +104,7 @@ def run(
     v = state.v
     dtype, shape = v.dtype, v.shape
     # The loop-invariant part of `LIF.step`, computed as it computes it.
-    i = jnp.zeros((), dtype) if inputs is None else jnp.asarray(inputs, dtype)
-    v_inf = model.v_rest + model.r_m * i
+    v_inf = model.v_rest + model.r_m * input_current(inputs, v)
     if model.method == "euler":
         c = dt / model.tau_m
     else:
@@ -126,8 +113,8 @@ def run(
         jnp.broadcast_to(jnp.asarray(x, dtype), shape)
         for x in (v_inf, c, model.v_reset, model.v_th, model.t_ref)
     ]
-    # The comparisons and subtraction of `refractory_clamped`/`refractory_next` use the
-    # Python float dt, rounded to the state's dtype.
+    # `refractory_clamped` compares with 0.5 * dt and `refractory_next` subtracts dt, both
+    # Python floats rounded to the state's dtype; the kernel takes the two rounded values.
     dts = jnp.asarray([dt, 0.5 * dt], dtype)
     v_new, r_new, spikes = _lif_run(
         n_rec, record_every, model.method == "euler", v, state.refractory, *full, dts
@@ -143,16 +130,17 @@ def _spikes_struct(n_rec, every, v):
 
 
 def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
-    dt, half_dt = dts[0], dts[1]
+    dt = dts[0]  # 0.5 * dt inside refractory_clamped is exact: it equals dts[1]
 
     def step(carry, _):
+        # `LIF.step` on the precomputed v_inf and c, with the shared refractory helpers.
         v, r = carry
-        clamped = r > half_dt
+        clamped = refractory_clamped(r, dt)
         v_free = v + c * (v_inf - v) if euler else v_inf + (v - v_inf) * c
         v1 = jnp.where(clamped, v_reset, v_free)
         spike = (v1 - v_th) / (v_th - v_reset) >= 0
         v2 = jnp.where(spike, v_reset, v1)
-        r2 = jnp.where(spike, t_ref, jnp.where(clamped, r - dt, jnp.zeros_like(r)))
+        r2 = refractory_next(r, clamped, spike.astype(r.dtype), t_ref, dt)  # 0.0/1.0 spikes
         return (v2, r2), spike
 
     if every == 1:
