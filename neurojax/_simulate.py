@@ -275,13 +275,10 @@ def _run_chunk(
     _TRACE_COUNT += 1
     float_dtype = jnp.result_type(float)
 
-    from .neurons import _lif_fused
+    from .neurons import _hh_fused, _lif_fused
 
     const = inputs if kind == "const" else None
-    if _lif_fused.applies(
-        model,
-        state,
-        const,
+    options = dict(
         kind=kind,
         record_every=record_every,
         record=record,
@@ -289,10 +286,13 @@ def _run_chunk(
         check=check,
         checkpoint=checkpoint,
         truncate_backprop=truncate_backprop,
-    ):
-        # An uncoupled LIF population: one fused run, identical results (_lif_fused).
-        state, spikes = _lif_fused.run(model, state, const, dt, n_rec, record_every)
-        return state, spikes, {}, diag
+    )
+    # Uncoupled LIF and Hodgkin-Huxley populations: one fused run (_lif_fused: identical
+    # results; _hh_fused: the same equations, equal to rounding).
+    for fused in (_lif_fused, _hh_fused):
+        if fused.applies(model, state, const, **options):
+            state, spikes = fused.run(model, state, const, dt, n_rec, record_every)
+            return state, spikes, {}, diag
 
     def plain_step(st, inp):
         return model.step(st, inp, dt)
@@ -492,6 +492,10 @@ def simulate(
     5x Brian2's C++ standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`). Its final
     state and raster are identical to the general scan's, and `grad` goes through a pure-JAX
     scan of the same arithmetic; `NEUROJAX_CPU_KERNEL=0` turns the kernel off.
+    `nj.HodgkinHuxley` populations in the same configuration run through a kernel of their
+    own (`neurojax.neurons._hh_fused`), on all of XLA's CPU threads; it integrates the same
+    equations with its own vectorised `exp`, so its results equal the general scan's to
+    rounding rather than to the bit (float32 spike times within one step).
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording

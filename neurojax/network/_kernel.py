@@ -1,7 +1,7 @@
 """The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`), of the
 assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`) and of
-whole runs of uncoupled LIF populations (`neurojax/neurons/_lif_kernel.cc`), built on first
-use into one library.
+whole runs of uncoupled LIF and Hodgkin-Huxley populations (`neurojax/neurons/_lif_kernel.cc`,
+`_hh_kernel.cc`), built on first use into one library.
 
 XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
 about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
@@ -17,7 +17,8 @@ for another.
 
 When no compiler is found or the build fails, neurojax warns once and uses the pure-JAX path,
 which gives the same results (for the assembly's input sum, up to the last bit of a float sum
-with non-integer weights: the kernel adds rows in list order, XLA in its own). Set
+with non-integer weights: the kernel adds rows in list order, XLA in its own; for
+Hodgkin-Huxley runs, up to rounding, see `neurojax.neurons._hh_fused`). Set
 `NEUROJAX_CPU_KERNEL=0` to always use the pure-JAX path. Other platforms (GPU, TPU) always
 use the pure-JAX path.
 """
@@ -42,6 +43,7 @@ __all__ = [
     "ASM_CHOOSE_TARGET",
     "ASM_TOPK_TARGET",
     "LIF_RUN_TARGET",
+    "HH_RUN_TARGET",
     "available",
     "enabled",
 ]
@@ -53,11 +55,15 @@ ASM_UPDATE_TARGET = "nj_asm_update"
 ASM_CHOOSE_TARGET = "nj_asm_choose"
 ASM_TOPK_TARGET = "nj_asm_topk"
 LIF_RUN_TARGET = "nj_lif_run"
+HH_RUN_TARGET = "nj_hh_run"
 _SOURCES = (
     Path(__file__).with_name("_csr_kernel.cc"),
     Path(__file__).parent.parent / "assembly" / "_dense_kernel.cc",
     Path(__file__).parent.parent / "neurons" / "_lif_kernel.cc",
+    Path(__file__).parent.parent / "neurons" / "_hh_kernel.cc",
 )
+# Headers the sources include (by relative path): part of the library's tag, not compiled.
+_HEADERS = (Path(__file__).parent.parent / "neurons" / "_run_kernel.h",)
 # (FFI target, symbol exported by the library)
 _HANDLERS = (
     (TARGET, "NjCsrDeliver"),
@@ -67,6 +73,7 @@ _HANDLERS = (
     (ASM_CHOOSE_TARGET, "NjAsmChoose"),
     (ASM_TOPK_TARGET, "NjAsmTopK"),
     (LIF_RUN_TARGET, "NjLifRun"),
+    (HH_RUN_TARGET, "NjHhRun"),
 )
 _REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
 
@@ -105,7 +112,7 @@ def _cpu_flags() -> bytes:
 
 def _build() -> Path:
     include = jax.ffi.include_dir()
-    source = b"".join(path.read_bytes() for path in _SOURCES)
+    source = b"".join(path.read_bytes() for path in _SOURCES + _HEADERS)
     march = os.environ.get("NEUROJAX_MARCH", "native")
     tag = hashlib.sha256(
         source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
@@ -175,7 +182,7 @@ def available() -> bool:
     except Exception as err:  # any build or load failure falls back to pure JAX
         warnings.warn(
             "neurojax: the compiled CPU kernels (event-driven delivery, STDP, assembly "
-            "synapses, LIF population runs) are unavailable "
+            "synapses, LIF and Hodgkin-Huxley population runs) are unavailable "
             f"({type(err).__name__}: {err}); using the pure-JAX path, which gives the same "
             "results more slowly. Set NEUROJAX_CPU_KERNEL=0 to silence this.",
             RuntimeWarning,

@@ -33,61 +33,22 @@ import numpy as np
 from jax import lax
 
 from ._base import input_current, refractory_clamped, refractory_next
+from ._fused import eligible, spikes_struct
 from ._lif import LIF, LIFState
 
 __all__ = ["applies", "run"]
 
 
-def applies(
-    model: Any,
-    state: Any,
-    inputs: Any,
-    *,
-    kind: str,
-    record_every: int,
-    record: Any,
-    spike_dtype: str | None,
-    check: bool,
-    checkpoint: bool,
-    truncate_backprop: int | None,
-) -> bool:
+def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
     """Whether `simulate` can run this configuration through `run` with identical results."""
     if type(model) is not LIF or type(state) is not LIFState:
         return False
-    if record is not None or spike_dtype != "bool":
-        return False
-    if check or checkpoint or truncate_backprop is not None:
-        return False
-    if kind not in ("none", "const"):
-        return False
-    v, r = state.v, state.refractory
-    if not isinstance(v, jax.Array) or not isinstance(r, jax.Array) or v.shape != r.shape:
-        return False
-    dtype = v.dtype
-    if dtype not in (jnp.float32, jnp.float64) or r.dtype != dtype or v.ndim == 0 or v.size == 0:
-        return False
-    params = (
-        model.tau_m,
-        model.v_rest,
-        model.v_reset,
-        model.v_th,
-        model.r_m,
-        model.t_ref,
+    return eligible(
+        (state.v, state.refractory),
+        (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref),
+        inputs,
+        **options,
     )
-    if any(p.dtype != dtype for p in params if isinstance(p, jax.Array)):
-        return False  # mixed precision: the general path's promotions decide
-    if kind == "const":
-        if not isinstance(inputs, jax.Array) or not jnp.issubdtype(inputs.dtype, jnp.floating):
-            return False  # an integer or PyTree input: input_current's cast or an error
-        params += (inputs,)
-    return all(isinstance(p, jax.Array) and _broadcasts(p.shape, v.shape) for p in params)
-
-
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    try:
-        return jnp.broadcast_shapes(shape, target) == target
-    except ValueError:
-        return False
 
 
 def run(
@@ -122,13 +83,6 @@ def run(
     return LIFState(v=v_new, refractory=r_new), spikes
 
 
-def _spikes_struct(n_rec, every, v):
-    from .._simulate import _count_dtype
-
-    dtype = jnp.bool_ if every == 1 else _count_dtype(every)
-    return jax.ShapeDtypeStruct((n_rec, *v.shape), dtype)
-
-
 def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
     dt = dts[0]  # 0.5 * dt inside refractory_clamped is exact: it equals dts[1]
 
@@ -146,7 +100,7 @@ def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts)
     if every == 1:
         (v, r), spikes = lax.scan(step, (v, r), None, length=n_rec)
         return v, r, spikes
-    count_dtype = _spikes_struct(n_rec, every, v).dtype
+    count_dtype = spikes_struct(n_rec, every, v).dtype
 
     def window(carry, _):
         def inner(c, _):
@@ -171,7 +125,7 @@ def _lif_run_kernel(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, d
         (
             jax.ShapeDtypeStruct(v.shape, v.dtype),
             jax.ShapeDtypeStruct(r.shape, r.dtype),
-            _spikes_struct(n_rec, every, v),
+            spikes_struct(n_rec, every, v),
         ),
         # Neurons are independent: under vmap every argument gets the batch axis and the
         # kernel treats it as more neurons, with the record's batch axis in front of time.

@@ -35,12 +35,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
+#include "_run_kernel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -59,34 +55,12 @@ inline F MulAdd(F a, F b, F c) {
 
 constexpr int64_t kBlock = 512;  // neurons per block: 7 arrays of 4 bytes fit the L1 cache
 
-// The raster is a fresh buffer of n * n_steps bytes that this call touches first. On Linux
-// every first touch of a 4 KiB page is a page fault (a few microseconds in a virtual
-// machine), which for a large raster costs more than the simulation; asking for transparent
-// huge pages on the buffer (2 MiB per fault) where the system allows it on request removes
-// most of them. Only whole huge pages inside the buffer are advised; nothing changes if the
-// system has no transparent huge pages.
-inline void AdviseHugePages(uint8_t* data, int64_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t{1} << 21;
-  if (bytes < int64_t{16} * static_cast<int64_t>(kHuge)) return;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
-
-// An integer of F's width, for the spike flags kept while a step of a block is computed.
-template <typename F>
-using FlagOf = std::conditional_t<sizeof(F) == 4, int32_t, int64_t>;
+using nj_run::FlagOf;
 
 // All steps of one block of m <= kBlock neurons. The compiler vectorises the neuron loop
 // only when it may evaluate both sides of a select (the library is built with
 // -fno-trapping-math, which changes no result: no floating-point exception is trapped) and
-// when the spike flags are as wide as F; they become the raster's bytes (every == 1), or are
-// summed into counts written once per `every` steps, in second, narrowing loops.
+// when the spike flags are as wide as F (nj_run::FlagOf).
 template <typename F, bool kEuler, typename Out>
 void LifBlock(
     F* __restrict v, F* __restrict r, const F* __restrict v_inf, const F* __restrict c,
@@ -110,17 +84,7 @@ void LifBlock(
       r[k] = spike ? tr : r1;
       flags[k] = spike ? FlagOf<F>(1) : FlagOf<F>(0);
     }
-    if (every == 1) {
-      Out* __restrict row = out + t * row_stride;
-      for (int64_t k = 0; k < m; ++k) row[k] = static_cast<Out>(flags[k]);
-      continue;
-    }
-    for (int64_t k = 0; k < m; ++k) counts[k] += flags[k];
-    if ((t + 1) % every == 0) {
-      Out* __restrict row = out + (t / every) * row_stride;
-      for (int64_t k = 0; k < m; ++k) row[k] = static_cast<Out>(counts[k]);
-      for (int64_t k = 0; k < m; ++k) counts[k] = 0;
-    }
+    nj_run::RecordStep(flags, counts, out, row_stride, m, t, every);
   }
 }
 
@@ -132,7 +96,7 @@ void LifRun(const F* v_in, const F* r_in, const F* v_inf, const F* c, const F* v
   if (r != r_in) std::memcpy(r, r_in, n * sizeof(F));
   const F dt = dts[0], half_dt = dts[1];
   const int64_t n_rec = n_steps / every;
-  AdviseHugePages(reinterpret_cast<uint8_t*>(out), n * n_rec * static_cast<int64_t>(sizeof(Out)));
+  nj_run::AdviseHugePages(out, n * n_rec * static_cast<int64_t>(sizeof(Out)));
   const int64_t outer = n / inner;
   for (int64_t o = 0; o < outer; ++o) {
     for (int64_t i0 = 0; i0 < inner; i0 += kBlock) {
