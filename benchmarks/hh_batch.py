@@ -4,8 +4,10 @@ N in {1, 10, 100, 1000, 10^4, 10^5} classic HH neurons (`nj.HodgkinHuxley`, squi
 parameters), 50 ms at dt = 0.01 ms (5000 steps), float32, neuron k of N driven by its own
 constant current `20 k / N` uA/cm^2 (`peers._hh.batch_currents`), starting from the model's
 resting state, stepped by `nj.simulate` recording only the bool spike raster. Both
-integration methods are timed: `method="rk4"` and `method="exp_euler"`. At small N, where
-the compiled loop's per-step overhead dominates, the scan `unroll` is swept as well.
+integration methods are timed: `method="rk4"` and `method="exp_euler"`. On CPU that call
+runs the fused kernel of `neurojax.neurons._hh_fused`; elsewhere (or with
+`NEUROJAX_CPU_KERNEL=0`) the general scan, whose `unroll` is swept at small N, where the
+compiled loop's per-step overhead dominates (the kernel has no `unroll`).
 
 Peers in the same run, with the same currents, initial state and spike definition (upward
 crossing of 0 mV):
@@ -25,7 +27,9 @@ crossing of 0 mV):
 (up to five) spike times against a float64 `solve_ivp` reference at rtol 1e-10, spike times
 taken from each voltage trace by linear interpolation of the 0 mV crossing. The
 interpolation itself contributes about 4e-5 ms (the float64 RK4 error at this dt), the
-floor of this measure.
+floor of this measure. neurojax's trace is taken from the path the timed runs take (on CPU
+the fused kernel of `neurojax.neurons._hh_fused`, stepped one `simulate` call per step);
+the `general_` fields give the same measure for the general scan over `HodgkinHuxley.step`.
 
 **Work.** The floating-point operations and transcendental functions of one neurojax step
 come from XLA's cost analysis of `model.step`; `flops_per_s` and `frac_peak_flops` compare
@@ -56,7 +60,9 @@ def _extra(parser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="simulated ms (50)")
 
 
-def _unrolls(n: int, quick: bool) -> tuple[int, ...]:
+def _unrolls(n: int, quick: bool, fused: bool) -> tuple[int, ...]:
+    if fused:
+        return (1,)
     if quick:
         return (1, 8) if n == 1 else (1,)
     if n == 1:
@@ -106,11 +112,30 @@ def main(argv: list[str] | None = None) -> None:
 
     accuracy: dict[tuple[str, str, str], dict[str, Any]] = {}
     nj_models = {m: nj.HodgkinHuxley(method=m) for m in METHODS}
+
+    @jax.jit
+    def timed_path_trace(model, state, currents):
+        # The voltage after every step of the path the timed runs take (on CPU the fused
+        # kernel), one step per `simulate` call: the kernel's state round-trips exactly, so
+        # this is the trajectory of one long run.
+        def one(s, _):
+            s, _ = nj.simulate(model, s, currents, dt=DT, n_steps=1)
+            return s, s.v
+
+        return jax.lax.scan(one, state, None, length=n_steps)[1]
+
     for method, model in nj_models.items():
         state = model.init_state(len(_hh.ACCURACY_CURRENTS))
+        v = np.asarray(timed_path_trace(model, state, acc_currents))
+        v = np.concatenate([np.asarray(state.v)[None], v], axis=0)
+        accuracy["neurojax", method, "float32"] = error_of(_hh.crossing_times(t_grid, v))
+        # The general scan over `HodgkinHuxley.step` (what recording `v` runs), for comparison.
         _, rec = nj.simulate(model, state, acc_currents, dt=DT, n_steps=n_steps, record=("v",))
         v = np.concatenate([np.asarray(state.v)[None], np.asarray(rec.v)], axis=0)
-        accuracy["neurojax", method, "float32"] = error_of(_hh.crossing_times(t_grid, v))
+        general = error_of(_hh.crossing_times(t_grid, v))
+        accuracy["neurojax", method, "float32"].update(
+            {f"general_{key}": value for key, value in general.items()}
+        )
     if args.peers:
         for method in METHODS:
             _, v = _hh.simulate(
@@ -167,6 +192,9 @@ def main(argv: list[str] | None = None) -> None:
         }
 
     costs = {m: step_cost(model, 1024) for m, model in nj_models.items()}
+    from neurojax.network import _kernel
+
+    fused = jax.default_backend() == "cpu" and _kernel.available()
     nj_default: dict[tuple[int, str], dict[str, Any]] = {}
 
     def emit_peer(rec: dict[str, Any], n: int, method: str | None) -> None:
@@ -182,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     for n in args.sizes:
         currents = jnp.asarray(_hh.batch_currents(n), jnp.float32)
         for method, model in nj_models.items():
-            for unroll in _unrolls(n, args.quick):
+            for unroll in _unrolls(n, args.quick, fused):
                 _harness.log(f"hh_batch: neurojax {method} n={n} unroll={unroll}")
                 state = model.init_state(n)
 

@@ -149,7 +149,11 @@ class HodgkinHuxley(NeuronModel):
     **Cost.** Four exponentials give all six rates (`hh_rates`), and each derivative is
     written as a single quotient, so one RK4 step costs 16 exponentials and 16 divisions per
     neuron and one exponential-Euler step 7 exponentials, 1 `expm1` and 7 divisions, all
-    elementwise.
+    elementwise. On CPU, `nj.simulate` runs a population with no input or a constant input
+    and only spikes recorded in one compiled kernel that takes blocks of neurons through all
+    steps on all of XLA's CPU threads (`neurojax.neurons._hh_fused`); it uses its own
+    vectorised `exp`, so its numbers equal those of a scan over `step` to rounding (float32
+    spike times within one step), not bit for bit.
 
     **Spikes.** A spike is an upward crossing of `v_spike` within the step:
     `s = H((v_new - v_spike) / 10 mV) (1 - H((v_old - v_spike) / 10 mV))`, dated at the end
