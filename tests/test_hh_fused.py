@@ -77,6 +77,29 @@ def test_float64_fused_run_equals_general_scan(kernel, method):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_float64_fused_run_from_far_states_equals_general_scan(kernel, method):
+    """Starts from -150 to +100 mV (the kernel's exponentials over a wide range of arguments,
+    both sides of the rate functions' removable singularities) and a large step for
+    exp_euler, which is stable at any dt."""
+    with jax.enable_x64(True):
+        hh = nj.HodgkinHuxley(method=method)
+        v = jnp.linspace(-150.0, 100.0, 501)
+        m, h, n = hh.gate_steady_state(jnp.linspace(-80.0, 20.0, 501))
+        state = nj.HHState(v=v, m=m, h=h, n=n)
+        current = jnp.linspace(-20.0, 40.0, 501)
+        dt, n_steps = (0.01, 2000) if method == "rk4" else (0.2, 400)
+        assert "nj_hh_run" in _lowered(hh, state, current, dt=dt, n_steps=10)
+        fused_final, fused = nj.simulate(hh, state, current, dt=dt, n_steps=n_steps)
+        gen_final, gen = _general(hh, state, current, dt=dt, n_steps=n_steps)
+        assert int(fused.spikes.sum()) > 100
+        np.testing.assert_array_equal(fused.spikes, gen.spikes)
+        for name in ("v", "m", "h", "n"):
+            np.testing.assert_allclose(
+                getattr(fused_final, name), getattr(gen_final, name), rtol=1e-8, atol=1e-8
+            )
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_float32_fused_run_matches_the_float64_scheme(kernel, method):
     """float32 kernel against the general path in float64 (the scheme's exact numbers): spike
     counts equal, each spike within one step; below threshold the state within float32

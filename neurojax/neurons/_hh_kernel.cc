@@ -7,9 +7,9 @@
 // test (an upward crossing of v_spike within the step, dated at its end). The arithmetic is
 // not the XLA program's operation for operation, so results agree with the general path to
 // rounding, not to the bit:
-//   - exponentials: in single precision a vectorisable exp (range reduction by ln 2 and a
-//     degree-7 polynomial, the constants of Moshier's Cephes `expf`, error about 1 ulp), and
-//     expm1 built from the same reduction; double precision calls std::exp / std::expm1.
+//   - exponentials: a vectorisable exp (range reduction by ln 2, then in single precision
+//     the polynomial of Moshier's Cephes `expf`, in double precision the Taylor series to
+//     degree 13; error about 1 ulp), and expm1 built from the same reduction.
 //   - exp(-(v + 65)/20) is taken as exp(-(v + 65)/80)^4 (three exponentials serve the six
 //     rates instead of four), and dv/dt multiplies by 1/c_m instead of dividing by c_m.
 //   - fused multiply-adds where the CPU has them, in the exponentials' polynomials.
@@ -53,21 +53,25 @@ NJ_INLINE F Fma(F a, F b, F c) {
 #endif
 }
 
-// exp(x) in single precision without branches, so that loops calling it vectorise. x is
-// clamped to [-87, 88] (the result stays a normal float; NaN passes through); x = n ln2 + r
-// with |r| <= ln2 / 2, ln2 split in two parts so that n * kLn2Hi is exact, and e^r = 1 + r +
-// r^2 p(r). Polynomial constants: Moshier, Cephes Math Library `expf` (relative error about
-// 1e-7 on the reduced range).
+// exp(x) without branches, so that loops calling it vectorise: x = n ln2 + r with
+// |r| <= ln2 / 2 (n by adding and subtracting 1.5 * 2^23, or 2^52: rounding to an integer),
+// ln2 split in two parts so that n * kLn2Hi is exact; e^r = 1 + r + r^2 p(r); 2^n built
+// directly in the exponent bits. x is first clamped to the range where the result is a
+// normal number (a NaN passes through). Returned as (e^r - 1, 2^n), from which both exp and
+// an expm1 without cancellation near 0 follow.
+template <typename F>
 struct ExpParts {
-  float pm1;    // e^r - 1
-  float scale;  // 2^n
+  F pm1;    // e^r - 1
+  F scale;  // 2^n
 };
 
-NJ_INLINE ExpParts ExpReduce(float x) {
+// Single precision: the split of ln2 and the polynomial of Moshier's Cephes Math Library
+// `expf` (relative error about 1e-7 on the reduced range).
+NJ_INLINE ExpParts<float> ExpReduce(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   x = std::min(std::max(x, -87.0f), 88.0f);
   const float shifted = Fma(x, kLog2e, kRound);
   const float n = shifted - kRound;
@@ -81,25 +85,57 @@ NJ_INLINE ExpParts ExpReduce(float x) {
   p = Fma(p, r, 5.0000001201e-1f);
   int32_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
-  const int32_t e = (bits - 0x4B400000 + 127) << 23;  // the integer n, as an exponent
+  const int32_t e = (bits - 0x4B400000 + 127) << 23;  // the low bits of `shifted` hold n
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
   return {Fma(p, r * r, r), scale};
 }
 
-NJ_INLINE float Exp(float x) {
-  const ExpParts q = ExpReduce(x);
+// Double precision: the split of ln2 of Cephes' `exp`, and the Taylor series of e^r to
+// r^13 (the first term left out, r^14 / 14!, is below 1e-17 for |r| <= ln2 / 2).
+NJ_INLINE ExpParts<double> ExpReduce(double x) {
+  constexpr double kLog2e = 1.4426950408889634;
+  constexpr double kLn2Hi = 6.93145751953125e-1;
+  constexpr double kLn2Lo = 1.42860682030941723212e-6;
+  constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
+  x = std::min(std::max(x, -708.0), 709.0);
+  const double shifted = Fma(x, kLog2e, kRound);
+  const double n = shifted - kRound;
+  double r = Fma(n, -kLn2Hi, x);
+  r = Fma(n, -kLn2Lo, r);
+  // 1/k! for k = 13 .. 2
+  double p = 1.0 / 6227020800.0;
+  p = Fma(p, r, 1.0 / 479001600.0);
+  p = Fma(p, r, 1.0 / 39916800.0);
+  p = Fma(p, r, 1.0 / 3628800.0);
+  p = Fma(p, r, 1.0 / 362880.0);
+  p = Fma(p, r, 1.0 / 40320.0);
+  p = Fma(p, r, 1.0 / 5040.0);
+  p = Fma(p, r, 1.0 / 720.0);
+  p = Fma(p, r, 1.0 / 120.0);
+  p = Fma(p, r, 1.0 / 24.0);
+  p = Fma(p, r, 1.0 / 6.0);
+  p = Fma(p, r, 0.5);
+  int64_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  const int64_t e = (bits - 0x4338000000000000 + 1023) << 52;  // the low bits hold n
+  double scale;
+  std::memcpy(&scale, &e, sizeof scale);
+  return {Fma(p, r * r, r), scale};
+}
+
+template <typename F>
+NJ_INLINE F Exp(F x) {
+  const ExpParts<F> q = ExpReduce(x);
   return Fma(q.pm1, q.scale, q.scale);  // 2^n (1 + (e^r - 1))
 }
 
 // e^x - 1 without cancellation near 0: 2^n (e^r - 1) + (2^n - 1), exact in the second term.
-NJ_INLINE float Expm1(float x) {
-  const ExpParts q = ExpReduce(x);
-  return Fma(q.pm1, q.scale, q.scale - 1.0f);
+template <typename F>
+NJ_INLINE F Expm1(F x) {
+  const ExpParts<F> q = ExpReduce(x);
+  return Fma(q.pm1, q.scale, q.scale - F(1));
 }
-
-NJ_INLINE double Exp(double x) { return std::exp(x); }
-NJ_INLINE double Expm1(double x) { return std::expm1(x); }
 
 template <typename F>
 struct Params {
