@@ -118,3 +118,22 @@ def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
                 for dims in re.findall(r":[a-z0-9]+\[([\d,]*)\]", lhs)
             ]
     return shapes
+
+
+# simulate options under which the fused population runs (`_lif_fused`, `_hh_fused`) must
+# give way to the general scan, and the options `simulate` passes to their `applies`.
+GENERAL_PATH_OPTIONS = [
+    dict(record=("v",)),
+    dict(spike_dtype=None),
+    dict(check=True),
+    dict(checkpoint=True),
+    dict(truncate_backprop=50),
+]
+FUSED_APPLIES_OPTIONS = dict(
+    record_every=1,
+    record=None,
+    spike_dtype="bool",
+    check=False,
+    checkpoint=False,
+    truncate_backprop=None,
+)

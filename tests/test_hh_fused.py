@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS
 
 import neurojax as nj
 from neurojax.network import _kernel
@@ -51,6 +52,14 @@ def _assert_spikes_close(a, b, *, max_shift=1):
         assert np.all(np.abs(x - y) <= max_shift), (k, x, y)
 
 
+def _assert_float64_equal(a, b):
+    """float64 runs of the two paths: the same raster, states equal to rounding."""
+    (fa, ra), (fb, rb) = a, b
+    np.testing.assert_array_equal(ra.spikes, rb.spikes)
+    for name in ("v", "m", "h", "n"):
+        np.testing.assert_allclose(getattr(fa, name), getattr(fb, name), rtol=1e-8, atol=1e-8)
+
+
 def _currents(n, lo=0.0, hi=20.0):
     return jnp.linspace(lo, hi, n, dtype=jnp.float32)
 
@@ -69,11 +78,7 @@ def test_float64_fused_run_equals_general_scan(kernel, method):
         fused_final, fused = nj.simulate(hh, state, current, dt=DT, n_steps=3000)
         gen_final, gen = _general(hh, state, current, dt=DT, n_steps=3000)
         assert int(fused.spikes.sum()) > 500
-        np.testing.assert_array_equal(fused.spikes, gen.spikes)
-        for name in ("v", "m", "h", "n"):
-            np.testing.assert_allclose(
-                getattr(fused_final, name), getattr(gen_final, name), rtol=1e-8, atol=1e-8
-            )
+        _assert_float64_equal((fused_final, fused), (gen_final, gen))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -92,11 +97,7 @@ def test_float64_fused_run_from_far_states_equals_general_scan(kernel, method):
         fused_final, fused = nj.simulate(hh, state, current, dt=dt, n_steps=n_steps)
         gen_final, gen = _general(hh, state, current, dt=dt, n_steps=n_steps)
         assert int(fused.spikes.sum()) > 100
-        np.testing.assert_array_equal(fused.spikes, gen.spikes)
-        for name in ("v", "m", "h", "n"):
-            np.testing.assert_allclose(
-                getattr(fused_final, name), getattr(gen_final, name), rtol=1e-8, atol=1e-8
-            )
+        _assert_float64_equal((fused_final, fused), (gen_final, gen))
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -246,16 +247,7 @@ def test_without_the_kernel_the_fused_path_is_the_general_scan(monkeypatch):
         jax.clear_caches()
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        dict(record=("v",)),
-        dict(spike_dtype=None),
-        dict(check=True),
-        dict(checkpoint=True),
-        dict(truncate_backprop=50),
-    ],
-)
+@pytest.mark.parametrize("kwargs", GENERAL_PATH_OPTIONS)
 def test_other_configurations_take_the_general_path(kernel, kwargs):
     hh = nj.HodgkinHuxley()
     state = hh.init_state(16)
@@ -265,11 +257,10 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
 def test_applies_only_to_plain_hodgkin_huxley_with_constant_float_input():
     hh = nj.HodgkinHuxley()
     state = hh.init_state(8)
-    common = dict(record_every=1, record=None, spike_dtype="bool", check=False)
-    common.update(checkpoint=False, truncate_backprop=None)
 
     def applies(model=hh, st=state, inputs=None, kind="none"):
-        return _hh_fused.applies(model, st, inputs, kind=kind, **common)
+        options = {**FUSED_APPLIES_OPTIONS, "kind": kind}
+        return _hh_fused.applies(model, st, inputs, **options)
 
     assert applies()
     assert applies(inputs=jnp.ones(8), kind="const")

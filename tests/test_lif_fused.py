@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS
 
 import neurojax as nj
 from neurojax.network import _kernel
@@ -222,16 +223,7 @@ def test_fused_run_gradients_equal_general_scan(kernel):
         np.testing.assert_allclose(t_f, fd, rtol=1e-2)
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        dict(record=("v",)),
-        dict(spike_dtype=None),
-        dict(check=True),
-        dict(checkpoint=True),
-        dict(truncate_backprop=50),
-    ],
-)
+@pytest.mark.parametrize("kwargs", GENERAL_PATH_OPTIONS)
 def test_other_configurations_take_the_general_path(kernel, kwargs):
     lif = nj.LIF(**PARAMS)
     state = lif.init_state(64)
@@ -244,11 +236,10 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
 def test_applies_only_to_plain_lif_with_constant_float_input():
     lif = nj.LIF(**PARAMS)
     state = lif.init_state(8)
-    common = dict(record_every=1, record=None, spike_dtype="bool", check=False)
-    common.update(checkpoint=False, truncate_backprop=None)
 
     def applies(model=lif, st=state, inputs=None, kind="none"):
-        return _lif_fused.applies(model, st, inputs, kind=kind, **common)
+        options = {**FUSED_APPLIES_OPTIONS, "kind": kind}
+        return _lif_fused.applies(model, st, inputs, **options)
 
     assert applies()
     assert applies(inputs=jnp.ones(8), kind="const")
