@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     import neurojax as nj
+    from neurojax.network import _kernel
 
     from .peers import _hh
 
@@ -192,8 +193,6 @@ def main(argv: list[str] | None = None) -> None:
         }
 
     costs = {m: step_cost(model, 1024) for m, model in nj_models.items()}
-    from neurojax.network import _kernel
-
     fused = jax.default_backend() == "cpu" and _kernel.available()
     nj_default: dict[tuple[int, str], dict[str, Any]] = {}
 
