@@ -44,6 +44,8 @@ __all__ = [
     "ASM_TOPK_TARGET",
     "LIF_RUN_TARGET",
     "HH_RUN_TARGET",
+    "SPIKE_MATMUL_TARGET",
+    "SPIKE_MATMUL_T_TARGET",
     "available",
     "enabled",
 ]
@@ -56,11 +58,14 @@ ASM_CHOOSE_TARGET = "nj_asm_choose"
 ASM_TOPK_TARGET = "nj_asm_topk"
 LIF_RUN_TARGET = "nj_lif_run"
 HH_RUN_TARGET = "nj_hh_run"
+SPIKE_MATMUL_TARGET = "nj_spike_matmul"
+SPIKE_MATMUL_T_TARGET = "nj_spike_matmul_t"
 _SOURCES = (
     Path(__file__).with_name("_csr_kernel.cc"),
     Path(__file__).parent.parent / "assembly" / "_dense_kernel.cc",
     Path(__file__).parent.parent / "neurons" / "_lif_kernel.cc",
     Path(__file__).parent.parent / "neurons" / "_hh_kernel.cc",
+    Path(__file__).parent.parent / "training" / "_spike_kernel.cc",
 )
 # Headers the sources include (by relative path): part of the library's tag, not compiled.
 _HEADERS = (Path(__file__).parent.parent / "neurons" / "_run_kernel.h",)
@@ -74,6 +79,8 @@ _HANDLERS = (
     (ASM_TOPK_TARGET, "NjAsmTopK"),
     (LIF_RUN_TARGET, "NjLifRun"),
     (HH_RUN_TARGET, "NjHhRun"),
+    (SPIKE_MATMUL_TARGET, "NjSpikeMatmul"),
+    (SPIKE_MATMUL_T_TARGET, "NjSpikeMatmulT"),
 )
 _REGISTERED: list[Path] = []  # the library registered with XLA in this process, if any
 

@@ -1,0 +1,131 @@
+"""`spike_matmul`: the product `x @ w` of a mostly-zero input (spikes) with a weight matrix, at a
+cost proportional to the input's non-zero entries.
+
+A dense layer fed with spikes multiplies a matrix that is mostly zeros: at an input rate of
+10 % a dense product spends nine tenths of its operations on zeros, in the forward pass and
+again in the weight gradient `x^T @ g`. On CPU, with the compiled kernels available
+(`neurojax.network._kernel`), `spike_matmul` adds, for every row of `x`, the weight rows of its
+non-zero entries only (`nj_spike_matmul` in `_spike_kernel.cc`), and forms the weight gradient
+the same way from the columns of `x` (`nj_spike_matmul_t`). The gradient with respect to `x`
+(needed when `x` comes from an earlier spiking layer) is the dense `g @ w^T`, since `g` has no
+zeros to skip. Other platforms (GPU, TPU), and CPUs without the kernels, use XLA's dense
+products, which their matrix units run faster than any gather.
+
+Values equal the dense product up to rounding: the kernel sums in ascending input position,
+a dense product in an order of its own (for 0/1 inputs and integer-valued weights both are
+exact). The kernel's results do not depend on the number of threads.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, ArrayLike, Float
+
+__all__ = ["spike_matmul"]
+
+
+def spike_matmul(x: ArrayLike, w: ArrayLike) -> Float[Array, "... n_out"]:
+    """`x @ w` for a mostly-zero `x`, skipping its zero entries (see the module docstring).
+
+    Args:
+        x: inputs of shape `(..., n_in)`: spikes as bool or as 0/1 floats, or any real values
+            (graded spikes); zeros are skipped, every other value is multiplied in. A bool
+            `x` gets no gradient; a float `x` gets the dense `g @ w^T`.
+        w: weights of shape `(n_in, n_out)`, float32 or float64.
+
+    Returns:
+        `x @ w`, of shape `(..., n_out)` and `w`'s dtype.
+
+    Differentiable in `w` (and in a float `x`) with `jax.grad`; works under `jit` and `vmap`.
+    The cost on CPU is proportional to the number of non-zero inputs times `n_out`: it beats a
+    dense product when fewer than about a fifth of the inputs are non-zero (see
+    `benchmarks/RESULTS.md`, "Training step").
+
+    Example:
+    ```python
+    spikes = jr.bernoulli(key, 0.05, (500, 16, 1024))      # (time, batch, n_in) bools
+    currents = nj.training.spike_matmul(spikes, w)          # (500, 16, n_out)
+    ```
+    """
+    w = jnp.asarray(w)
+    if not jnp.issubdtype(w.dtype, jnp.floating):
+        raise TypeError(f"spike_matmul: w must be a float array, got dtype {w.dtype}")
+    if w.ndim != 2:
+        raise ValueError(f"spike_matmul: w must have shape (n_in, n_out), got shape {w.shape}")
+    x = jnp.asarray(x)
+    if not (x.dtype == jnp.bool_ or jnp.issubdtype(x.dtype, jnp.floating)):
+        raise TypeError(
+            f"spike_matmul: x must be bool (spikes) or a float array, got dtype {x.dtype}"
+        )
+    if x.ndim < 1 or x.shape[-1] != w.shape[0]:
+        raise ValueError(
+            f"spike_matmul: x must have shape (..., {w.shape[0]}) to match w of shape "
+            f"{w.shape}, got shape {x.shape}"
+        )
+    lead = x.shape[:-1]
+    if x.dtype == jnp.bool_:
+        x2 = lax.stop_gradient(x.reshape(-1, x.shape[-1]).astype(w.dtype))
+    else:
+        x2 = x.reshape(-1, x.shape[-1]).astype(jnp.result_type(x.dtype, w.dtype))
+        w = w.astype(x2.dtype)
+    return _product(x2, w).reshape(*lead, w.shape[1])
+
+
+def _dense(x, w):
+    return jnp.matmul(x, w, precision=lax.Precision.HIGHEST)
+
+
+def _dense_t(x, g):
+    return jnp.matmul(x.T, g, precision=lax.Precision.HIGHEST)
+
+
+def _kernel_call(target, x, dense, out_shape):
+    call = jax.ffi.ffi_call(
+        target,
+        jax.ShapeDtypeStruct(out_shape, dense.dtype),
+        # A vmapped axis runs as a loop of calls (each already uses every core).
+        vmap_method="sequential",
+    )
+    return call(x, dense)
+
+
+def _forward(x, w):
+    from ..network import _kernel
+
+    if x.size == 0 or w.size == 0 or not _kernel.available():
+        return _dense(x, w)
+
+    def kernel(x, w):
+        return _kernel_call(_kernel.SPIKE_MATMUL_TARGET, x, w, (x.shape[0], w.shape[1]))
+
+    return lax.platform_dependent(x, w, cpu=kernel, default=_dense)
+
+
+def _forward_t(x, g):
+    from ..network import _kernel
+
+    if x.size == 0 or g.size == 0 or not _kernel.available():
+        return _dense_t(x, g)
+
+    def kernel(x, g):
+        return _kernel_call(_kernel.SPIKE_MATMUL_T_TARGET, x, g, (x.shape[1], g.shape[1]))
+
+    return lax.platform_dependent(x, g, cpu=kernel, default=_dense_t)
+
+
+@jax.custom_vjp
+def _product(x, w):
+    return _forward(x, w)
+
+
+def _product_fwd(x, w):
+    return _forward(x, w), (x, w)
+
+
+def _product_bwd(res, g):
+    x, w = res
+    g = g.astype(w.dtype)
+    return _dense(g, w.T), _forward_t(x, g)
+
+
+_product.defvjp(_product_fwd, _product_bwd)
