@@ -3,7 +3,8 @@
 - Encoders turning static features into time-major spike or current sequences:
   `rate_encode`, `poisson_encode`, `latency_encode`, `current_encode`.
 - Layers built from neurojax neuron models: `SpikingDense`, `SpikingRecurrent`,
-  `LeakyReadout`, `Sequential`; `trainable` selects the leaves to train.
+  `LeakyReadout`, `Sequential`; `trainable` selects the leaves to train. With
+  `sparse_input=True` a layer's input product skips zero inputs (`spike_matmul`).
 - Readouts and losses on time-major outputs: `spike_count_cross_entropy`,
   `max_membrane_cross_entropy`, `rate_mse`, `rate_regularizer`, `accuracy`,
   `spike_counts`, `firing_rates`.
@@ -38,3 +39,4 @@ from ._losses import rate_mse as rate_mse
 from ._losses import rate_regularizer as rate_regularizer
 from ._losses import spike_count_cross_entropy as spike_count_cross_entropy
 from ._losses import spike_counts as spike_counts
+from ._spike_matmul import spike_matmul as spike_matmul

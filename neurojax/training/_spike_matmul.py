@@ -19,6 +19,7 @@ exact). The kernel's results do not depend on the number of threads.
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
 from jaxtyping import Array, ArrayLike, Float
 
 __all__ = ["spike_matmul"]
@@ -80,37 +81,64 @@ def _dense_t(x, g):
 
 
 def _kernel_call(target, x, dense, out_shape):
-    call = jax.ffi.ffi_call(
-        target,
-        jax.ShapeDtypeStruct(out_shape, dense.dtype),
-        # A vmapped axis runs as a loop of calls (each already uses every core).
-        vmap_method="sequential",
-    )
+    # No vmap rule here: `_forward` and `_forward_t` batch themselves (custom_vmap).
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, dense.dtype))
     return call(x, dense)
 
 
-def _forward(x, w):
+def _on_cpu(kernel, dense_fn, a, b):
     from ..network import _kernel
 
-    if x.size == 0 or w.size == 0 or not _kernel.available():
-        return _dense(x, w)
+    if a.size == 0 or b.size == 0 or not _kernel.available():
+        return dense_fn(a, b)
+    return lax.platform_dependent(a, b, cpu=kernel, default=dense_fn)
+
+
+@custom_vmap
+def _forward(x, w):
+    """`x @ w` for x (M, K), w (K, N)."""
+    from ..network import _kernel
 
     def kernel(x, w):
         return _kernel_call(_kernel.SPIKE_MATMUL_TARGET, x, w, (x.shape[0], w.shape[1]))
 
-    return lax.platform_dependent(x, w, cpu=kernel, default=_dense)
+    return _on_cpu(kernel, _dense, x, w)
 
 
+@_forward.def_vmap
+def _forward_vmap(axis_size, in_batched, x, w):
+    x_batched, w_batched = in_batched
+    if not w_batched:
+        # Shared weights: the batch's rows are more rows of one product.
+        b, m, k = x.shape
+        return _forward(x.reshape(b * m, k), w).reshape(b, m, w.shape[-1]), True
+    if not x_batched:
+        x = jnp.broadcast_to(x, (axis_size, *x.shape))
+    return lax.map(lambda xw: _forward(*xw), (x, w)), True
+
+
+@custom_vmap
 def _forward_t(x, g):
+    """`x^T @ g` for x (M, K), g (M, N)."""
     from ..network import _kernel
-
-    if x.size == 0 or g.size == 0 or not _kernel.available():
-        return _dense_t(x, g)
 
     def kernel(x, g):
         return _kernel_call(_kernel.SPIKE_MATMUL_T_TARGET, x, g, (x.shape[1], g.shape[1]))
 
-    return lax.platform_dependent(x, g, cpu=kernel, default=_dense_t)
+    return _on_cpu(kernel, _dense_t, x, g)
+
+
+@_forward_t.def_vmap
+def _forward_t_vmap(axis_size, in_batched, x, g):
+    x_batched, g_batched = in_batched
+    if not x_batched:
+        # Shared inputs: the batch's cotangents are more columns of one product.
+        b, m, n = g.shape
+        d = _forward_t(x, jnp.moveaxis(g, 0, 1).reshape(m, b * n))
+        return jnp.moveaxis(d.reshape(x.shape[1], b, n), 1, 0), True
+    if not g_batched:
+        g = jnp.broadcast_to(g, (axis_size, *g.shape))
+    return lax.map(lambda xg: _forward_t(*xg), (x, g)), True
 
 
 @jax.custom_vjp
