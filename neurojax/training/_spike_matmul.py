@@ -35,9 +35,13 @@ def spike_matmul(x: ArrayLike, w: ArrayLike) -> Float[Array, "... n_out"]:
         w: weights of shape `(n_in, n_out)`, float32 or float64.
 
     Returns:
-        `x @ w`, of shape `(..., n_out)` and `w`'s dtype.
+        `x @ w`, of shape `(..., n_out)`, computed in `w`'s dtype.
 
-    Differentiable in `w` (and in a float `x`) with `jax.grad`; works under `jit` and `vmap`.
+    A zero input contributes nothing, even against an infinite or NaN weight (where a dense
+    product gives NaN); a non-zero input meets every weight of its row as in `x @ w`.
+
+    Differentiable in `w` (and in a float `x`) with reverse-mode `jax.grad` (first order;
+    forward mode and second derivatives are not defined); works under `jit` and `vmap`.
     The cost on CPU is proportional to the number of non-zero inputs times `n_out`: it beats a
     dense product when fewer than about a fifth of the inputs are non-zero (see
     `benchmarks/RESULTS.md`, "Training step").
@@ -64,11 +68,8 @@ def spike_matmul(x: ArrayLike, w: ArrayLike) -> Float[Array, "... n_out"]:
             f"{w.shape}, got shape {x.shape}"
         )
     lead = x.shape[:-1]
-    if x.dtype == jnp.bool_:
-        x2 = lax.stop_gradient(x.reshape(-1, x.shape[-1]).astype(w.dtype))
-    else:
-        x2 = x.reshape(-1, x.shape[-1]).astype(jnp.result_type(x.dtype, w.dtype))
-        w = w.astype(x2.dtype)
+    # Computed in w's dtype (a bool x has no tangent, so it gets no gradient).
+    x2 = x.reshape(-1, x.shape[-1]).astype(w.dtype)
     return _product(x2, w).reshape(*lead, w.shape[1])
 
 
@@ -89,7 +90,12 @@ def _kernel_call(target, x, dense, out_shape):
 def _on_cpu(kernel, dense_fn, a, b):
     from ..network import _kernel
 
-    if a.size == 0 or b.size == 0 or not _kernel.available():
+    if (
+        a.size == 0
+        or b.size == 0
+        or a.dtype not in (jnp.float32, jnp.float64)
+        or not _kernel.available()
+    ):
         return dense_fn(a, b)
     return lax.platform_dependent(a, b, cpu=kernel, default=dense_fn)
 
