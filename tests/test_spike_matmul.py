@@ -16,8 +16,7 @@ from jax.test_util import check_grads
 
 import neurojax as nj
 from neurojax.network import _kernel
-from neurojax.training import _spike_matmul
-from neurojax.training import spike_matmul
+from neurojax.training import _spike_matmul, spike_matmul
 
 F32 = jnp.float32
 
@@ -70,9 +69,7 @@ def test_exact_for_spikes_and_integer_weights(kernel):
 
 def test_graded_and_negative_inputs(kernel):
     rng = np.random.default_rng(3)
-    x = np.where(rng.random((40, 90)) < 0.15, rng.standard_normal((40, 90)), 0.0).astype(
-        np.float32
-    )
+    x = np.where(rng.random((40, 90)) < 0.15, rng.standard_normal((40, 90)), 0.0).astype(np.float32)
     w = rng.standard_normal((90, 77)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(spike_matmul(x, w)), _ref(x, w), rtol=1e-5, atol=1e-5)
     # all zeros and all non-zero
@@ -129,11 +126,11 @@ def test_gradients_equal_dense_products(kernel):
         return jnp.sum(spike_matmul(x, w) * g)
 
     dw, dx = jax.jit(jax.grad(loss, argnums=(0, 1)))(w, x)
+    np.testing.assert_allclose(np.asarray(dw), np.einsum("tbk,tbn->kn", x, g), rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(
-        np.asarray(dw), np.einsum("tbk,tbn->kn", x, g), rtol=1e-5, atol=1e-4
-    )
-    np.testing.assert_allclose(
-        np.asarray(dx), np.asarray(g, np.float64) @ np.asarray(w, np.float64).T, rtol=1e-5,
+        np.asarray(dx),
+        np.asarray(g, np.float64) @ np.asarray(w, np.float64).T,
+        rtol=1e-5,
         atol=1e-4,
     )
     # A bool input has no cotangent and the weight gradient is unchanged.
@@ -203,19 +200,36 @@ def test_fallback_equals_reference(monkeypatch):
     np.testing.assert_allclose(np.asarray(dw), x.T @ g, rtol=1e-6)
     # half precision always takes the dense product (the kernel is float32/float64)
     monkeypatch.undo()
-    assert "nj_spike_matmul" not in jax.jit(spike_matmul).lower(
-        x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
-    ).as_text()
+    assert (
+        "nj_spike_matmul"
+        not in jax.jit(spike_matmul).lower(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)).as_text()
+    )
     assert _spike_matmul.spike_matmul is spike_matmul
 
 
 @pytest.mark.parametrize(
     "x, w, match",
     [
-        (np.ones((2, 3)), np.ones(3), r"spike_matmul: w must have shape \(n_in, n_out\), got shape \(3,\)"),
-        (np.ones((2, 3)), np.ones((3, 2), np.int32), r"spike_matmul: w must be a float array, got dtype int32"),
-        (np.ones((2, 4), np.float32), np.ones((3, 2), np.float32), r"x must have shape \(\.\.\., 3\) to match w of shape \(3, 2\), got shape \(2, 4\)"),
-        (np.ones((2, 3), np.int32), np.ones((3, 2), np.float32), r"x must be bool \(spikes\) or a float array, got dtype int32"),
+        (
+            np.ones((2, 3)),
+            np.ones(3),
+            r"spike_matmul: w must have shape \(n_in, n_out\), got shape \(3,\)",
+        ),
+        (
+            np.ones((2, 3)),
+            np.ones((3, 2), np.int32),
+            r"spike_matmul: w must be a float array, got dtype int32",
+        ),
+        (
+            np.ones((2, 4), np.float32),
+            np.ones((3, 2), np.float32),
+            r"x must have shape \(\.\.\., 3\) to match w of shape \(3, 2\), got shape \(2, 4\)",
+        ),
+        (
+            np.ones((2, 3), np.int32),
+            np.ones((3, 2), np.float32),
+            r"x must be bool \(spikes\) or a float array, got dtype int32",
+        ),
         (np.float32(1.0), np.ones((3, 2), np.float32), r"x must have shape \(\.\.\., 3\)"),
     ],
 )
