@@ -28,7 +28,12 @@ each allows (each record's `note` says how):
   v_th=1, r_m=1))`, whose exact integration is `v <- beta v + (1 - beta) I` with `I = x W + b`;
   spike `v >= 1`, detached reset. The layer computes the currents of all steps as one matrix
   product and runs the neurons under `nj.simulate` (`lax.scan`). A second row runs it with
-  `checkpoint=True` (each step rematerialised in the backward pass).
+  `checkpoint=True` (each step rematerialised in the backward pass), a third with
+  `sparse_input=True`: the forward product and the weight gradient are formed from the input
+  spikes only (`nj.training.spike_matmul`: each input spike adds one weight row, about a tenth
+  of a dense product's work at this input rate), the same numbers up to rounding. The peers
+  multiply densely; `over_neurojax_sparse` compares them with this row (`--variants` picks
+  neurojax's rows; the first one run is the reference of `over_neurojax`).
 - snnTorch: `snn.Leaky(beta, reset_mechanism="zero", spike_grad=fast_sigmoid(slope=25))`
   integrates `mem <- beta mem + I'`; it gets `W' = (1 - beta) W` (and bias), so its membrane
   equals neurojax's `v` (its weight gradient is reported as `(1 - beta) dL/dW'` so that the
@@ -75,7 +80,7 @@ timed call (fresh memory mapped in). JAX rows also report XLA's own accounting o
 (`xla_temp_bytes`, `xla_output_bytes`, `xla_argument_bytes` from `memory_analysis()`).
 
 Run: `python -m benchmarks.training [--quick] [--sizes 512,2048] [--steps T] [--threads 1|2]
-[--repeats R] [--budget S] [--no-peers] [--no-floor]
+[--repeats R] [--budget S] [--no-peers] [--no-floor] [--variants default,checkpoint,sparse_input]
 [--frameworks neurojax,snntorch,norse,spyx] [--machine FILE]`.
 """
 
@@ -101,6 +106,12 @@ P_INPUT = 0.1  # Bernoulli probability of an input spike per step
 GAIN = 30.0  # weights uniform in +-GAIN / sqrt(n)
 SEED = 0
 FRAMEWORKS = ("neurojax", "snntorch", "norse", "spyx")
+# neurojax's rows: (checkpoint, sparse_input) of the layer
+NJ_VARIANTS = {
+    "default": (False, False),
+    "checkpoint": (True, False),
+    "sparse_input": (False, True),
+}
 PEER_VARIANTS = {
     "snntorch": ("loop", "hoisted"),
     "norse": ("loop", "hoisted"),
@@ -118,6 +129,11 @@ NOTES = {
         "input product hoisted out of the scan; LIF also carries a refractory state (t_ref=0)"
     ),
 }
+
+SPARSE_NOTE = (
+    "; sparse_input=True: x W and the weight gradient x^T g add the weight rows of the input "
+    "spikes only (nj.training.spike_matmul; the same products, about P_INPUT of the work)"
+)
 
 __all__ = [
     "problem",
@@ -206,8 +222,9 @@ def neurojax_loss(layer, x, *, checkpoint: bool = False):
     return layer(x, dt=DT, checkpoint=checkpoint).sum()
 
 
-def neurojax_layer(w, *, key=None):
-    """`nj.training.SpikingDense(n, n)` with weights `w`, zero bias and the benchmark's LIF."""
+def neurojax_layer(w, *, key=None, sparse_input: bool = False):
+    """`nj.training.SpikingDense(n, n)` with weights `w`, zero bias and the benchmark's LIF
+    (`sparse_input=True`: the input product through `nj.training.spike_matmul`)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -220,6 +237,7 @@ def neurojax_layer(w, *, key=None):
         n_out,
         key=jax.random.key(SEED) if key is None else key,
         neuron=nj.LIF(tau_m=TAU, v_rest=0.0, v_reset=0.0, v_th=V_TH, r_m=1.0),
+        sparse_input=sparse_input,
     )
     return eqx.tree_at(lambda m: m.weight, layer, jnp.asarray(w, jnp.float32))
 
@@ -257,6 +275,12 @@ def _extra(parser) -> None:
         help="also time the bare XLA products (xla_matmul_floor_s; default: yes)",
     )
     parser.add_argument("--steps", type=int, default=None, help="time steps (500; quick 100)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(NJ_VARIANTS),
+        help=f"comma-separated subset of neurojax's rows {tuple(NJ_VARIANTS)} (the first "
+        "one run is the reference of over_neurojax)",
+    )
     parser.add_argument(
         "--frameworks",
         default=",".join(FRAMEWORKS),
@@ -309,6 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [f for f in frameworks if f not in FRAMEWORKS]
     if unknown:
         raise SystemExit(f"--frameworks must name frameworks from {FRAMEWORKS}, got {unknown}")
+    nj_variants = tuple(v for v in args.variants.split(",") if v)
+    unknown = [v for v in nj_variants if v not in NJ_VARIANTS]
+    if unknown or not nj_variants:
+        raise SystemExit(
+            f"--variants must name neurojax rows from {tuple(NJ_VARIANTS)}, got {args.variants!r}"
+        )
     steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
 
     import equinox as eqx
@@ -350,14 +380,16 @@ def main(argv: list[str] | None = None) -> None:
     for n in args.sizes:
         x_np, w_np = problem(n, steps=steps)
         ref: dict[str, Any] | None = None
+        sparse_ref: dict[str, Any] | None = None
         if args.floor:
             _harness.log(f"training: XLA matmul floor n={n}")
             floors[n] = matmul_floor(x_np, w_np, repeats=min(args.repeats, 3))
         if "neurojax" in frameworks:
             x = jnp.asarray(x_np)
-            layer = neurojax_layer(w_np)
-            params, static = eqx.partition(layer, nj.training.trainable(layer))
-            for variant, checkpoint in (("default", False), ("checkpoint", True)):
+            for variant in nj_variants:
+                checkpoint, sparse_input = NJ_VARIANTS[variant]
+                layer = neurojax_layer(w_np, sparse_input=sparse_input)
+                params, static = eqx.partition(layer, nj.training.trainable(layer))
                 _harness.log(f"training: neurojax {variant} n={n}")
 
                 def step(params, x, static=static, checkpoint=checkpoint):
@@ -396,7 +428,9 @@ def main(argv: list[str] | None = None) -> None:
                     "xla_output_bytes": getattr(mem, "output_size_in_bytes", None),
                     "xla_argument_bytes": getattr(mem, "argument_size_in_bytes", None),
                     "versions": {"jax": jax.__version__, "neurojax": nj.__version__},
-                    "note": NOTES["neurojax"] + ("; checkpoint=True" if checkpoint else ""),
+                    "note": NOTES["neurojax"]
+                    + ("; checkpoint=True" if checkpoint else "")
+                    + (SPARSE_NOTE if sparse_input else ""),
                 }
                 work_fields(rec, n)
                 if ref is None:
@@ -404,9 +438,11 @@ def main(argv: list[str] | None = None) -> None:
                 else:
                     rec["over_neurojax"] = rec["run_s"] / ref["run_s"]
                     rec["spikes_vs_neurojax"] = rec["n_spikes"] / ref["n_spikes"] - 1.0
+                if sparse_input:
+                    sparse_ref = rec
                 _harness.emit(rec)
-                del compiled, counted, loss, grads
-            del x, layer, params
+                del compiled, counted, loss, grads, layer, params
+            del x
         del x_np, w_np
         if not args.peers:
             continue
@@ -444,7 +480,13 @@ def main(argv: list[str] | None = None) -> None:
                         rec["spikes_vs_neurojax"] = rec["n_spikes"] / ref["n_spikes"] - 1.0
                         summary.append(
                             f"n={n} {impl} {variant}: {rec['run_s']:.3g} s,"
-                            f" {rec['over_neurojax']:.2f}x neurojax"
+                            f" {rec['over_neurojax']:.2f}x neurojax {ref['variant']}"
+                        )
+                    if sparse_ref is not None:
+                        rec["over_neurojax_sparse"] = rec["run_s"] / sparse_ref["run_s"]
+                        summary.append(
+                            f"n={n} {impl} {variant}: {rec['over_neurojax_sparse']:.2f}x"
+                            " neurojax sparse_input"
                         )
                 _harness.emit(rec)
     if summary:

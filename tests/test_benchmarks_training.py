@@ -130,6 +130,7 @@ def test_training_quick_prints_valid_json():
     assert [(r["impl"], r["variant"], r["n"]) for r in runs] == [
         ("neurojax", "default", 512),
         ("neurojax", "checkpoint", 512),
+        ("neurojax", "sparse_input", 512),
     ]
     x, w = training.problem(512, steps=100)
     n_ref = _numpy_lif(x, w).sum()
@@ -148,6 +149,10 @@ def test_training_quick_prints_valid_json():
     assert runs[1]["n_spikes"] == runs[0]["n_spikes"]
     assert runs[1]["grad_norm"] == pytest.approx(runs[0]["grad_norm"], rel=1e-5)
     assert runs[1]["over_neurojax"] == pytest.approx(runs[1]["run_s"] / runs[0]["run_s"])
+    # The sparse input product computes the same products up to rounding.
+    assert runs[2]["n_spikes"] == pytest.approx(runs[0]["n_spikes"], rel=1e-4)
+    assert runs[2]["grad_norm"] == pytest.approx(runs[0]["grad_norm"], rel=1e-4)
+    assert "sparse_input=True" in runs[2]["note"]
 
 
 @pytest.mark.slow
@@ -157,6 +162,7 @@ def test_training_peers_tiny_prints_valid_json():
     assert set(runs) == {
         ("neurojax", "default"),
         ("neurojax", "checkpoint"),
+        ("neurojax", "sparse_input"),
         ("snntorch", "loop"),
         ("snntorch", "hoisted"),
         ("norse", "loop"),
@@ -175,6 +181,8 @@ def test_training_peers_tiny_prints_valid_json():
             continue
         _check_timing(r)
         assert r["over_neurojax" if key != ("neurojax", "default") else "run_s"] > 0
+        if key[0] != "neurojax":
+            assert r["over_neurojax_sparse"] > 0
         assert r["peak_rss_delta_bytes"] is None or r["peak_rss_delta_bytes"] >= 0
         if key[0] in ("snntorch", "norse"):
             assert r["n_spikes"] == ref["n_spikes"]
