@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import optax
 import pytest
 from jax.test_util import check_grads
 
@@ -306,3 +307,39 @@ def test_sparse_input_flag_is_checked():
         nj.training.SpikingDense(2, 3, key=jr.key(0), sparse_input=1)
     with pytest.raises(TypeError, match=r"SpikingRecurrent: sparse_input must be a bool"):
         nj.training.SpikingRecurrent(2, 3, key=jr.key(0), sparse_input="yes")
+
+
+def test_sparse_input_train_step_equals_dense_train_step(kernel):
+    # The optax loop vmaps the loss over examples: per-example weight gradients through the
+    # kernel, averaged, must give the dense layer's update.
+    def net(sparse):
+        return nj.training.Sequential(
+            [
+                nj.training.SpikingDense(
+                    12, 20, key=jr.key(0), weight_scale=6.0, sparse_input=sparse
+                ),
+                nj.training.LeakyReadout(20, 3, key=jr.key(1)),
+            ]
+        )
+
+    def loss(model, example, key):
+        x, y = example
+        return nj.training.max_membrane_cross_entropy(model(x), y)
+
+    x = nj.training.rate_encode(jr.uniform(jr.key(2), (6, 12), F32), 25, key=jr.key(3))
+    batch = (jnp.moveaxis(x, 1, 0), jnp.array([0, 1, 2, 0, 1, 2]))
+    opt = optax.adam(1e-2)
+    updated = []
+    for sparse in (False, True):
+        model = net(sparse)
+        step = nj.training.make_train_step(loss, opt)
+        new, _, metrics = step(model, nj.training.init_opt_state(opt, model), batch, jr.key(4))
+        assert float(metrics["grad_norm"]) > 0
+        updated.append(new)
+    dense, sparse = updated
+    np.testing.assert_allclose(
+        np.asarray(sparse.layers[0].weight), np.asarray(dense.layers[0].weight), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(sparse.layers[1].weight), np.asarray(dense.layers[1].weight), atol=1e-6
+    )

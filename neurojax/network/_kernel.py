@@ -1,7 +1,8 @@
 """The compiled CPU kernels of event-driven delivery and STDP (`_csr_kernel.cc`), of the
-assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`) and of
+assembly calculus's dense synapse operations (`neurojax/assembly/_dense_kernel.cc`), of
 whole runs of uncoupled LIF and Hodgkin-Huxley populations (`neurojax/neurons/_lif_kernel.cc`,
-`_hh_kernel.cc`), built on first use into one library.
+`_hh_kernel.cc`) and of the spike-input products of training layers
+(`neurojax/training/_spike_kernel.cc`), built on first use into one library.
 
 XLA:CPU pays a few microseconds per operation per step, and the pure-JAX event path needs
 about a dozen operations (compaction, window gathers, scatter) per sending group. The kernel
@@ -189,7 +190,8 @@ def available() -> bool:
     except Exception as err:  # any build or load failure falls back to pure JAX
         warnings.warn(
             "neurojax: the compiled CPU kernels (event-driven delivery, STDP, assembly "
-            "synapses, LIF and Hodgkin-Huxley population runs) are unavailable "
+            "synapses, LIF and Hodgkin-Huxley population runs, spike-input products) are "
+            "unavailable "
             f"({type(err).__name__}: {err}); using the pure-JAX path, which gives the same "
             "results more slowly. Set NEUROJAX_CPU_KERNEL=0 to silence this.",
             RuntimeWarning,
