@@ -69,7 +69,10 @@ the neurojax (default) row's at the same n.
 at these n. `xla_matmul_floor_s` is the best time of the two products alone in XLA at the same
 shapes (`matmul_floor`, `--no-floor` to skip), and `over_matmul_floor` a row's `run_s` over it
 (for the JAX rows, its excess over 1 is the cost of everything except the products; PyTorch's
-BLAS can beat XLA's products, so its rows can fall below 1).
+BLAS can beat XLA's products, so its rows can fall below 1). `sparse_matmul_floor_s` is the
+same for the two products through `spike_matmul` (the floor of the `sparse_input` row).
+`matmul_flops` and `frac_peak_flops` count the dense products' operations for every row, so
+the `sparse_input` row, which skips the zero inputs, can exceed 1 (a dense-equivalent rate).
 
 **Memory.** `peak_rss_delta_bytes`: the process's peak resident memory during the warm-up and
 timed calls minus its resident memory just before them (the kernel's high-water mark, reset
@@ -267,6 +270,34 @@ def matmul_floor(x, w, *, repeats: int = 3) -> float:
     return best
 
 
+def sparse_matmul_floor(x, w, *, repeats: int = 3) -> float:
+    """Best time of the same two products through `nj.training.spike_matmul` (forward, and
+    the weight gradient its VJP forms from the input spikes): the floor of the
+    `sparse_input` row."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import neurojax as nj
+
+    xj = jnp.asarray(x)
+    wj = jnp.asarray(w)
+    gj = jnp.asarray(np.random.default_rng(SEED + 1).random(x.shape[:-1] + w.shape[1:], np.float32))
+
+    def products(x, w, g):
+        y, vjp = jax.vjp(lambda w: nj.training.spike_matmul(x, w), w)
+        return y, vjp(g)[0]
+
+    compiled = jax.jit(products).lower(xj, wj, gj).compile()
+    jax.block_until_ready(compiled(xj, wj, gj))
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(xj, wj, gj))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def _extra(parser) -> None:
     parser.add_argument(
         "--floor",
@@ -366,6 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     }
 
     floors: dict[int, float] = {}
+    sparse_floors: dict[int, float] = {}
 
     def work_fields(rec: dict[str, Any], n: int) -> None:
         flops = matmul_flops(n, BATCH, steps)
@@ -375,6 +407,8 @@ def main(argv: list[str] | None = None) -> None:
         if n in floors:
             rec["xla_matmul_floor_s"] = floors[n]
             rec["over_matmul_floor"] = rec["run_s"] / floors[n]
+        if n in sparse_floors:
+            rec["sparse_matmul_floor_s"] = sparse_floors[n]
 
     summary: list[str] = []
     for n in args.sizes:
@@ -384,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.floor:
             _harness.log(f"training: XLA matmul floor n={n}")
             floors[n] = matmul_floor(x_np, w_np, repeats=min(args.repeats, 3))
+            if "neurojax" in frameworks and "sparse_input" in nj_variants:
+                sparse_floors[n] = sparse_matmul_floor(x_np, w_np, repeats=min(args.repeats, 3))
         if "neurojax" in frameworks:
             x = jnp.asarray(x_np)
             for variant in nj_variants:

@@ -142,6 +142,7 @@ def test_training_quick_prints_valid_json():
         assert r["matmul_flops_per_s"] == pytest.approx(r["matmul_flops"] / r["run_s"])
         assert 0 < r["frac_peak_flops"]
         assert r["xla_temp_bytes"] > 0 and r["grad_norm"] > 0
+        assert r["xla_matmul_floor_s"] > 0 and r["sparse_matmul_floor_s"] > 0
         # Up to XLA's and NumPy's rounding of the 512-term products, which can move a
         # spike of a neuron sitting at threshold: 0.1 %.
         assert r["n_spikes"] == pytest.approx(n_ref, rel=1e-3)
