@@ -245,6 +245,18 @@ def neurojax_layer(w, *, key=None, sparse_input: bool = False):
     return eqx.tree_at(lambda m: m.weight, layer, jnp.asarray(w, jnp.float32))
 
 
+def _best_time(compiled, args, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(compiled(*args))
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def matmul_floor(x, w, *, repeats: int = 3) -> float:
     """Best time of the layer's two dense products alone in XLA, forward `x W` and weight
     gradient `x^T g` (with `g` of the output's shape): what any step of this layer costs at
@@ -260,14 +272,7 @@ def matmul_floor(x, w, *, repeats: int = 3) -> float:
     def products(x, w, g):
         return jnp.einsum("tbi,io->tbo", x, w), jnp.einsum("tbi,tbo->io", x, g)
 
-    compiled = jax.jit(products).lower(xj, wj, gj).compile()
-    jax.block_until_ready(compiled(xj, wj, gj))
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(xj, wj, gj))
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best_time(jax.jit(products).lower(xj, wj, gj).compile(), (xj, wj, gj), repeats)
 
 
 def sparse_matmul_floor(x, w, *, repeats: int = 3) -> float:
@@ -288,14 +293,7 @@ def sparse_matmul_floor(x, w, *, repeats: int = 3) -> float:
         y, vjp = jax.vjp(lambda w: nj.training.spike_matmul(x, w), w)
         return y, vjp(g)[0]
 
-    compiled = jax.jit(products).lower(xj, wj, gj).compile()
-    jax.block_until_ready(compiled(xj, wj, gj))
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(xj, wj, gj))
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return _best_time(jax.jit(products).lower(xj, wj, gj).compile(), (xj, wj, gj), repeats)
 
 
 def _extra(parser) -> None:

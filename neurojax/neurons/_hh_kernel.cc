@@ -27,13 +27,9 @@
 // one run: leading dimensions added by vmap become the raster's outer axis, before time.
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <mutex>
 
 #include "_run_kernel.h"
 #include "xla/ffi/api/ffi.h"
@@ -338,17 +334,6 @@ void HhBlock(const Arrays& a, int64_t k0, int64_t m, Out* __restrict out, int64_
   }
 }
 
-// The blocks of a run, claimed one at a time by the calling thread and by helper tasks on
-// XLA's thread pool. The caller returns once every block is done; a helper that starts late
-// finds nothing left to claim and only touches this shared state, which it keeps alive.
-struct Work {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  int64_t total = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-};
-
 template <typename F, typename Out>
 ffi::Error HhRun(const Arrays& a, int64_t n, int64_t inner, int64_t n_steps, int64_t every,
                  bool rk4, F dt, ffi::ThreadPool& pool) {
@@ -360,9 +345,8 @@ ffi::Error HhRun(const Arrays& a, int64_t n, int64_t inner, int64_t n_steps, int
   nj_run::AdviseHugePages(out, n * n_rec * static_cast<int64_t>(sizeof(Out)));
   const int64_t per_run = (inner + kBlock - 1) / kBlock;
   const int64_t outer = n / inner;
-  auto work = std::make_shared<Work>();
-  work->total = outer * per_run;
-  const auto run_block = [=](int64_t b) {
+  // The blocks are shared between the threads of XLA's pool; each writes its own neurons.
+  nj_run::RunTasks(outer * per_run, pool, [=](int64_t b) {
     const int64_t o = b / per_run, i0 = (b % per_run) * kBlock;
     const int64_t m = std::min(kBlock, inner - i0);
     Out* rows = out + o * n_rec * inner + i0;
@@ -371,23 +355,7 @@ ffi::Error HhRun(const Arrays& a, int64_t n, int64_t inner, int64_t n_steps, int
     } else {
       HhBlock<F, false, Out>(a, o * inner + i0, m, rows, inner, n_steps, every, dt);
     }
-  };
-  const auto drain = [run_block](Work& w) {
-    for (int64_t b; (b = w.next.fetch_add(1)) < w.total;) {
-      run_block(b);
-      if (w.done.fetch_add(1) + 1 == w.total) {
-        std::lock_guard<std::mutex> lock(w.mu);
-        w.cv.notify_all();
-      }
-    }
-  };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), work->total) - 1;
-  for (int64_t j = 0; j < helpers; ++j) {
-    pool.Schedule([work, drain] { drain(*work); });
-  }
-  drain(*work);
-  std::unique_lock<std::mutex> lock(work->mu);
-  work->cv.wait(lock, [&] { return work->done.load() == work->total; });
+  });
   return ffi::Error::Success();
 }
 

@@ -1,11 +1,18 @@
-// Shared by the whole-run kernels of uncoupled populations (_lif_kernel.cc, _hh_kernel.cc):
-// how a block of neurons writes its spike record, and the huge-page advice on that record.
-// Part of the compiled library's source hash (neurojax.network._kernel._HEADERS).
+// Shared by the compiled kernels: how a block of neurons of a whole-run kernel of an uncoupled
+// population (_lif_kernel.cc, _hh_kernel.cc) writes its spike record, the huge-page advice on
+// a fresh output buffer, and the sharing of a kernel's independent tasks between the threads
+// of XLA's intra-op pool (_hh_kernel.cc, neurojax/training/_spike_kernel.cc). Part of the
+// compiled library's source hash (neurojax.network._kernel._HEADERS).
 
 #ifndef NEUROJAX_NEURONS_RUN_KERNEL_H_
 #define NEUROJAX_NEURONS_RUN_KERNEL_H_
 
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <type_traits>
 
 #if defined(__linux__)
@@ -56,6 +63,39 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
   (void)data;
   (void)bytes;
 #endif
+}
+
+// Runs task(0) .. task(total - 1), each once, on the calling thread and on helpers scheduled
+// on `pool` (an FFI ThreadPool: num_threads() and Schedule(fn)). Tasks are claimed one at a
+// time; the caller returns once every task is done. A helper that starts late finds nothing
+// left to claim and only touches the shared counters, which it keeps alive.
+struct TaskCounter {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+  int64_t total = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+};
+
+template <typename Pool, typename Task>
+void RunTasks(int64_t total, Pool& pool, Task task) {
+  if (total <= 0) return;
+  auto work = std::make_shared<TaskCounter>();
+  work->total = total;
+  const auto drain = [task](TaskCounter& w) {
+    for (int64_t b; (b = w.next.fetch_add(1)) < w.total;) {
+      task(b);
+      if (w.done.fetch_add(1) + 1 == w.total) {
+        std::lock_guard<std::mutex> lock(w.mu);
+        w.cv.notify_all();
+      }
+    }
+  };
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), total) - 1;
+  for (int64_t j = 0; j < helpers; ++j) pool.Schedule([work, drain] { drain(*work); });
+  drain(*work);
+  std::unique_lock<std::mutex> lock(work->mu);
+  work->cv.wait(lock, [&] { return work->done.load() == work->total; });
 }
 
 }  // namespace nj_run

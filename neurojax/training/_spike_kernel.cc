@@ -23,14 +23,13 @@
 // they equal a dense product up to rounding, since a dense product adds in an order of its own.
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
+#include <string>
 #include <vector>
 
+#include "../neurons/_run_kernel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -183,36 +182,6 @@ void Panel(const Lists<F>& lists, int64_t n_lines, const F* dense, int64_t dense
   }
 }
 
-// Tasks claimed one at a time by the calling thread and by helpers on XLA's thread pool; the
-// caller returns once every task is done (a late helper finds nothing left to claim).
-struct Work {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  int64_t total = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-};
-
-template <typename Task>
-void RunTasks(int64_t total, ffi::ThreadPool& pool, Task task) {
-  auto work = std::make_shared<Work>();
-  work->total = total;
-  const auto drain = [task](Work& w) {
-    for (int64_t b; (b = w.next.fetch_add(1)) < w.total;) {
-      task(b);
-      if (w.done.fetch_add(1) + 1 == w.total) {
-        std::lock_guard<std::mutex> lock(w.mu);
-        w.cv.notify_all();
-      }
-    }
-  };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), total) - 1;
-  for (int64_t j = 0; j < helpers; ++j) pool.Schedule([work, drain] { drain(*work); });
-  drain(*work);
-  std::unique_lock<std::mutex> lock(work->mu);
-  work->cv.wait(lock, [&] { return work->done.load() == work->total; });
-}
-
 // transposed == false: y (M, N) = x (M, K) @ dense (K, N); true: d (K, N) = x^T @ dense (M, N).
 template <typename F>
 void Product(const F* x, const F* dense, F* out, int64_t m_rows, int64_t k_cols, int64_t n_cols,
@@ -223,7 +192,8 @@ void Product(const F* x, const F* dense, F* out, int64_t m_rows, int64_t k_cols,
   const int64_t panel = kPanel * sizeof(float) / sizeof(F);
   const int64_t panels = (n_cols + panel - 1) / panel;
   if (n_lines == 0 || panels == 0) return;
-  RunTasks(panels, pool, [&](int64_t b) {
+  nj_run::AdviseHugePages(out, n_lines * n_cols * static_cast<int64_t>(sizeof(F)));
+  nj_run::RunTasks(panels, pool, [&](int64_t b) {
     const int64_t c0 = b * panel;
     Panel(lists, n_lines, dense, dense_rows, n_cols, out, n_cols, c0,
           std::min(panel, n_cols - c0));
