@@ -57,6 +57,19 @@ def test_forward_equals_numpy(kernel, m, k, n):
     assert "nj_spike_matmul" in lowered
 
 
+def test_few_spikes_read_weights_in_place(kernel):
+    # Fewer non-zero inputs than weight rows (one step of a simulation): the kernel reads the
+    # rows where they lie instead of packing them; the same for the transposed product.
+    x, w = _problem((2, 3000), 200, density=0.01, seed=9)
+    np.testing.assert_allclose(np.asarray(spike_matmul(x, w)), _ref(x, w), rtol=1e-5, atol=1e-5)
+    x = np.zeros((500, 3), np.float32)
+    x[123, 1] = 1.0
+    g = np.random.default_rng(10).standard_normal((500, 70)).astype(np.float32)
+    w = np.ones((3, 70), np.float32)
+    dw = jax.grad(lambda w: jnp.sum(spike_matmul(x, w) * g))(w)
+    np.testing.assert_array_equal(np.asarray(dw), x.T @ g)
+
+
 def test_exact_for_spikes_and_integer_weights(kernel):
     x, w = _problem((500, 4, 300), 200, density=0.2, integer=True)
     y = spike_matmul(x, w)

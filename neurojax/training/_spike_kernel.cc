@@ -109,19 +109,23 @@ Lists<F> ColumnLists(const F* x, int64_t m_rows, int64_t k_cols) {
 }
 
 // out[j, c0:c0+width] = sum over entries (i, a) of list j of a * dense[i, c0:c0+width], for
-// every line j, with the dense operand's rows taken slab by slab. `out` rows are `out_stride`
-// apart, `dense` rows `dense_stride` apart; `dense_rows` rows in all.
+// every line j, with the dense operand's rows taken slab by slab (packed when `pack`, else
+// read in place). `out` rows are `out_stride` apart, `dense` rows `dense_stride` apart;
+// `dense_rows` rows in all.
 template <typename F>
 void Panel(const Lists<F>& lists, int64_t n_lines, const F* dense, int64_t dense_rows,
-           int64_t dense_stride, F* out, int64_t out_stride, int64_t c0, int64_t width) {
+           int64_t dense_stride, F* out, int64_t out_stride, int64_t c0, int64_t width,
+           bool pack) {
   // Vectors of 32 bytes that may sit at any F-aligned address (one AVX register on x86).
   typedef F Vec __attribute__((vector_size(32), aligned(sizeof(F))));
   constexpr int64_t kLanes = 32 / sizeof(F);
   constexpr int64_t kVecs = kPanel * sizeof(float) / 32;  // accumulators for a full panel
   constexpr int64_t panel = kVecs * kLanes;                 // values per full panel
-  const int64_t slab = std::max<int64_t>(1, kSlabBytes / (panel * sizeof(F)));
+  const int64_t slab = pack ? std::max<int64_t>(1, kSlabBytes / (panel * sizeof(F)))
+                            : std::max<int64_t>(1, dense_rows);
+  const int64_t stride = pack ? panel : dense_stride;  // between rows of a slab
   // The packed slab, 64-byte aligned so that no row crosses more cache lines than it must.
-  std::unique_ptr<F[]> storage(new F[slab * panel + 64 / sizeof(F)]);
+  std::unique_ptr<F[]> storage(pack ? new F[slab * panel + 64 / sizeof(F)] : nullptr);
   F* packed = reinterpret_cast<F*>((reinterpret_cast<uintptr_t>(storage.get()) + 63) &
                                    ~static_cast<uintptr_t>(63));
   std::vector<int64_t> cursor(lists.start.begin(), lists.start.end() - 1);
@@ -134,11 +138,12 @@ void Panel(const Lists<F>& lists, int64_t n_lines, const F* dense, int64_t dense
   }
   for (int64_t r0 = 0; r0 < dense_rows; r0 += slab) {
     const int64_t rows = std::min(slab, dense_rows - r0);
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = 0; pack && r < rows; ++r) {
       std::memcpy(packed + r * panel, dense + (r0 + r) * dense_stride + c0, width * sizeof(F));
     }
     const int32_t r_end = static_cast<int32_t>(r0 + rows);
-    const F* base = packed - r0 * panel;  // row i of the slab at base + i * panel
+    // row i of the slab at base + i * stride
+    const F* base = pack ? packed - r0 * panel : dense + c0;
     const bool first = r0 == 0;
     for (int64_t j = 0; j < n_lines; ++j) {
       int64_t p = cursor[j];
@@ -152,12 +157,12 @@ void Panel(const Lists<F>& lists, int64_t n_lines, const F* dense, int64_t dense
         }
         for (; p < p_end && index[p] < r_end; ++p) {
           const F a = value[p];
-          const F* src = base + static_cast<int64_t>(index[p]) * panel;
+          const F* src = base + static_cast<int64_t>(index[p]) * stride;
           // The slab row of a later entry, fetched ahead: rows come in no order that the
           // hardware prefetchers could follow, and a slab larger than L2 is read from L3.
           const int64_t q = p + kAhead < p_end ? p + kAhead : p;
           const char* ahead = reinterpret_cast<const char*>(
-              base + static_cast<int64_t>(std::min(index[q], r_end - 1)) * panel);
+              base + static_cast<int64_t>(std::min(index[q], r_end - 1)) * stride);
 #pragma GCC unroll 16
           for (int64_t b = 0; b < panel * static_cast<int64_t>(sizeof(F)); b += 64) {
             __builtin_prefetch(ahead + b);
@@ -173,7 +178,7 @@ void Panel(const Lists<F>& lists, int64_t n_lines, const F* dense, int64_t dense
         if (first) std::fill(o, o + width, F(0));
         for (; p < p_end && index[p] < r_end; ++p) {
           const F a = value[p];
-          const F* src = base + static_cast<int64_t>(index[p]) * panel;
+          const F* src = base + static_cast<int64_t>(index[p]) * stride;
           for (int64_t c = 0; c < width; ++c) o[c] = a * src[c] + o[c];
         }
       }
@@ -193,10 +198,14 @@ void Product(const F* x, const F* dense, F* out, int64_t m_rows, int64_t k_cols,
   const int64_t panels = (n_cols + panel - 1) / panel;
   if (n_lines == 0 || panels == 0) return;
   nj_run::AdviseHugePages(out, n_lines * n_cols * static_cast<int64_t>(sizeof(F)));
+  // Packing a panel of the dense operand pays when its rows are read at least once on
+  // average; with fewer non-zero inputs than dense rows (a few rows of spikes, as in one step
+  // of a simulation) the rows are read where they lie.
+  const bool pack = static_cast<int64_t>(lists.index.size()) >= dense_rows;
   nj_run::RunTasks(panels, pool, [&](int64_t b) {
     const int64_t c0 = b * panel;
     Panel(lists, n_lines, dense, dense_rows, n_cols, out, n_cols, c0,
-          std::min(panel, n_cols - c0));
+          std::min(panel, n_cols - c0), pack);
   });
 }
 
