@@ -12,11 +12,13 @@
 //
 // How: the non-zero entries of x are first listed once per call (row-wise for the forward
 // product, column-wise for the transposed one; positions ascending). The output is then made
-// in column panels of kPanel values, each panel by one task of XLA's intra-op thread pool.
-// Within a panel, the dense operand is taken in slabs of kSlab rows, copied into one
-// contiguous buffer (its rows are N values apart in memory, a stride that would map a slab
-// onto a few cache sets), which stays in the caches (L2, or L3 for the larger slabs) while
-// every output row of the panel adds its non-zero inputs' rows of the slab in registers.
+// in column panels of 256 bytes (64 floats or 32 doubles), each panel by one task of XLA's
+// intra-op thread pool. Within a panel, the dense operand is taken in slabs of up to
+// kSlabBytes, copied into one contiguous buffer (its rows are N values apart in memory, a
+// stride that would map a slab onto a few cache sets), which stays in the caches (L2, or L3
+// for the larger slabs) while every output row of the panel adds its non-zero inputs' rows of
+// the slab in registers. With fewer non-zero inputs than dense rows the copy would cost more
+// than it saves, and the rows are read in place.
 //
 // Sums start from zero and run in ascending input position, a multiply and an add per entry
 // (the multiply is exact for inputs of 1), so results do not depend on the number of threads;
@@ -36,7 +38,7 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-constexpr int64_t kPanel = 64;           // output columns per task (8 vectors of 8 floats)
+constexpr int64_t kPanel = 64;  // float columns per task (8 AVX vectors); 32 for doubles
 // Rows of the dense operand packed per pass: 4 MiB holds a whole panel of K = 16384 rows,
 // so that every output row is made in one pass (no reloading of partial sums).
 constexpr int64_t kSlabBytes = 4 << 20;
