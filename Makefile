@@ -30,8 +30,8 @@ demo: $(STAMP_DEV)
 
 # The default suite leaves out the tests marked slow (long reference and statistics runs);
 # CI (`.ci/run`) runs both. Tests run on TEST_WORKERS processes (pytest-xdist; one per core
-# of the 2-core reference machine): the default suite takes 9-10 minutes there, 15 on one
-# process. `make test TEST_WORKERS=0` runs them in this process.
+# of the 2-core reference machine): the default suite has taken 10-17 minutes there (the
+# shared hosts vary). `make test TEST_WORKERS=0` runs them in this process.
 TEST_WORKERS ?= 2
 
 test: $(STAMP_DEV)
