@@ -89,8 +89,7 @@ def _check_neuron(owner: str, neuron, learn_tau: bool) -> NeuronModel:
             f"{owner}: neuron must be a neurojax neuron model (nj.LIF, nj.Izhikevich, ...), got "
             f"{type(neuron).__name__}"
         )
-    if not isinstance(learn_tau, bool):
-        raise TypeError(f"{owner}: learn_tau must be a bool, got {learn_tau!r}")
+    _check_flag(owner, "learn_tau", learn_tau)
     if learn_tau and not hasattr(neuron, "tau_m"):
         raise ValueError(
             f"{owner}: learn_tau=True needs a neuron with a membrane time constant tau_m; "
@@ -164,8 +163,8 @@ class SpikingDense(_Layer):
         sparse_input: the inputs are mostly zeros (spikes): compute `x W` with
             `nj.training.spike_matmul`, which adds the weight rows of the non-zero inputs only
             (forward and weight gradient), on CPU at a cost proportional to the input spikes.
-            Same values up to rounding; worth it below about a fifth of inputs non-zero. On
-            GPU/TPU it is the dense product. Bool inputs then carry no gradient.
+            Same values up to rounding; for spike inputs, not for mostly non-zero analogue
+            ones. On GPU/TPU it is the dense product.
 
     Example:
     ```python
@@ -435,9 +434,7 @@ class LeakyReadout(eqx.Module):
             raise ValueError(
                 f"{owner}: tau must be a scalar or have shape ({self.n_out},), got {self.tau.shape}"
             )
-        if not isinstance(learn_tau, bool):
-            raise TypeError(f"{owner}: learn_tau must be a bool, got {learn_tau!r}")
-        self.learn_tau = learn_tau
+        self.learn_tau = _check_flag(owner, "learn_tau", learn_tau)
         check_positive(owner, "tau_min", tau_min, "ms")
         self.tau_min = float(tau_min)
         self.weight = _init_weight(_check_key(owner, key), self.n_in, self.n_out, weight_scale)
