@@ -29,21 +29,32 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// Calls fn(i, s[i]) for every nonzero s[i], ascending. Blocks of 16 entries are first tested
-// with an OR over their bit patterns, which vectorises well (-0.0 is the only nonzero pattern of
-// a zero value, and spikes never hold it), so a mostly silent vector is scanned quickly.
+// Blocks of the spike scans: two 32-byte vectors (16 float32 or 8 float64 entries), tested
+// with one OR over their bit patterns (-0.0 is the only nonzero pattern of a zero value, and
+// spikes never hold it), so that a mostly silent vector is scanned a few vectors per cycle.
+// GCC/Clang vector extensions keep this portable across instruction sets.
+template <typename F>
+constexpr int64_t kLanes = 32 / sizeof(F);
+
+template <typename F, typename Bits>
+inline bool AnyBits(const F* s) {
+  typedef Bits VB __attribute__((vector_size(32)));
+  VB a, b;
+  std::memcpy(&a, s, 32);
+  std::memcpy(&b, s + kLanes<F>, 32);
+  const VB o = a | b;
+  uint64_t w[4];
+  std::memcpy(w, &o, 32);
+  return (w[0] | w[1] | w[2] | w[3]) != 0;
+}
+
+// Calls fn(i, s[i]) for every nonzero s[i], ascending, skipping silent blocks.
 template <typename F, typename Bits, typename Fn>
 inline void ForEachNonzero(const F* s, int64_t n, Fn fn) {
-  constexpr int64_t kBlock = 16;
+  constexpr int64_t kBlock = 2 * kLanes<F>;
   int64_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    Bits any = 0;
-    for (int64_t j = 0; j < kBlock; ++j) {
-      Bits x;
-      std::memcpy(&x, s + i + j, sizeof(Bits));
-      any |= x;
-    }
-    if (any == 0) continue;
+    if (!AnyBits<F, Bits>(s + i)) continue;
     for (int64_t j = i; j < i + kBlock; ++j) {
       if (s[j] != F(0)) fn(j, s[j]);
     }
@@ -216,9 +227,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
 // x[b, pre] * s), with x the presynaptic trace after this step's arrivals. The same
 // operations, in the same order, as `STDP.dense_update` restricted to touched synapses.
 //
-// The traces are advanced here too: x <- x decay_x and y <- y decay_y first, x takes this
-// step's arrivals before potentiation, y this step's postsynaptic spikes at the end
-// (+1, or reset to 1 with `nearest`).
+// The traces are advanced here too, each in one pass that also lists this step's spikes:
+// x <- x decay_x plus this step's arrivals before potentiation, y <- y decay_y plus this
+// step's postsynaptic spikes after depression (+1, or reset to 1 with `nearest`).
 //
 // Arguments: weights (*batch, nnz), x (*batch, n_pre), y (*batch, n_post) of the previous
 // step, s_arr (*batch, arr_stride), s_post (*batch, post_stride), params (6,) = (a_plus,
@@ -252,6 +263,59 @@ void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restric
   }
 }
 
+// One pass over a trace and its spike vector: tr[i] <- tr[i] decay, then + s[i] (all-to-all)
+// or 1 where s[i] > 0 (nearest), the operations of `STDP.trace`. With kList the positions of
+// the nonzero s[i] are also written, ascending, to `list`; returns their number.
+template <typename F, typename Bits, bool kList>
+int64_t AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay, bool nearest,
+                     int32_t* __restrict list) {
+  typedef F VF __attribute__((vector_size(32)));
+  constexpr int64_t kL = kLanes<F>;
+  const VF one = VF{} + F(1), zero = VF{};
+  int64_t count = 0, i = 0;
+  for (; i + 2 * kL <= n; i += 2 * kL) {
+    VF s0, s1, t0, t1;
+    std::memcpy(&s0, s + i, 32);
+    std::memcpy(&s1, s + i + kL, 32);
+    std::memcpy(&t0, tr + i, 32);
+    std::memcpy(&t1, tr + i + kL, 32);
+    const VF d0 = t0 * decay, d1 = t1 * decay;
+    if (nearest) {
+      t0 = s0 > zero ? one : d0;
+      t1 = s1 > zero ? one : d1;
+    } else {
+      t0 = d0 + s0;
+      t1 = d1 + s1;
+    }
+    std::memcpy(tr + i, &t0, 32);
+    std::memcpy(tr + i + kL, &t1, 32);
+    if (!kList || !AnyBits<F, Bits>(s + i)) continue;
+    for (int64_t j = i; j < i + 2 * kL; ++j) {
+      if (s[j] != F(0)) list[count++] = static_cast<int32_t>(j);
+    }
+  }
+  for (; i < n; ++i) {
+    const F d = tr[i] * decay;
+    tr[i] = nearest ? (s[i] > F(0) ? F(1) : d) : d + s[i];
+    if (kList && s[i] != F(0)) list[count++] = static_cast<int32_t>(i);
+  }
+  return count;
+}
+
+// Asks for the cache lines of [p, p + bytes) ahead of use.
+inline void PrefetchRange(const void* p, int64_t bytes, bool for_write) {
+  if (bytes <= 0) return;
+  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t l = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63); l <= last; l += 64) {
+    const void* line = reinterpret_cast<const void*>(l);
+    if (for_write) {
+      __builtin_prefetch(line, 1);
+    } else {
+      __builtin_prefetch(line, 0);
+    }
+  }
+}
+
 template <typename F, typename Bits>
 void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
@@ -260,36 +324,55 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           bool multiplicative, bool nearest) {
   const F a_plus = params[0], a_minus = params[1], lo = params[2], hi = params[3];
   const F decay_x = params[4], decay_y = params[5];
-  // Two passes over the neurons per step instead of six: each trace is decayed and
-  // incremented in one pass that also visits the rows (or columns) of this step's spikes.
-  // The arithmetic is that of the pure-JAX update, operation for operation: depression
-  // reads the postsynaptic trace decayed but not yet incremented (y * decay_y, the same
-  // product the stored trace gets), potentiation the presynaptic trace after the arrivals.
-  const auto x_update = [&](F xi, F a) {
-    const F d = xi * decay_x;
-    return nearest ? (a > F(0) ? F(1) : d) : d + a;
-  };
-  const auto y_update = [&](F yj, F p) {
-    const F d = yj * decay_y;
-    return nearest ? (p > F(0) ? F(1) : d) : d + p;
-  };
+  // The spike lists, kept per thread between calls: allocating and zeroing them every step
+  // would cost as much as the scans.
+  thread_local std::vector<int32_t> arrived, fired;
+  if (arrived.size() < static_cast<size_t>(n_pre)) arrived.resize(n_pre);
+  if (fired.size() < static_cast<size_t>(n_post)) fired.resize(n_post);
   for (int64_t b = 0; b < n_trials; ++b) {
     F* wb = w + b * nnz;
     F* xb = x + b * n_pre;
     F* yb = y + b * n_post;
     const F* ab = s_arr + b * arr_stride;
     const F* pb = s_post + b * post_stride;
-    // Depression of the arriving rows (before any trace of this step is written).
-    ForEachNonzero<F, Bits>(ab, n_pre, [&](int64_t i, F s) {
-      if (multiplicative) {
-        DepressRow<F, true>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, s, lo, hi);
-      } else {
-        DepressRow<F, false>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, s, lo, hi);
-      }
+    // The arithmetic is that of the pure-JAX update, operation for operation: depression
+    // reads the postsynaptic trace decayed but not yet incremented (y * decay_y, the same
+    // product the stored trace gets), so the pass over y follows it; potentiation reads the
+    // presynaptic trace after this step's arrivals, so the pass over x precedes it.
+    const int64_t n_arr =
+        AdvanceTrace<F, Bits, true>(xb, ab, n_pre, decay_x, nearest, arrived.data());
+    int64_t n_fired = 0;
+    ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F) {
+      fired[n_fired++] = static_cast<int32_t>(j);
     });
-    for (int64_t i = 0; i < n_pre; ++i) xb[i] = x_update(xb[i], ab[i]);
+    // The rows and columns of this step's spikes start at scattered places, mostly outside
+    // this core's caches; asking for all their lines first lets the misses overlap (about
+    // 10 % less kernel time in the COBA benchmark than fetching them on use).
+    for (int64_t q = 0; q < n_arr; ++q) {
+      const int32_t i = arrived[q], len = indptr[i + 1] - indptr[i];
+      PrefetchRange(wb + indptr[i], len * static_cast<int64_t>(sizeof(F)), true);
+      PrefetchRange(post + indptr[i], len * 4, false);
+    }
+    for (int64_t q = 0; q < n_fired; ++q) {
+      const int32_t j = fired[q], len = col_ptr[j + 1] - col_ptr[j];
+      PrefetchRange(col_syn + col_ptr[j], len * 4, false);
+      PrefetchRange(col_pre + col_ptr[j], len * 4, false);
+    }
+    for (int64_t q = 0; q < n_arr; ++q) {
+      const int32_t i = arrived[q];
+      if (multiplicative) {
+        DepressRow<F, true>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i], lo,
+                            hi);
+      } else {
+        DepressRow<F, false>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i],
+                             lo, hi);
+      }
+    }
+    AdvanceTrace<F, Bits, false>(yb, pb, n_post, decay_y, nearest, nullptr);
     // Potentiation of the spiking columns with the new presynaptic trace.
-    ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F s) {
+    for (int64_t q = 0; q < n_fired; ++q) {
+      const int32_t j = fired[q];
+      const F s = pb[j];
       const int32_t end = col_ptr[j + 1];
       for (int32_t m = col_ptr[j]; m < end; ++m) {
         if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
@@ -298,8 +381,7 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
         const F f = multiplicative ? hi - v : F(1);
         wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
       }
-    });
-    for (int64_t j = 0; j < n_post; ++j) yb[j] = y_update(yb[j], pb[j]);
+    }
   }
 }
 
