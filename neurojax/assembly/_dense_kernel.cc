@@ -36,6 +36,23 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+// Asks for the first cache lines (up to 1 KiB) of the next row to be read or scaled: rows start
+// at scattered places of a matrix larger than the caches, and the hardware prefetcher only
+// picks up a row's stream after its first misses. (Rows summed or scaled in a converged
+// n = 10^5 projection: 5-7 % less kernel time, measured in runs alternating in one process.)
+template <typename F>
+inline void PrefetchRowStart(const F* row, int64_t n, bool for_write) {
+  const int64_t bytes = std::min<int64_t>(n * static_cast<int64_t>(sizeof(F)), 1024);
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t o = 0; o < bytes; o += 64) {
+    if (for_write) {
+      __builtin_prefetch(p + o, 1);
+    } else {
+      __builtin_prefetch(p + o, 0);
+    }
+  }
+}
+
 template <typename F>
 __attribute__((noinline)) void AddRow(F* __restrict x, const F* __restrict row, int64_t n) {
   for (int64_t c = 0; c < n; ++c) x[c] += row[c];
@@ -54,6 +71,9 @@ void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t
     for (int64_t i = 0; i < k; ++i) {
       const int64_t r = rb[i];
       if (r < 0 || r >= n_rows) continue;
+      if (i + 1 < k && rb[i + 1] >= 0 && rb[i + 1] < n_rows) {
+        PrefetchRowStart(wb + rb[i + 1] * n_cols, lim, false);
+      }
       AddRow(xb, wb + r * n_cols, lim);
     }
   }
@@ -167,9 +187,13 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
       }
     }
     const F* m = mult.data();
+    const int32_t* heb_rows = a.heb_rows + b * a.kr;
     for (int64_t i = 0; i < a.kr; ++i) {
-      const int64_t r = a.heb_rows[b * a.kr + i];
+      const int64_t r = heb_rows[i];
       if (r < 0 || r >= n_rows) continue;
+      if (i + 1 < a.kr && heb_rows[i + 1] >= 0 && heb_rows[i + 1] < n_rows) {
+        PrefetchRowStart(wb + heb_rows[i + 1] * n_cols, width, true);
+      }
       ScaleRow(wb + r * n_cols, m, width);
     }
     for (int64_t c = 0; c < width; ++c) mult[c] = F(1);
