@@ -8,8 +8,9 @@
 //   ring[(b * n_slots + slot) * n_targets + target_offset[p] + post_p[k]],
 //   slot = (step + 1 + delay) mod n_slots (0 when n_slots == 1),
 // the same sums, in the same order (neurons, then projections, then synapses, ascending), as
-// the pure-JAX path. The spike vector is scanned 16 neurons at a time, skipping blocks with no
-// spike, then the work is proportional to spikes x fan-out.
+// the pure-JAX path. The spike vector is scanned two 32-byte vectors at a time (16 float32 or
+// 8 float64 neurons), skipping blocks with no spike, then the work is proportional to
+// spikes x fan-out.
 //
 // Arguments: spikes (*batch, n_source), step () int32, ring (*batch, n_slots, n_targets), then
 // per projection: indptr (n_pre + 1,) int32, indices (nnz,) int32, weights (nnz,) or, with
