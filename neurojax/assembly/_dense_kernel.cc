@@ -30,27 +30,21 @@
 #include <functional>
 #include <vector>
 
+#include "../neurons/_run_kernel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
-// Asks for the first cache lines (up to 1 KiB) of the next row to be read or scaled: rows start
-// at scattered places of a matrix larger than the caches, and the hardware prefetcher only
-// picks up a row's stream after its first misses. (Rows summed or scaled in a converged
-// n = 10^5 projection: 5-7 % less kernel time, measured in runs alternating in one process.)
+// The first cache lines (up to 1 KiB) of the next row to be read or scaled: rows start at
+// scattered places of a matrix larger than the caches, and the hardware prefetcher only picks
+// up a row's stream after its first misses. (Rows summed or scaled in a converged n = 10^5
+// projection: 5-7 % less kernel time, measured in runs alternating in one process.)
 template <typename F>
 inline void PrefetchRowStart(const F* row, int64_t n, bool for_write) {
-  const int64_t bytes = std::min<int64_t>(n * static_cast<int64_t>(sizeof(F)), 1024);
-  const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t o = 0; o < bytes; o += 64) {
-    if (for_write) {
-      __builtin_prefetch(p + o, 1);
-    } else {
-      __builtin_prefetch(p + o, 0);
-    }
-  }
+  nj_run::PrefetchRange(row, std::min<int64_t>(n * static_cast<int64_t>(sizeof(F)), 1024),
+                        for_write);
 }
 
 template <typename F>

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "../neurons/_run_kernel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -303,20 +304,6 @@ int64_t AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay
   return count;
 }
 
-// Asks for the cache lines of [p, p + bytes) ahead of use.
-inline void PrefetchRange(const void* p, int64_t bytes, bool for_write) {
-  if (bytes <= 0) return;
-  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
-  for (uintptr_t l = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63); l <= last; l += 64) {
-    const void* line = reinterpret_cast<const void*>(l);
-    if (for_write) {
-      __builtin_prefetch(line, 1);
-    } else {
-      __builtin_prefetch(line, 0);
-    }
-  }
-}
-
 template <typename F, typename Bits>
 void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
@@ -351,13 +338,13 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     // 10 % less kernel time in the COBA benchmark than fetching them on use).
     for (int64_t q = 0; q < n_arr; ++q) {
       const int32_t i = arrived[q], len = indptr[i + 1] - indptr[i];
-      PrefetchRange(wb + indptr[i], len * static_cast<int64_t>(sizeof(F)), true);
-      PrefetchRange(post + indptr[i], len * 4, false);
+      nj_run::PrefetchRange(wb + indptr[i], len * static_cast<int64_t>(sizeof(F)), true);
+      nj_run::PrefetchRange(post + indptr[i], len * 4, false);
     }
     for (int64_t q = 0; q < n_fired; ++q) {
       const int32_t j = fired[q], len = col_ptr[j + 1] - col_ptr[j];
-      PrefetchRange(col_syn + col_ptr[j], len * 4, false);
-      PrefetchRange(col_pre + col_ptr[j], len * 4, false);
+      nj_run::PrefetchRange(col_syn + col_ptr[j], len * 4, false);
+      nj_run::PrefetchRange(col_pre + col_ptr[j], len * 4, false);
     }
     for (int64_t q = 0; q < n_arr; ++q) {
       const int32_t i = arrived[q];

@@ -23,8 +23,9 @@
 // Arguments (all of one float dtype, n elements each): v, m, h, n, i (input current), c_m,
 // g_na, g_k, g_l, e_na, e_k, e_l, v_spike; dts: dt in that dtype, shape (1,) (one row per
 // batch entry under vmap, all equal). Results: v, m, h, n (n,), spikes: bool (n_steps * n),
-// or counts of each window of `every` steps, uint8 or int32 (n_steps / every * n). `inner` is the number of neurons of
-// one run: leading dimensions added by vmap become the raster's outer axis, before time.
+// or counts of each window of `every` steps, uint8 or int32 (n_steps / every * n). `inner`
+// is the number of neurons of one run: leading dimensions added by vmap become the raster's
+// outer axis, before time.
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,8 @@
 // Shared by the compiled kernels: how a block of neurons of a whole-run kernel of an uncoupled
 // population (_lif_kernel.cc, _hh_kernel.cc) writes its spike record, the huge-page advice on
-// a fresh output buffer, and the sharing of a kernel's independent tasks between the threads
-// of XLA's intra-op pool (_hh_kernel.cc, neurojax/training/_spike_kernel.cc). Part of the
+// a fresh output buffer, the sharing of a kernel's independent tasks between the threads
+// of XLA's intra-op pool (_hh_kernel.cc, neurojax/training/_spike_kernel.cc), and the
+// software prefetch of a byte range (the STDP and assembly kernels). Part of the
 // compiled library's source hash (neurojax.network._kernel._HEADERS).
 
 #ifndef NEUROJAX_NEURONS_RUN_KERNEL_H_
@@ -52,6 +53,20 @@ inline void RecordStep(const Flag* __restrict flags, Flag* __restrict counts, Ou
 // (2 MiB per fault) where the system allows it on request removes most of them. Only whole
 // huge pages inside the buffer are advised, and only for buffers of 32 MiB or more; nothing
 // changes if the system has no transparent huge pages.
+// Asks for every cache line of [p, p + bytes) ahead of use, for reading or for writing.
+inline void PrefetchRange(const void* p, int64_t bytes, bool for_write) {
+  if (bytes <= 0) return;
+  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t l = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63); l <= last; l += 64) {
+    const void* line = reinterpret_cast<const void*>(l);
+    if (for_write) {
+      __builtin_prefetch(line, 1);
+    } else {
+      __builtin_prefetch(line, 0);
+    }
+  }
+}
+
 inline void AdviseHugePages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHuge = uintptr_t{1} << 21;
