@@ -171,6 +171,87 @@ def test_dense_update_under_vmap_and_grad(kernel):
     np.testing.assert_allclose(g, expect, rtol=1e-6)
 
 
+def _rows_summed_after_update(rng, hebb, n_src, k):
+    """Rows to sum after an update: half of them rows the Hebbian factor scales (as in a
+    converged projection), the rest other rows, in a shuffled order, with padding."""
+    scaled = hebb[0][hebb[0] >= 0]
+    others = np.setdiff1d(np.arange(n_src), scaled)
+    rows = np.concatenate([scaled[: k // 2], rng.choice(others, k - k // 2, replace=False)])
+    rng.shuffle(rows)
+    rows[rng.choice(k, 3, replace=False)] = -1
+    return rows.astype(np.int32)
+
+
+@pytest.mark.parametrize("plastic", [True, False])
+def test_dense_update_inputs_equals_update_then_sum_exactly(kernel, plastic, monkeypatch):
+    """One kernel for the update and the next input sum gives both results of the two
+    separate operations bit for bit, limits below and above the scaled width included."""
+    rng = np.random.default_rng(5)
+    for limit in (0, 17, 200, 10_000):
+        w, created, hebb = _update_case(rng)
+        hebb_j = tuple(map(jnp.asarray, hebb)) if plastic else None
+        created_j = tuple(map(jnp.asarray, created))
+        rows = jnp.asarray(_rows_summed_after_update(rng, hebb, w.shape[0], 60))
+        want_w = _synapses.dense_update(jnp.asarray(w), created_j, hebb_j)
+        want_x = _synapses.dense_inputs(want_w, rows, limit)
+        got_w, got_x = jax.jit(_synapses.dense_update_inputs)(
+            jnp.asarray(w), created_j, hebb_j, rows, limit
+        )
+        np.testing.assert_array_equal(got_w, want_w)
+        np.testing.assert_array_equal(got_x, want_x)
+        assert np.any(got_x != 0.0) == (limit > 0)
+        # The pure-JAX path: the same weights, and the sum within float32 rounding.
+        monkeypatch.setattr(_kernel, "available", lambda: False)
+        pure_w, pure_x = _synapses.dense_update_inputs(
+            jnp.asarray(w), created_j, hebb_j, rows, limit
+        )
+        monkeypatch.undo()
+        np.testing.assert_array_equal(pure_w, want_w)
+        np.testing.assert_allclose(pure_x, want_x, rtol=2e-6)
+
+
+def test_dense_update_inputs_under_vmap_and_grad(kernel):
+    rng = np.random.default_rng(6)
+    cases = [_update_case(rng) for _ in range(3)]
+    rows = np.stack([_rows_summed_after_update(rng, c[2], c[0].shape[0], 40) for c in cases])
+    ws = jnp.asarray(np.stack([c[0] for c in cases]))
+    created = tuple(jnp.asarray(np.stack([c[1][j] for c in cases])) for j in range(5))
+    hebb = tuple(jnp.asarray(np.stack([c[2][j] for c in cases])) for j in range(3))
+    limits = jnp.asarray([30, 150, 500], jnp.int32)
+    got_w, got_x = jax.jit(jax.vmap(_synapses.dense_update_inputs))(
+        ws, created, hebb, jnp.asarray(rows), limits
+    )
+    # Shared weights and update, a batch of row lists: the matrix is updated once per entry.
+    shared = jax.vmap(_synapses.dense_update_inputs, in_axes=(None, None, None, 0, None))
+    one = tuple(a[0] for a in created), tuple(a[0] for a in hebb)
+    sh_w, sh_x = jax.jit(shared)(ws[0], *one, jnp.asarray(rows), limits[0])
+    for b, (w, cr, hb) in enumerate(cases):
+        want = _update_numpy(w, cr, hb)
+        np.testing.assert_array_equal(got_w[b], want)
+        np.testing.assert_array_equal(got_x[b], _synapses.dense_inputs(want, rows[b], limits[b]))
+        np.testing.assert_array_equal(sh_w[b], _update_numpy(cases[0][0], cases[0][1], cases[0][2]))
+        np.testing.assert_array_equal(
+            sh_x[b], _synapses.dense_inputs(sh_w[b], rows[b], limits[0])
+        )
+    # Gradient through both results against the two separate operations.
+    w, cr, hb = cases[0]
+    cr_j, hb_j = tuple(map(jnp.asarray, cr)), tuple(map(jnp.asarray, hb))
+    c = jnp.asarray(rng.normal(size=w.shape).astype(np.float32))
+    r0 = jnp.asarray(rows[0])
+
+    def separate(w):
+        w = _synapses.dense_update(w, cr_j, hb_j)
+        return jnp.sum(c * w) + jnp.sum(_synapses.dense_inputs(w, r0, 200) ** 2)
+
+    def fused(w):
+        w, x = _synapses.dense_update_inputs(w, cr_j, hb_j, r0, 200)
+        return jnp.sum(c * w) + jnp.sum(x**2)
+
+    g_sep, g_fused = jax.grad(separate)(jnp.asarray(w)), jax.grad(fused)(jnp.asarray(w))
+    assert np.any(np.asarray(g_fused) != np.asarray(c))
+    np.testing.assert_allclose(g_fused, g_sep, rtol=1e-6)
+
+
 # -- Floyd's draw of the new winners' inputs --------------------------------------------------
 
 
@@ -297,6 +378,46 @@ def test_projection_is_identical_through_kernels_and_pure_jax(kernel, monkeypatc
     np.testing.assert_array_equal(one_k.winners["A"], one_j.winners["A"])
     np.testing.assert_array_equal(two_k.winners["A"], two_j.winners["A"])
     np.testing.assert_array_equal(two_k.weights[("A", "A")], two_j.weights[("A", "A")])
+
+
+@pytest.mark.parametrize("mode", ["sparse", "explicit"])
+@pytest.mark.parametrize("plasticity", [True, False])
+def test_project_rounds_equals_a_loop_of_project(mode, plasticity):
+    """`project_rounds` computes each step's dense input sums at the end of the step before
+    (`dense_update_inputs`); `project` computes them in the step. With beta > 0 (inexact
+    float32 sums) and three areas (one fed by a source area that is not a target, one
+    fixed), every step of the two must give the same brain bit for bit."""
+    n = 4_000 if mode == "sparse" else 600
+    brain = A.Brain(
+        areas={"A": (n, 30), "B": (n, 30), "C": (n, 25)},
+        stimuli={"s": 30, "u": 20},
+        p=0.05,
+        beta={"A": 0.07, "B": 0.07, "C": 0.07, ("A", "B"): 0.2},
+        mode=mode,
+        key=jax.random.key(11),
+    )
+    state = brain.init_state()
+    state = brain.project(state, stimuli={"s": ["A"], "u": ["C"]})
+    state = brain.project(state, stimuli={"s": ["A"], "u": ["C"]}, areas={"A": ["B"]})
+    state = brain.fix(state, "C")
+    route = {"stimuli": {"s": ["A"]}, "areas": {"A": ["A", "B"], "B": ["B"], "C": ["B"]}}
+    loop = state
+    overlaps = []
+    for _ in range(6):
+        nxt = brain.project(loop, **route, plasticity=plasticity)
+        overlaps.append(int(A.overlap(nxt.winners["B"], loop.winners["B"])))
+        loop = nxt
+    fin, trace = brain.project_rounds(state, **route, steps=6, plasticity=plasticity)
+    assert int(trace.support["B"][-1]) > 30
+    np.testing.assert_array_equal(trace.overlap["B"], overlaps)
+    for a in ("A", "B", "C"):
+        np.testing.assert_array_equal(fin.winners[a], loop.winners[a])
+        np.testing.assert_array_equal(fin.support[a], loop.support[a])
+    for pair, w in loop.weights.items():
+        np.testing.assert_array_equal(fin.weights[pair], w, err_msg=str(pair))
+    for pair, w in loop.stimulus_weights.items():
+        np.testing.assert_array_equal(fin.stimulus_weights[pair], w, err_msg=str(pair))
+    np.testing.assert_array_equal(fin.winners["C"], state.winners["C"])
 
 
 def test_trace_overlap_equals_overlap():

@@ -518,10 +518,17 @@ class Brain(eqx.Module):
         return {t: self._inputs(state, t, stims, srcs) for t, stims, srcs in routes}
 
     def _inputs(
-        self, state: BrainState, t: str, stims: tuple, srcs: tuple, limit: Array | None = None
+        self,
+        state: BrainState,
+        t: str,
+        stims: tuple,
+        srcs: tuple,
+        limit: Array | None = None,
+        sums: Mapping | None = None,
     ) -> Array:
         """Summed input of target `t`; with `limit`, dense synapses are summed over the first
-        `limit` neurons only (0 beyond: the sparse mode's not-yet-represented neurons)."""
+        `limit` neurons only (0 beyond: the sparse mode's not-yet-represented neurons).
+        `sums` may hold those dense sums already computed, by `(source, target)`."""
         i = self.area_names.index(t)
         x = jnp.zeros((self.capacities[i],), jnp.result_type(float))
         for s in stims:
@@ -530,9 +537,26 @@ class Brain(eqx.Module):
             w = state.weights[(a, t)]
             if isinstance(w, FanOut):
                 x = x + _synapses.inputs(w, state.winners[a])
+            elif sums is not None and (a, t) in sums:
+                x = x + sums[(a, t)]
             else:
                 x = x + _synapses.dense_inputs(w, state.winners[a], limit)
         return x
+
+    def _sum_limit(self, support: Mapping[str, Array], t: str) -> Array | None:
+        """The `limit` of target `t`'s dense input sums: its support in sparse mode."""
+        return support[t] if self.mode == "sparse" else None
+
+    def _dense_sums(self, state: BrainState, routes: tuple) -> dict:
+        """The dense input sums of a step from `state`, by `(source, target)`."""
+        return {
+            (a, t): _synapses.dense_inputs(
+                state.weights[(a, t)], state.winners[a], self._sum_limit(state.support, t)
+            )
+            for t, _, srcs in routes
+            for a in srcs
+            if not isinstance(state.weights[(a, t)], FanOut)
+        }
 
     @eqx.filter_jit
     def project(
@@ -553,6 +577,14 @@ class Brain(eqx.Module):
         capacity.
         """
         routes = self._routes(stimuli, areas, "Brain.project")
+        return self._step(state, routes, plasticity, None)[0]
+
+    def _step(
+        self, state: BrainState, routes: tuple, plasticity: bool, sums: dict | None
+    ) -> tuple[BrainState, dict | None]:
+        """One projection step. With `sums` (the dense input sums of this step, computed by
+        the step before), also returns those of the next step with the same routing, each
+        computed by the kernel that updates its synapses (`dense_update_inputs`)."""
         sources = sorted({a for _, _, srcs in routes for a in srcs})
         winners = dict(state.winners)
         for a in sources:
@@ -570,14 +602,22 @@ class Brain(eqx.Module):
         fired = dict(state.fired)
         stim_w = dict(state.stimulus_weights)
         weights = dict(state.weights)
+        created = {}
         for (t, stims, srcs), kt in zip(routes, keys):
             if self.mode == "sparse":
-                out = self._sparse_target(state, t, stims, srcs, kt)
+                out = self._sparse_target(state, t, stims, srcs, kt, sums)
             else:
-                out = self._explicit_target(state, t, stims, srcs)
-            win_t, support[t], counts[t], f_t, created_stim, created_w = out
+                out = self._explicit_target(state, t, stims, srcs, sums)
+            new_winners[t], support[t], counts[t], f_t, created_stim, created_w = out
             if f_t is not None:
                 fired[t] = f_t
+            created[t] = (created_stim, created_w)
+        # The synapses change once every target has its winners: the input sums of the next
+        # step are taken from the sources' new winners.
+        next_sums = None if sums is None else {}
+        for t, stims, srcs in routes:
+            win_t = new_winners[t]
+            created_stim, created_w = created[t]
             i = self.area_names.index(t)
             mask = None
             for s in stims:
@@ -595,10 +635,14 @@ class Brain(eqx.Module):
                         w = _synapses.hebbian(w, state.winners[a], win_t, mask, factor)
                 else:
                     hebb = (state.winners[a], win_t, factor) if plasticity else None
-                    w = _synapses.dense_update(w, created_w.get(a), hebb)
+                    if next_sums is None:
+                        w = _synapses.dense_update(w, created_w.get(a), hebb)
+                    else:
+                        w, next_sums[(a, t)] = _synapses.dense_update_inputs(
+                            w, created_w.get(a), hebb, new_winners[a], self._sum_limit(support, t)
+                        )
                 weights[(a, t)] = w
-            new_winners[t] = win_t
-        return BrainState(
+        new_state = BrainState(
             winners=new_winners,
             support=support,
             new_winners=counts,
@@ -609,6 +653,7 @@ class Brain(eqx.Module):
             key=key,
             step=state.step + 1,
         )
+        return new_state, next_sums
 
     @eqx.filter_jit
     def project_rounds(
@@ -629,17 +674,22 @@ class Brain(eqx.Module):
         routes = self._routes(stimuli, areas, "Brain.project_rounds")
         targets = [t for t, _, _ in routes]
 
-        def body(s, _):
-            new = self.project(s, stimuli, areas, plasticity=plasticity)
+        # Each step also computes the dense input sums of the next one, in the kernel that
+        # updates the synapses (see `_synapses.dense_update_inputs`); the last step's are not
+        # used.
+        def body(carry, _):
+            s, sums = carry
+            new, sums = self._step(s, routes, plasticity, sums)
             rec = (
                 {t: new.winners[t] for t in targets},
                 {t: new.new_winners[t] for t in targets},
                 {t: new.support[t] for t in targets},
                 {t: self._overlap(t, new.winners[t], s.winners[t]) for t in targets},
             )
-            return new, rec
+            return (new, sums), rec
 
-        state, (win, new, sup, ov) = jax.lax.scan(body, state, None, length=steps)
+        carry = (state, self._dense_sums(state, routes))
+        (state, _), (win, new, sup, ov) = jax.lax.scan(body, carry, None, length=steps)
         return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
 
     def _overlap(self, t: str, a: Array, b: Array) -> Array:
@@ -653,10 +703,10 @@ class Brain(eqx.Module):
         found = mask[jnp.where(a < 0, size, a)] & (a >= 0)
         return jnp.sum(found).astype(jnp.int32)
 
-    def _explicit_target(self, state, t, stims, srcs):
+    def _explicit_target(self, state, t, stims, srcs, sums=None):
         i = self.area_names.index(t)
         k = self.caps[i]
-        x = self._inputs(state, t, stims, srcs)
+        x = self._inputs(state, t, stims, srcs, sums=sums)
         _, idx = _top_k(x, k, x[..., :0])
         idx = idx.astype(jnp.int32)
         fixed = state.fixed[t]
@@ -668,12 +718,12 @@ class Brain(eqx.Module):
         n_first = jnp.sum(first).astype(jnp.int32)
         return win, jnp.sum(fired).astype(jnp.int32), n_first, fired, {}, {}
 
-    def _sparse_target(self, state, t, stims, srcs, key):
+    def _sparse_target(self, state, t, stims, srcs, key, sums=None):
         i = self.area_names.index(t)
         n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
         k_cand, k_items = jr.split(key)
         w = state.support[t]
-        x = self._inputs(state, t, stims, srcs, limit=w)
+        x = self._inputs(state, t, stims, srcs, limit=w, sums=sums)
         x = jnp.where(jnp.arange(cap, dtype=jnp.int32) < w, x, -jnp.inf)
         stim_sizes = [self.stimulus_sizes[self.stimulus_names.index(s)] for s in stims]
         src_counts = [jnp.sum(state.winners[a] >= 0).astype(jnp.int32) for a in srcs]

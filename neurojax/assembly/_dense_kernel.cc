@@ -23,6 +23,12 @@
 // equals the pure-JAX scatters exactly. Work is proportional to the winners times the support
 // (the rows of the previous winners up to the last new winner's column), never to the whole
 // matrix.
+//
+// nj_asm_update_sum: nj_asm_update, then x = nj_asm_rowsum of the updated W with rows
+// sum_rows and limit sum_limit (a second result), in one pass: a row that is both scaled and
+// summed (in a converged projection the winners that the next step sums are the rows this
+// step scales) is read once. The sum adds the rows in list order as nj_asm_rowsum does, so
+// both results equal those of the two separate calls bit for bit.
 
 #include <algorithm>
 #include <cstdint>
@@ -128,12 +134,35 @@ __attribute__((noinline)) void ScaleRow(F* __restrict row, const F* __restrict m
   for (int64_t c = 0; c < n; ++c) row[c] *= m[c];
 }
 
+// ScaleRow on [0, width) and AddRow of the scaled row on [0, limit), in one pass.
+template <typename F>
+__attribute__((noinline)) void ScaleAddRow(F* __restrict row, const F* __restrict m,
+                                           int64_t width, F* __restrict x, int64_t limit) {
+  const int64_t both = std::min(width, limit);
+  for (int64_t c = 0; c < both; ++c) {
+    const F v = row[c] * m[c];
+    row[c] = v;
+    x[c] += v;
+  }
+  for (int64_t c = both; c < width; ++c) row[c] *= m[c];
+  for (int64_t c = both; c < limit; ++c) x[c] += row[c];
+}
+
+// The input sum of nj_asm_update_sum (x == nullptr: none).
+struct SumArgs {
+  const int32_t* rows;   // (*batch, kq)
+  const int32_t* limit;  // (*batch,)
+  int64_t kq;
+};
+
 template <typename F>
 void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t n_rows,
-            int64_t n_cols, bool plastic) {
+            int64_t n_cols, bool plastic, const SumArgs& sum, F* x) {
   std::vector<F> mult(plastic ? n_cols : 0, F(1));
   std::vector<int64_t> new_cols;
   new_cols.reserve(a.kc);
+  // Rows still to be scaled, when the sum scales some of them on the way: 1 = pending.
+  std::vector<uint8_t> pending(x != nullptr && plastic ? n_rows : 0, 0);
   for (int64_t b = 0; b < n_batch; ++b) {
     F* wb = w + b * n_rows * n_cols;
     const int32_t* src = a.src_rows + b * a.ks;
@@ -165,7 +194,29 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
         if (r >= 0 && r < n_rows) wb[r * n_cols + c] = F(1);
       }
     }
-    if (!plastic) continue;
+    int64_t lim = 0;
+    const int32_t* sum_rows = nullptr;
+    F* xb = nullptr;
+    if (x != nullptr) {
+      xb = x + b * n_cols;
+      sum_rows = sum.rows + b * sum.kq;
+      lim = sum.limit[b];
+      lim = lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
+      for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
+    }
+    const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
+    if (!plastic) {
+      if (xb == nullptr) continue;
+      for (int64_t i = 0; i < sum.kq; ++i) {
+        const int64_t r = sum_rows[i];
+        if (!valid(r)) continue;
+        if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
+          PrefetchRowStart(wb + sum_rows[i + 1] * n_cols, lim, false);
+        }
+        AddRow(xb, wb + r * n_cols, lim);
+      }
+      continue;
+    }
     // Each row of a previous winner is multiplied by a vector that holds `factor` at the new
     // winners' columns and 1 elsewhere, up to the last such column: a contiguous, vectorised
     // pass over the row instead of scattered read-modify-writes (the rows of a large matrix
@@ -182,22 +233,50 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     }
     const F* m = mult.data();
     const int32_t* heb_rows = a.heb_rows + b * a.kr;
+    if (xb != nullptr) {
+      // The summed rows in list order, each scaled first where it is a previous winner's
+      // row; then the previous winners' rows that are not summed.
+      for (int64_t i = 0; i < a.kr; ++i) {
+        if (valid(heb_rows[i])) pending[heb_rows[i]] = 1;
+      }
+      for (int64_t i = 0; i < sum.kq; ++i) {
+        const int64_t r = sum_rows[i];
+        if (!valid(r)) continue;
+        if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
+          const int64_t next = sum_rows[i + 1];
+          PrefetchRowStart(wb + next * n_cols, pending[next] ? std::max(width, lim) : lim,
+                           pending[next] != 0);
+        }
+        if (pending[r]) {
+          ScaleAddRow(wb + r * n_cols, m, width, xb, lim);
+          pending[r] = 0;
+        } else {
+          AddRow(xb, wb + r * n_cols, lim);
+        }
+      }
+    }
     for (int64_t i = 0; i < a.kr; ++i) {
       const int64_t r = heb_rows[i];
-      if (r < 0 || r >= n_rows) continue;
-      if (i + 1 < a.kr && heb_rows[i + 1] >= 0 && heb_rows[i + 1] < n_rows) {
+      if (!valid(r) || (xb != nullptr && !pending[r])) continue;
+      if (i + 1 < a.kr && valid(heb_rows[i + 1])) {
         PrefetchRowStart(wb + heb_rows[i + 1] * n_cols, width, true);
       }
       ScaleRow(wb + r * n_cols, m, width);
+      if (xb != nullptr) pending[r] = 0;
     }
     for (int64_t c = 0; c < width; ++c) mult[c] = F(1);
   }
 }
 
-ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuffer cols,
-                      ffi::AnyBuffer chosen, ffi::AnyBuffer start, ffi::AnyBuffer count,
-                      ffi::AnyBuffer heb_rows, ffi::AnyBuffer heb_cols, ffi::AnyBuffer factor,
-                      ffi::Result<ffi::AnyBuffer> w_out, int64_t plastic) {
+// The update of nj_asm_update, and with `sum_rows` (not null) the input sum of
+// nj_asm_update_sum into `x`.
+ffi::Error RunUpdate(const ffi::AnyBuffer& w_in, const ffi::AnyBuffer& src_rows,
+                     const ffi::AnyBuffer& cols, const ffi::AnyBuffer& chosen,
+                     const ffi::AnyBuffer& start, const ffi::AnyBuffer& count,
+                     const ffi::AnyBuffer& heb_rows, const ffi::AnyBuffer& heb_cols,
+                     const ffi::AnyBuffer& factor, ffi::AnyBuffer& w_out, int64_t plastic,
+                     const ffi::AnyBuffer* sum_rows, const ffi::AnyBuffer* sum_limit,
+                     ffi::AnyBuffer* x) {
   const auto type = w_in.element_type();
   if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
     return ffi::Error::InvalidArgument("nj_asm_update: weights must be float32 or float64");
@@ -214,8 +293,8 @@ ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuff
   if (dims.size() < 2) {
     return ffi::Error::InvalidArgument("nj_asm_update: weights must be (*batch, R, C)");
   }
-  if (w_out->untyped_data() != w_in.untyped_data()) {
-    std::memcpy(w_out->untyped_data(), w_in.untyped_data(), w_in.size_bytes());
+  if (w_out.untyped_data() != w_in.untyped_data()) {
+    std::memcpy(w_out.untyped_data(), w_in.untyped_data(), w_in.size_bytes());
   }
   const int64_t n_rows = dims[dims.size() - 2];
   const int64_t n_cols = dims[dims.size() - 1];
@@ -236,6 +315,21 @@ ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuff
   if (!sizes_ok) {
     return ffi::Error::InvalidArgument("nj_asm_update: batch sizes of the arguments differ");
   }
+  SumArgs sum{nullptr, nullptr, 0};
+  if (sum_rows != nullptr) {
+    if (sum_rows->element_type() != ffi::DataType::S32 ||
+        sum_limit->element_type() != ffi::DataType::S32 || x->element_type() != type) {
+      return ffi::Error::InvalidArgument(
+          "nj_asm_update_sum: sum_rows and sum_limit must be int32, x of the weights' dtype");
+    }
+    if (per(*sum_rows) * n_batch != static_cast<int64_t>(sum_rows->element_count()) ||
+        static_cast<int64_t>(sum_limit->element_count()) != n_batch ||
+        static_cast<int64_t>(x->element_count()) != n_batch * n_cols) {
+      return ffi::Error::InvalidArgument("nj_asm_update_sum: batch sizes of the arguments differ");
+    }
+    sum = SumArgs{static_cast<const int32_t*>(sum_rows->untyped_data()),
+                  static_cast<const int32_t*>(sum_limit->untyped_data()), per(*sum_rows)};
+  }
   UpdateArgs a{static_cast<const int32_t*>(src_rows.untyped_data()),
                static_cast<const int32_t*>(cols.untyped_data()),
                static_cast<const int32_t*>(chosen.untyped_data()),
@@ -249,15 +343,33 @@ ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuff
                per(heb_rows),
                per(heb_cols)};
   if (type == ffi::DataType::F32) {
-    Update<float>(static_cast<float*>(w_out->untyped_data()),
+    Update<float>(static_cast<float*>(w_out.untyped_data()),
                   static_cast<const float*>(factor.untyped_data()), a, n_batch, n_rows, n_cols,
-                  plastic != 0);
+                  plastic != 0, sum, x ? static_cast<float*>(x->untyped_data()) : nullptr);
   } else {
-    Update<double>(static_cast<double*>(w_out->untyped_data()),
+    Update<double>(static_cast<double*>(w_out.untyped_data()),
                    static_cast<const double*>(factor.untyped_data()), a, n_batch, n_rows, n_cols,
-                   plastic != 0);
+                   plastic != 0, sum, x ? static_cast<double*>(x->untyped_data()) : nullptr);
   }
   return ffi::Error::Success();
+}
+
+ffi::Error UpdateImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuffer cols,
+                      ffi::AnyBuffer chosen, ffi::AnyBuffer start, ffi::AnyBuffer count,
+                      ffi::AnyBuffer heb_rows, ffi::AnyBuffer heb_cols, ffi::AnyBuffer factor,
+                      ffi::Result<ffi::AnyBuffer> w_out, int64_t plastic) {
+  return RunUpdate(w_in, src_rows, cols, chosen, start, count, heb_rows, heb_cols, factor,
+                   *w_out, plastic, nullptr, nullptr, nullptr);
+}
+
+ffi::Error UpdateSumImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyBuffer cols,
+                         ffi::AnyBuffer chosen, ffi::AnyBuffer start, ffi::AnyBuffer count,
+                         ffi::AnyBuffer heb_rows, ffi::AnyBuffer heb_cols, ffi::AnyBuffer factor,
+                         ffi::AnyBuffer sum_rows, ffi::AnyBuffer sum_limit,
+                         ffi::Result<ffi::AnyBuffer> w_out, ffi::Result<ffi::AnyBuffer> x,
+                         int64_t plastic) {
+  return RunUpdate(w_in, src_rows, cols, chosen, start, count, heb_rows, heb_cols, factor,
+                   *w_out, plastic, &sum_rows, &sum_limit, &(*x));
 }
 
 
@@ -415,6 +527,23 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
                                   .Arg<ffi::AnyBuffer>()  // heb_cols (*batch, kt)
                                   .Arg<ffi::AnyBuffer>()  // factor (*batch,)
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Attr<int64_t>("plastic"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
+                                  .Arg<ffi::AnyBuffer>()  // src_rows (*batch, ks)
+                                  .Arg<ffi::AnyBuffer>()  // cols (*batch, kc)
+                                  .Arg<ffi::AnyBuffer>()  // chosen (*batch, kc, width)
+                                  .Arg<ffi::AnyBuffer>()  // start (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // count (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // heb_rows (*batch, kr)
+                                  .Arg<ffi::AnyBuffer>()  // heb_cols (*batch, kt)
+                                  .Arg<ffi::AnyBuffer>()  // factor (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // sum_rows (*batch, kq)
+                                  .Arg<ffi::AnyBuffer>()  // sum_limit (*batch,)
+                                  .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // x (*batch, C)
                                   .Attr<int64_t>("plastic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,

@@ -13,7 +13,8 @@ new winners by `1 + beta`.
 
 On CPU the two dense operations of a projection step, the input sum (`dense_inputs`) and the
 update of the synapses of first-time winners plus the Hebbian factor (`dense_update`), run in
-the compiled kernels of `_dense_kernel.cc` (built on first use with the network kernels, see
+the compiled kernels of `_dense_kernel.cc`; `dense_update_inputs` does an update and the
+next step's input sum in one kernel, reading once the rows that both touch (built on first use with the network kernels, see
 `neurojax.network._kernel`): work in proportion to the winners, weights updated in place.
 The update gives exactly the numbers of the pure-JAX path, which other platforms use; the
 input sum adds the rows in list order where XLA reduces in its own order, so with
@@ -42,6 +43,7 @@ __all__ = [
     "inputs",
     "dense_inputs",
     "dense_update",
+    "dense_update_inputs",
     "hebbian",
     "hebbian_vector",
     "winner_mask",
@@ -323,6 +325,91 @@ def _update_jvp(plastic, primals, tangents):
     return _update(plastic, *primals), d_out
 
 
+def _update_sum_jax(plastic, conn, *args):
+    *update_args, sum_rows, sum_limit = args
+    conn = _update_jax(plastic, conn, *update_args)
+    return conn, _rowsum_jax(conn, sum_rows, sum_limit)
+
+
+def _update_sum_kernel(plastic, conn, *args):
+    def raw(*args):
+        call = jax.ffi.ffi_call(
+            _kernel.ASM_UPDATE_SUM_TARGET,
+            (
+                jax.ShapeDtypeStruct(args[0].shape, args[0].dtype),
+                jax.ShapeDtypeStruct(args[0].shape[:-2] + args[0].shape[-1:], args[0].dtype),
+            ),
+            input_output_aliases={0: 0},
+            vmap_method="sequential",
+        )
+        return call(*args, plastic=np.int64(plastic))
+
+    # As `_update_kernel`: every argument broadcast to the batch, one call for all brains.
+    @jax.custom_batching.custom_vmap
+    def update_sum(*args):
+        return raw(*args)
+
+    @update_sum.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        args = [
+            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
+            for a, b in zip(args, in_batched, strict=True)
+        ]
+        return raw(*args), (True, True)
+
+    return update_sum(conn, *args)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _update_sum(plastic, *args):
+    if _kernel.available():
+        return jax.lax.platform_dependent(
+            *args,
+            cpu=functools.partial(_update_sum_kernel, plastic),
+            default=functools.partial(_update_sum_jax, plastic),
+        )
+    return _update_sum_jax(plastic, *args)
+
+
+@_update_sum.defjvp
+def _update_sum_jvp(plastic, primals, tangents):
+    *update_primals, sum_rows, sum_limit = primals
+    f = functools.partial(_update_differentiable, plastic)
+    _, d_conn = jax.jvp(f, tuple(update_primals), tuple(tangents[:-2]))
+    conn, x = _update_sum(plastic, *primals)
+    # The sum is linear in the updated weights.
+    d_x = _rowsum_jax(d_conn, sum_rows, sum_limit)
+    return (conn, x), (d_conn, d_x)
+
+
+def _update_arguments(conn, created, hebb):
+    """`(plastic, args)` of `_update` for `dense_update`'s `created` and `hebb`."""
+    if created is None:
+        empty = jnp.zeros((0,), jnp.int32)
+        zero = jnp.zeros((), jnp.int32)
+        created = (empty, empty, jnp.zeros((0, 1), jnp.int32), zero, zero)
+    src_rows, cols, chosen, start, count = created
+    if hebb is None:
+        plastic = False
+        empty = jnp.zeros((0,), jnp.int32)
+        hebb = (empty, empty, jnp.ones((), conn.dtype))
+    else:
+        plastic = True
+    heb_rows, heb_cols, factor = hebb
+    i32 = functools.partial(jnp.asarray, dtype=jnp.int32)
+    args = (
+        i32(src_rows),
+        i32(cols),
+        i32(chosen),
+        i32(start),
+        i32(count),
+        i32(heb_rows),
+        i32(heb_cols),
+        jnp.asarray(factor, conn.dtype),
+    )
+    return plastic, args
+
+
 def dense_update(
     conn: Float[Array, "a b"],
     created: tuple[Array, ...] | None,
@@ -338,28 +425,26 @@ def dense_update(
     multiplies every synapse from `sources` onto `targets` by `factor`, as `hebbian`. Either
     may be None.
     """
-    if created is None:
-        empty = jnp.zeros((0,), jnp.int32)
-        zero = jnp.zeros((), jnp.int32)
-        created = (empty, empty, jnp.zeros((0, 1), jnp.int32), zero, zero)
-    src_rows, cols, chosen, start, count = created
-    if hebb is None:
-        plastic = False
-        empty = jnp.zeros((0,), jnp.int32)
-        hebb = (empty, empty, jnp.ones((), conn.dtype))
-    else:
-        plastic = True
-    heb_rows, heb_cols, factor = hebb
-    i32 = functools.partial(jnp.asarray, dtype=jnp.int32)
-    return _update(
-        plastic,
-        conn,
-        i32(src_rows),
-        i32(cols),
-        i32(chosen),
-        i32(start),
-        i32(count),
-        i32(heb_rows),
-        i32(heb_cols),
-        jnp.asarray(factor, conn.dtype),
-    )
+    plastic, args = _update_arguments(conn, created, hebb)
+    return _update(plastic, conn, *args)
+
+
+def dense_update_inputs(
+    conn: Float[Array, "a b"],
+    created: tuple[Array, ...] | None,
+    hebb: tuple[Array, Array, Array] | None,
+    sources: Int[Array, " k"],
+    limit: Int[Array, ""] | int | None = None,
+) -> tuple[Float[Array, "a b"], Float[Array, " b"]]:
+    """`dense_update`, then `dense_inputs` of the updated matrix, as one operation.
+
+    Returns `(conn, x)` equal to `(w, dense_inputs(w, sources, limit))` with
+    `w = dense_update(conn, created, hebb)`. On CPU one kernel does both: a row that the
+    Hebbian factor scales and the sum then reads (a converged projection sums next the rows it
+    has just scaled) is read once. `Brain.project_rounds` uses it to compute each step's input
+    sum at the end of the step before.
+    """
+    plastic, args = _update_arguments(conn, created, hebb)
+    limit = conn.shape[-1] if limit is None else limit
+    rows = _safe(jnp.asarray(sources, jnp.int32), conn.shape[0])
+    return _update_sum(plastic, conn, *args, rows, jnp.asarray(limit, jnp.int32))

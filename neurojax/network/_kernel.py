@@ -41,6 +41,7 @@ __all__ = [
     "STDP_TARGET",
     "ASM_ROWSUM_TARGET",
     "ASM_UPDATE_TARGET",
+    "ASM_UPDATE_SUM_TARGET",
     "ASM_CHOOSE_TARGET",
     "ASM_TOPK_TARGET",
     "LIF_RUN_TARGET",
@@ -55,6 +56,7 @@ TARGET = "nj_csr_deliver"
 STDP_TARGET = "nj_stdp_update"
 ASM_ROWSUM_TARGET = "nj_asm_rowsum"
 ASM_UPDATE_TARGET = "nj_asm_update"
+ASM_UPDATE_SUM_TARGET = "nj_asm_update_sum"
 ASM_CHOOSE_TARGET = "nj_asm_choose"
 ASM_TOPK_TARGET = "nj_asm_topk"
 LIF_RUN_TARGET = "nj_lif_run"
@@ -76,6 +78,7 @@ _HANDLERS = (
     (STDP_TARGET, "NjStdpUpdate"),
     (ASM_ROWSUM_TARGET, "NjAsmRowSum"),
     (ASM_UPDATE_TARGET, "NjAsmUpdate"),
+    (ASM_UPDATE_SUM_TARGET, "NjAsmUpdateSum"),
     (ASM_CHOOSE_TARGET, "NjAsmChoose"),
     (ASM_TOPK_TARGET, "NjAsmTopK"),
     (LIF_RUN_TARGET, "NjLifRun"),
