@@ -13,9 +13,10 @@ new winners by `1 + beta`.
 
 On CPU the two dense operations of a projection step, the input sum (`dense_inputs`) and the
 update of the synapses of first-time winners plus the Hebbian factor (`dense_update`), run in
-the compiled kernels of `_dense_kernel.cc`; `dense_update_inputs` does an update and the
-next step's input sum in one kernel, reading once the rows that both touch (built on first use with the network kernels, see
+the compiled kernels of `_dense_kernel.cc` (built on first use with the network kernels, see
 `neurojax.network._kernel`): work in proportion to the winners, weights updated in place.
+`dense_update_inputs` runs an update and the next step's input sum in one kernel, which reads
+once the rows that both touch.
 The update gives exactly the numbers of the pure-JAX path, which other platforms use; the
 input sum adds the rows in list order where XLA reduces in its own order, so with
 non-integer weights a sum may differ in its last bit. XLA:CPU's scatter costs a few
