@@ -34,6 +34,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "../neurons/_run_kernel.h"
@@ -430,24 +432,64 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
 
 // nj_asm_topk: the k largest entries of each row of the concatenation [x1, x2] of x1
 // (*batch, n1) and x2 (*batch, n2), and their indices in it, as jax.lax.top_k returns them:
-// values in decreasing order, equal values by increasing index. (The kernel copies the two
-// parts into its row buffer, which it needs anyway, so the caller's program has no separate
-// concatenation.) The k-th largest value is found with nth_element on a copy of the row, the
-// entries above it and then as many equal to it as fit are collected in index order, and
-// only those k are sorted. Rows must not contain NaN (assembly inputs never do).
+// values in decreasing order, equal values by increasing index. The k-th largest value is
+// found with nth_element on the entries above -infinity (in sparse mode the entries of
+// neurons beyond the support are -infinity, often half the row or more); if fewer than k
+// entries are above it, it is -infinity itself. The entries above the k-th value and then as
+// many equal to it as fit are collected in index order, and only those k are sorted (float32:
+// as 64-bit keys that hold the value's order in the high half and the index in the low
+// half). Rows must not contain NaN (assembly inputs never do).
+
+// An unsigned integer that orders as the float does (no NaN; -0 and +0 equal, as for `>`).
+inline uint32_t OrderedBits(float v) {
+  v = v == 0.0f ? 0.0f : v;
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <typename F>
+void SortPicks(const F* xb, std::vector<int32_t>& pick, std::vector<uint64_t>& keys) {
+  if constexpr (std::is_same_v<F, float>) {
+    // Ascending keys: decreasing value (inverted order bits), then increasing index.
+    keys.resize(pick.size());
+    for (size_t j = 0; j < pick.size(); ++j) {
+      keys[j] = (static_cast<uint64_t>(~OrderedBits(xb[pick[j]])) << 32) |
+                static_cast<uint32_t>(pick[j]);
+    }
+    std::sort(keys.begin(), keys.end());
+    for (size_t j = 0; j < pick.size(); ++j) {
+      pick[j] = static_cast<int32_t>(keys[j] & 0xFFFFFFFFu);
+    }
+  } else {
+    std::sort(pick.begin(), pick.end(), [xb](int32_t a, int32_t c) {
+      return xb[a] > xb[c] || (xb[a] == xb[c] && a < c);
+    });
+  }
+}
+
 template <typename F>
 void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch, int64_t n1,
           int64_t n2, int64_t k) {
   const int64_t n = n1 + n2;
+  constexpr F kLow = -std::numeric_limits<F>::infinity();
   std::vector<F> row(n), buf(n);
   std::vector<int32_t> pick(k);
+  std::vector<uint64_t> keys;
   for (int64_t b = 0; b < n_batch; ++b) {
     std::copy(x1 + b * n1, x1 + (b + 1) * n1, row.begin());
     std::copy(x2 + b * n2, x2 + (b + 1) * n2, row.begin() + n1);
     const F* xb = row.data();
-    std::copy(row.begin(), row.end(), buf.begin());
-    std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), std::greater<F>());
-    const F kth = buf[k - 1];
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      buf[m] = xb[i];
+      m += xb[i] > kLow;
+    }
+    F kth = kLow;
+    if (m >= k) {
+      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.begin() + m, std::greater<F>());
+      kth = buf[k - 1];
+    }
     int64_t above = 0;
     for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
     // Everything above the k-th value, and the first k - above entries equal to it.
@@ -460,9 +502,7 @@ void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch
         --equal_left;
       }
     }
-    std::sort(pick.begin(), pick.end(), [xb](int32_t a, int32_t c) {
-      return xb[a] > xb[c] || (xb[a] == xb[c] && a < c);
-    });
+    SortPicks(xb, pick, keys);
     for (int64_t j = 0; j < k; ++j) {
       indices[b * k + j] = pick[j];
       values[b * k + j] = xb[pick[j]];
