@@ -307,20 +307,28 @@ def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
 
 def test_top_k_kernel_equals_lax_top_k_with_ties(kernel):
     rng = np.random.default_rng(6)
-    for trial in range(30):
-        n = int(rng.integers(1, 3000))
-        k = int(rng.integers(1, n + 1)) if trial % 5 else n
-        if trial % 2:
-            x = rng.integers(0, 4, n).astype(np.float32)  # many ties
-        else:
-            x = rng.random(n).astype(np.float32)
-        if trial % 3 == 0:
-            x[rng.random(n) < 0.5] = -np.inf
-        want = jax.lax.top_k(jnp.asarray(x), k)
-        cut = int(rng.integers(0, n + 1))  # the kernel reads [x1, x2] as one row
-        got = _brain._top_k_kernel(jnp.asarray(x[:cut]), jnp.asarray(x[cut:]), k)
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
+    # float32 selects by radix over the values' order bits, float64 by comparisons: values
+    # of both signs over many exponents, ties, and rows with fewer than k finite entries.
+    for dtype in (np.float32, np.float64):
+        for trial in range(40):
+            n = int(rng.integers(1, 3000))
+            k = int(rng.integers(1, n + 1)) if trial % 5 else n
+            if trial % 4 == 1:
+                x = rng.integers(0, 4, n).astype(dtype)  # many ties
+            elif trial % 4 == 2:
+                x = (rng.normal(size=n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+            elif trial % 4 == 3:
+                x = rng.integers(-3, 3, n) * 1.05 ** rng.integers(0, 40, n)
+                x = x.astype(dtype)  # Hebbian-like sums, ties between near values
+            else:
+                x = rng.random(n).astype(dtype)
+            if trial % 3 == 0:
+                x[rng.random(n) < (0.5 if trial % 2 else 0.97)] = -np.inf
+            want = jax.lax.top_k(jnp.asarray(x), k)
+            cut = int(rng.integers(0, n + 1))  # the kernel reads [x1, x2] as one row
+            got = _brain._top_k_kernel(jnp.asarray(x[:cut]), jnp.asarray(x[cut:]), k)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
     xs = jnp.asarray(rng.integers(0, 3, (4, 50)).astype(np.float32))
     np.testing.assert_array_equal(
         jax.vmap(lambda x: _brain._top_k(x[:30], 7, x[30:])[1])(xs), jax.lax.top_k(xs, 7)[1]

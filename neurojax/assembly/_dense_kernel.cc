@@ -160,11 +160,17 @@ struct SumArgs {
 template <typename F>
 void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t n_rows,
             int64_t n_cols, bool plastic, const SumArgs& sum, F* x) {
-  std::vector<F> mult(plastic ? n_cols : 0, F(1));
-  std::vector<int64_t> new_cols;
-  new_cols.reserve(a.kc);
+  // Kept between calls (allocating them cost as much as a small step): `mult` is all ones
+  // and `pending` all zeros between uses.
+  thread_local std::vector<F> mult;
+  thread_local std::vector<int64_t> new_cols;
   // Rows still to be scaled, when the sum scales some of them on the way: 1 = pending.
-  std::vector<uint8_t> pending(x != nullptr && plastic ? n_rows : 0, 0);
+  thread_local std::vector<uint8_t> pending;
+  if (plastic && static_cast<int64_t>(mult.size()) < n_cols) mult.resize(n_cols, F(1));
+  if (x != nullptr && plastic && static_cast<int64_t>(pending.size()) < n_rows) {
+    pending.resize(n_rows, 0);
+  }
+  new_cols.reserve(a.kc);
   for (int64_t b = 0; b < n_batch; ++b) {
     F* wb = w + b * n_rows * n_cols;
     const int32_t* src = a.src_rows + b * a.ks;
@@ -468,14 +474,60 @@ void SortPicks(const F* xb, std::vector<int32_t>& pick, std::vector<uint64_t>& k
   }
 }
 
+// The k-th largest of the m values of buf (1 <= k <= m); buf is reordered.
+inline double KthLargest(double* buf, int64_t m, int64_t k) {
+  std::nth_element(buf, buf + (k - 1), buf + m, std::greater<double>());
+  return buf[k - 1];
+}
+
+// float32: a radix select on the order bits, three digits of 11, 11 and 10 bits, each a
+// histogram pass over the values still in play; no data-dependent branches in the passes
+// (nth_element's comparisons mispredict about every other time).
+inline float KthLargest(float* buf, int64_t m, int64_t k) {
+  thread_local std::vector<uint32_t> keys;
+  keys.resize(m);
+  for (int64_t i = 0; i < m; ++i) keys[i] = OrderedBits(buf[i]);
+  uint32_t prefix = 0;
+  int64_t live = m;
+  int64_t need = k;  // rank of the answer among the keys still in play
+  int shift = 32;
+  for (const int bits : {11, 11, 10}) {
+    shift -= bits;
+    const uint32_t mask = (1u << bits) - 1;
+    uint32_t hist[2048] = {};
+    for (int64_t i = 0; i < live; ++i) ++hist[(keys[i] >> shift) & mask];
+    uint32_t digit = mask;
+    for (;; --digit) {
+      if (need <= hist[digit]) break;
+      need -= hist[digit];
+    }
+    prefix |= digit << shift;
+    // Keep the keys whose digits so far equal the answer's.
+    int64_t kept = 0;
+    for (int64_t i = 0; i < live; ++i) {
+      keys[kept] = keys[i];
+      kept += ((keys[i] >> shift) & mask) == digit;
+    }
+    live = kept;
+  }
+  // Back from order bits to the float (prefix is the answer's full key).
+  const uint32_t u = (prefix & 0x80000000u) ? (prefix & 0x7FFFFFFFu) : ~prefix;
+  float v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
 template <typename F>
 void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch, int64_t n1,
           int64_t n2, int64_t k) {
   const int64_t n = n1 + n2;
   constexpr F kLow = -std::numeric_limits<F>::infinity();
-  std::vector<F> row(n), buf(n);
-  std::vector<int32_t> pick(k);
-  std::vector<uint64_t> keys;
+  thread_local std::vector<F> row, buf;
+  thread_local std::vector<int32_t> pick;
+  thread_local std::vector<uint64_t> keys;
+  row.resize(n);
+  buf.resize(n);
+  pick.resize(k);
   for (int64_t b = 0; b < n_batch; ++b) {
     std::copy(x1 + b * n1, x1 + (b + 1) * n1, row.begin());
     std::copy(x2 + b * n2, x2 + (b + 1) * n2, row.begin() + n1);
@@ -485,11 +537,7 @@ void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch
       buf[m] = xb[i];
       m += xb[i] > kLow;
     }
-    F kth = kLow;
-    if (m >= k) {
-      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.begin() + m, std::greater<F>());
-      kth = buf[k - 1];
-    }
+    const F kth = m >= k ? KthLargest(buf.data(), m, k) : kLow;
     int64_t above = 0;
     for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
     // Everything above the k-th value, and the first k - above entries equal to it.
