@@ -162,10 +162,14 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
             int64_t n_cols, bool plastic, const SumArgs& sum, F* x) {
   // Kept between calls (allocating them cost as much as a small step): `mult` is all ones
   // and `pending` all zeros between uses.
-  thread_local std::vector<F> mult;
-  thread_local std::vector<int64_t> new_cols;
+  // (Local references: each use of a thread_local of a shared library is a call.)
+  thread_local std::vector<F> mult_buf;
+  thread_local std::vector<int64_t> new_cols_buf;
+  thread_local std::vector<uint8_t> pending_buf;
+  std::vector<F>& mult = mult_buf;
+  std::vector<int64_t>& new_cols = new_cols_buf;
   // Rows still to be scaled, when the sum scales some of them on the way: 1 = pending.
-  thread_local std::vector<uint8_t> pending;
+  std::vector<uint8_t>& pending = pending_buf;
   if (plastic && static_cast<int64_t>(mult.size()) < n_cols) mult.resize(n_cols, F(1));
   if (x != nullptr && plastic && static_cast<int64_t>(pending.size()) < n_rows) {
     pending.resize(n_rows, 0);
@@ -484,7 +488,8 @@ inline double KthLargest(double* buf, int64_t m, int64_t k) {
 // histogram pass over the values still in play; no data-dependent branches in the passes
 // (nth_element's comparisons mispredict about every other time).
 inline float KthLargest(float* buf, int64_t m, int64_t k) {
-  thread_local std::vector<uint32_t> keys;
+  thread_local std::vector<uint32_t> keys_buf;
+  std::vector<uint32_t>& keys = keys_buf;
   keys.resize(m);
   for (int64_t i = 0; i < m; ++i) keys[i] = OrderedBits(buf[i]);
   uint32_t prefix = 0;
@@ -522,9 +527,13 @@ void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch
           int64_t n2, int64_t k) {
   const int64_t n = n1 + n2;
   constexpr F kLow = -std::numeric_limits<F>::infinity();
-  thread_local std::vector<F> row, buf;
-  thread_local std::vector<int32_t> pick;
-  thread_local std::vector<uint64_t> keys;
+  thread_local std::vector<F> row_buf, buf_buf;
+  thread_local std::vector<int32_t> pick_buf;
+  thread_local std::vector<uint64_t> keys_buf;
+  std::vector<F>& row = row_buf;
+  std::vector<F>& buf = buf_buf;
+  std::vector<int32_t>& pick = pick_buf;
+  std::vector<uint64_t>& keys = keys_buf;
   row.resize(n);
   buf.resize(n);
   pick.resize(k);
