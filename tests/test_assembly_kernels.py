@@ -230,9 +230,7 @@ def test_dense_update_inputs_under_vmap_and_grad(kernel):
         np.testing.assert_array_equal(got_w[b], want)
         np.testing.assert_array_equal(got_x[b], _synapses.dense_inputs(want, rows[b], limits[b]))
         np.testing.assert_array_equal(sh_w[b], _update_numpy(cases[0][0], cases[0][1], cases[0][2]))
-        np.testing.assert_array_equal(
-            sh_x[b], _synapses.dense_inputs(sh_w[b], rows[b], limits[0])
-        )
+        np.testing.assert_array_equal(sh_x[b], _synapses.dense_inputs(sh_w[b], rows[b], limits[0]))
     # Gradient through both results against the two separate operations.
     w, cr, hb = cases[0]
     cr_j, hb_j = tuple(map(jnp.asarray, cr)), tuple(map(jnp.asarray, hb))

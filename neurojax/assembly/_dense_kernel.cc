@@ -612,31 +612,31 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, RowSumImpl,
                                   .Arg<ffi::AnyBuffer>()  // limit (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // x (*batch, C)
 
+namespace {
+
+// The nine arguments that nj_asm_update and nj_asm_update_sum share.
+auto UpdateBinding() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::AnyBuffer>()   // weights (*batch, R, C)
+      .Arg<ffi::AnyBuffer>()   // src_rows (*batch, ks)
+      .Arg<ffi::AnyBuffer>()   // cols (*batch, kc)
+      .Arg<ffi::AnyBuffer>()   // chosen (*batch, kc, width)
+      .Arg<ffi::AnyBuffer>()   // start (*batch,)
+      .Arg<ffi::AnyBuffer>()   // count (*batch,)
+      .Arg<ffi::AnyBuffer>()   // heb_rows (*batch, kr)
+      .Arg<ffi::AnyBuffer>()   // heb_cols (*batch, kt)
+      .Arg<ffi::AnyBuffer>();  // factor (*batch,)
+}
+
+}  // namespace
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
-                                  .Arg<ffi::AnyBuffer>()  // src_rows (*batch, ks)
-                                  .Arg<ffi::AnyBuffer>()  // cols (*batch, kc)
-                                  .Arg<ffi::AnyBuffer>()  // chosen (*batch, kc, width)
-                                  .Arg<ffi::AnyBuffer>()  // start (*batch,)
-                                  .Arg<ffi::AnyBuffer>()  // count (*batch,)
-                                  .Arg<ffi::AnyBuffer>()  // heb_rows (*batch, kr)
-                                  .Arg<ffi::AnyBuffer>()  // heb_cols (*batch, kt)
-                                  .Arg<ffi::AnyBuffer>()  // factor (*batch,)
+                              UpdateBinding()
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)
                                   .Attr<int64_t>("plastic"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
-                                  .Arg<ffi::AnyBuffer>()  // src_rows (*batch, ks)
-                                  .Arg<ffi::AnyBuffer>()  // cols (*batch, kc)
-                                  .Arg<ffi::AnyBuffer>()  // chosen (*batch, kc, width)
-                                  .Arg<ffi::AnyBuffer>()  // start (*batch,)
-                                  .Arg<ffi::AnyBuffer>()  // count (*batch,)
-                                  .Arg<ffi::AnyBuffer>()  // heb_rows (*batch, kr)
-                                  .Arg<ffi::AnyBuffer>()  // heb_cols (*batch, kt)
-                                  .Arg<ffi::AnyBuffer>()  // factor (*batch,)
+                              UpdateBinding()
                                   .Arg<ffi::AnyBuffer>()  // sum_rows (*batch, kq)
                                   .Arg<ffi::AnyBuffer>()  // sum_limit (*batch,)
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)

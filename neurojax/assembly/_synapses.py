@@ -262,11 +262,18 @@ def _update_jax(plastic, conn, src_rows, cols, chosen, start, count, heb_rows, h
     return conn
 
 
-def _update_kernel(plastic, conn, *args):
+def _update_ffi(target, plastic, conn, *args):
+    """The call of an update kernel: `nj_asm_update` (result: the weights) or
+    `nj_asm_update_sum` (two more arguments, the rows and limit of the sum; results: the
+    weights and the sum)."""
+    with_sum = target == _kernel.ASM_UPDATE_SUM_TARGET
+
     def raw(*args):
+        w = jax.ShapeDtypeStruct(args[0].shape, args[0].dtype)
+        x = jax.ShapeDtypeStruct(args[0].shape[:-2] + args[0].shape[-1:], args[0].dtype)
         call = jax.ffi.ffi_call(
-            _kernel.ASM_UPDATE_TARGET,
-            jax.ShapeDtypeStruct(args[0].shape, args[0].dtype),
+            target,
+            (w, x) if with_sum else w,
             input_output_aliases={0: 0},
             vmap_method="sequential",
         )
@@ -284,20 +291,25 @@ def _update_kernel(plastic, conn, *args):
             a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
             for a, b in zip(args, in_batched, strict=True)
         ]
-        return raw(*args), True
+        return raw(*args), ((True, True) if with_sum else True)
 
     return update(conn, *args)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update(plastic, *args):
+def _on_platform(plastic, kernel_target, pure, *args):
+    """`_update_ffi` with `kernel_target` on CPU when the kernels are built, else `pure`."""
     if _kernel.available():
         return jax.lax.platform_dependent(
             *args,
-            cpu=functools.partial(_update_kernel, plastic),
-            default=functools.partial(_update_jax, plastic),
+            cpu=functools.partial(_update_ffi, kernel_target, plastic),
+            default=functools.partial(pure, plastic),
         )
-    return _update_jax(plastic, *args)
+    return pure(plastic, *args)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _update(plastic, *args):
+    return _on_platform(plastic, _kernel.ASM_UPDATE_TARGET, _update_jax, *args)
 
 
 def _update_differentiable(plastic, conn, src_rows, cols, chosen, start, count, *hebb):
@@ -332,44 +344,9 @@ def _update_sum_jax(plastic, conn, *args):
     return conn, _rowsum_jax(conn, sum_rows, sum_limit)
 
 
-def _update_sum_kernel(plastic, conn, *args):
-    def raw(*args):
-        call = jax.ffi.ffi_call(
-            _kernel.ASM_UPDATE_SUM_TARGET,
-            (
-                jax.ShapeDtypeStruct(args[0].shape, args[0].dtype),
-                jax.ShapeDtypeStruct(args[0].shape[:-2] + args[0].shape[-1:], args[0].dtype),
-            ),
-            input_output_aliases={0: 0},
-            vmap_method="sequential",
-        )
-        return call(*args, plastic=np.int64(plastic))
-
-    # As `_update_kernel`: every argument broadcast to the batch, one call for all brains.
-    @jax.custom_batching.custom_vmap
-    def update_sum(*args):
-        return raw(*args)
-
-    @update_sum.def_vmap
-    def _batched(axis_size, in_batched, *args):
-        args = [
-            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, b in zip(args, in_batched, strict=True)
-        ]
-        return raw(*args), (True, True)
-
-    return update_sum(conn, *args)
-
-
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _update_sum(plastic, *args):
-    if _kernel.available():
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=functools.partial(_update_sum_kernel, plastic),
-            default=functools.partial(_update_sum_jax, plastic),
-        )
-    return _update_sum_jax(plastic, *args)
+    return _on_platform(plastic, _kernel.ASM_UPDATE_SUM_TARGET, _update_sum_jax, *args)
 
 
 @_update_sum.defjvp
