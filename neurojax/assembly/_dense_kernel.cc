@@ -60,24 +60,34 @@ __attribute__((noinline)) void AddRow(F* __restrict x, const F* __restrict row, 
   for (int64_t c = 0; c < n; ++c) x[c] += row[c];
 }
 
+// A batch entry's limit, clamped to [0, n_cols].
+inline int64_t ClampLimit(int64_t lim, int64_t n_cols) {
+  return lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
+}
+
+// Adds the first `lim` entries of the rows `rows[0..k)` of wb (entries outside [0, n_rows)
+// skipped) to xb, in list order.
+template <typename F>
+void AddRows(const F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols,
+             int64_t lim, F* xb) {
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t r = rows[i];
+    if (r < 0 || r >= n_rows) continue;
+    if (i + 1 < k && rows[i + 1] >= 0 && rows[i + 1] < n_rows) {
+      PrefetchRowStart(wb + rows[i + 1] * n_cols, lim, false);
+    }
+    AddRow(xb, wb + r * n_cols, lim);
+  }
+}
+
 template <typename F>
 void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t n_batch,
             int64_t n_rows, int64_t n_cols, int64_t k) {
   for (int64_t b = 0; b < n_batch; ++b) {
-    const F* wb = w + b * n_rows * n_cols;
-    const int32_t* rb = rows + b * k;
     F* xb = x + b * n_cols;
-    int64_t lim = limit[b];
-    lim = lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
     for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
-    for (int64_t i = 0; i < k; ++i) {
-      const int64_t r = rb[i];
-      if (r < 0 || r >= n_rows) continue;
-      if (i + 1 < k && rb[i + 1] >= 0 && rb[i + 1] < n_rows) {
-        PrefetchRowStart(wb + rb[i + 1] * n_cols, lim, false);
-      }
-      AddRow(xb, wb + r * n_cols, lim);
-    }
+    AddRows(w + b * n_rows * n_cols, rows + b * k, k, n_rows, n_cols,
+            ClampLimit(limit[b], n_cols), xb);
   }
 }
 
@@ -212,21 +222,12 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     if (x != nullptr) {
       xb = x + b * n_cols;
       sum_rows = sum.rows + b * sum.kq;
-      lim = sum.limit[b];
-      lim = lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
+      lim = ClampLimit(sum.limit[b], n_cols);
       for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
     }
     const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
     if (!plastic) {
-      if (xb == nullptr) continue;
-      for (int64_t i = 0; i < sum.kq; ++i) {
-        const int64_t r = sum_rows[i];
-        if (!valid(r)) continue;
-        if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
-          PrefetchRowStart(wb + sum_rows[i + 1] * n_cols, lim, false);
-        }
-        AddRow(xb, wb + r * n_cols, lim);
-      }
+      if (xb != nullptr) AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb);
       continue;
     }
     // Each row of a previous winner is multiplied by a vector that holds `factor` at the new
@@ -443,9 +444,10 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
 // nj_asm_topk: the k largest entries of each row of the concatenation [x1, x2] of x1
 // (*batch, n1) and x2 (*batch, n2), and their indices in it, as jax.lax.top_k returns them:
 // values in decreasing order, equal values by increasing index. The k-th largest value is
-// found with nth_element on the entries above -infinity (in sparse mode the entries of
-// neurons beyond the support are -infinity, often half the row or more); if fewer than k
-// entries are above it, it is -infinity itself. The entries above the k-th value and then as
+// found among the entries above -infinity only (in sparse mode the entries of neurons beyond
+// the support are -infinity, often half the row or more), by a radix select in float32 and
+// nth_element in float64 (KthLargest); if fewer than k entries are above -infinity, it is
+// -infinity itself. The entries above the k-th value and then as
 // many equal to it as fit are collected in index order, and only those k are sorted (float32:
 // as 64-bit keys that hold the value's order in the high half and the index in the low
 // half). Rows must not contain NaN (assembly inputs never do).

@@ -47,12 +47,6 @@ inline void RecordStep(const Flag* __restrict flags, Flag* __restrict counts, Ou
   }
 }
 
-// The record is a fresh buffer that the run touches first. On Linux every first touch of a
-// 4 KiB page is a page fault (a few microseconds in a virtual machine), which for a large
-// raster costs more than the simulation; asking for transparent huge pages on the buffer
-// (2 MiB per fault) where the system allows it on request removes most of them. Only whole
-// huge pages inside the buffer are advised, and only for buffers of 32 MiB or more; nothing
-// changes if the system has no transparent huge pages.
 // Asks for every cache line of [p, p + bytes) ahead of use, for reading or for writing.
 inline void PrefetchRange(const void* p, int64_t bytes, bool for_write) {
   if (bytes <= 0) return;
@@ -67,6 +61,12 @@ inline void PrefetchRange(const void* p, int64_t bytes, bool for_write) {
   }
 }
 
+// The record is a fresh buffer that the run touches first. On Linux every first touch of a
+// 4 KiB page is a page fault (a few microseconds in a virtual machine), which for a large
+// raster costs more than the simulation; asking for transparent huge pages on the buffer
+// (2 MiB per fault) where the system allows it on request removes most of them. Only whole
+// huge pages inside the buffer are advised, and only for buffers of 32 MiB or more; nothing
+// changes if the system has no transparent huge pages.
 inline void AdviseHugePages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHuge = uintptr_t{1} << 21;
