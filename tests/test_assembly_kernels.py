@@ -337,6 +337,44 @@ def test_top_k_kernel_equals_lax_top_k_with_ties(kernel):
     np.testing.assert_array_equal(jac, np.eye(50, dtype=np.float32)[idx])
 
 
+# -- random words ------------------------------------------------------------------------------
+
+
+def test_random_words_kernel_equals_jax_random_bits(kernel):
+    """The Threefry kernel draws the words of `jax.random.bits` exactly (every size parity,
+    batched keys under vmap); other key types go to `jax.random.bits` itself."""
+    assert jax.config.jax_threefry_partitionable
+    for seed in (0, 1, 2**31 + 5):
+        key = jax.random.key(seed)
+        for n in (1, 2, 3, 321, 4099):
+            got = jax.jit(lambda k, n=n: _brain._random_words(k, n))(key)
+            want = jax.random.bits(key, (n,), jnp.uint32)
+            assert got.dtype == jnp.uint32
+            np.testing.assert_array_equal(got, want)
+    keys = jax.random.split(jax.random.key(3), 6)
+    np.testing.assert_array_equal(
+        jax.vmap(lambda k: _brain._random_words(k, 9))(keys),
+        jax.vmap(lambda k: jax.random.bits(k, (9,), jnp.uint32))(keys),
+    )
+    rbg = jax.random.key(4, impl="rbg")
+    np.testing.assert_array_equal(
+        _brain._random_words(rbg, 10), jax.random.bits(rbg, (10,), jnp.uint32)
+    )
+
+
+def test_a_brain_with_an_rbg_key_projects():
+    brain = A.Brain(
+        areas={"A": (5_000, 50)},
+        stimuli={"s": 50},
+        p=0.05,
+        beta=0.1,
+        key=jax.random.key(1, impl="rbg"),
+    )
+    _, trace = _run(brain, 20)
+    assert int(trace.overlap["A"][-1]) == 50
+    assert 50 < int(trace.support["A"][-1]) < 400
+
+
 # -- whole projections through both paths -----------------------------------------------------
 
 

@@ -581,10 +581,12 @@ class Brain(eqx.Module):
 
     def _step(
         self, state: BrainState, routes: tuple, plasticity: bool, sums: dict | None
-    ) -> tuple[BrainState, dict | None]:
+    ) -> tuple[BrainState, dict | None, dict]:
         """One projection step. With `sums` (the dense input sums of this step, computed by
         the step before), also returns those of the next step with the same routing, each
-        computed by the kernel that updates its synapses (`dense_update_inputs`)."""
+        computed by the kernel that updates its synapses (`dense_update_inputs`). The last
+        result holds, by target, the overlap of its new winners with the old ones where the
+        step computed it on the way (sparse mode), else None."""
         sources = sorted({a for _, _, srcs in routes for a in srcs})
         winners = dict(state.winners)
         for a in sources:
@@ -595,20 +597,20 @@ class Brain(eqx.Module):
                 "project a stimulus (or another area) into it first",
             )
         state = eqx.tree_at(lambda s: s.winners, state, winners)
-        key, *keys = jr.split(state.key, len(routes) + 1)
+        key, draws = self._step_draws(state.key, routes)
         new_winners = dict(state.winners)
         support = dict(state.support)
         counts = dict(state.new_winners)
         fired = dict(state.fired)
         stim_w = dict(state.stimulus_weights)
         weights = dict(state.weights)
-        created = {}
-        for (t, stims, srcs), kt in zip(routes, keys):
+        created, overlaps = {}, {}
+        for (t, stims, srcs), draws_t in zip(routes, draws):
             if self.mode == "sparse":
-                out = self._sparse_target(state, t, stims, srcs, kt, sums)
+                out = self._sparse_target(state, t, stims, srcs, draws_t, sums)
             else:
                 out = self._explicit_target(state, t, stims, srcs, sums)
-            new_winners[t], support[t], counts[t], f_t, created_stim, created_w = out
+            new_winners[t], support[t], counts[t], f_t, created_stim, created_w, overlaps[t] = out
             if f_t is not None:
                 fired[t] = f_t
             created[t] = (created_stim, created_w)
@@ -653,7 +655,7 @@ class Brain(eqx.Module):
             key=key,
             step=state.step + 1,
         )
-        return new_state, next_sums
+        return new_state, next_sums, overlaps
 
     @eqx.filter_jit
     def project_rounds(
@@ -679,12 +681,17 @@ class Brain(eqx.Module):
         # used.
         def body(carry, _):
             s, sums = carry
-            new, sums = self._step(s, routes, plasticity, sums)
+            new, sums, overlaps = self._step(s, routes, plasticity, sums)
             rec = (
                 {t: new.winners[t] for t in targets},
                 {t: new.new_winners[t] for t in targets},
                 {t: new.support[t] for t in targets},
-                {t: self._overlap(t, new.winners[t], s.winners[t]) for t in targets},
+                {
+                    t: self._overlap(t, new.winners[t], s.winners[t])
+                    if overlaps[t] is None
+                    else overlaps[t]
+                    for t in targets
+                },
             )
             return (new, sums), rec
 
@@ -696,12 +703,7 @@ class Brain(eqx.Module):
         """`overlap(a, b)` of two winner lists of area `t`: for at most 2**16 labels (the
         capacity in sparse mode, `n` in explicit mode) through a boolean mask, a scatter and a
         gather (XLA:CPU sorts and binary-searches several times slower), else by sorting."""
-        size = self.capacities[self.area_names.index(t)]
-        if size > 1 << 16:
-            return overlap(a, b)
-        mask = jnp.zeros((size + 1,), bool).at[jnp.where(b < 0, size, b)].set(True)
-        found = mask[jnp.where(a < 0, size, a)] & (a >= 0)
-        return jnp.sum(found).astype(jnp.int32)
+        return _overlap_labels(a, b, self.capacities[self.area_names.index(t)])
 
     def _explicit_target(self, state, t, stims, srcs, sums=None):
         i = self.area_names.index(t)
@@ -716,12 +718,33 @@ class Brain(eqx.Module):
         first = ~jnp.take(before, safe, mode="fill", fill_value=True)
         fired = before.at[safe].set(True, mode="drop")
         n_first = jnp.sum(first).astype(jnp.int32)
-        return win, jnp.sum(fired).astype(jnp.int32), n_first, fired, {}, {}
+        return win, jnp.sum(fired).astype(jnp.int32), n_first, fired, {}, {}, None
 
-    def _sparse_target(self, state, t, stims, srcs, key, sums=None):
+    def _step_draws(self, key: PRNGKeyArray, routes: tuple) -> tuple[PRNGKeyArray, list]:
+        """The random numbers of one step, from one draw of `key`: the next state's key and,
+        per target in sparse mode, a key for the first-time winners' input choice and `k`
+        words for the candidates (one draw instead of a split per use: on CPU each draw of a
+        threefry key is a loop of its own)."""
+        impl = jr.key_impl(key)
+        kw = jr.key_data(key).shape[-1]
+        sparse = self.mode == "sparse"
+        sizes = [kw + self.caps[self.area_names.index(t)] if sparse else 0 for t, _, _ in routes]
+        words = _random_words(key, kw + sum(sizes))
+        draws, at = [], kw
+        for size in sizes:
+            if size:
+                draws.append(
+                    (jr.wrap_key_data(words[at : at + kw], impl=impl), words[at + kw : at + size])
+                )
+            else:
+                draws.append(None)
+            at += size
+        return jr.wrap_key_data(words[:kw], impl=impl), draws
+
+    def _sparse_target(self, state, t, stims, srcs, draws, sums=None):
         i = self.area_names.index(t)
         n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
-        k_cand, k_items = jr.split(key)
+        k_items, cand_words = draws
         w = state.support[t]
         x = self._inputs(state, t, stims, srcs, limit=w, sums=sums)
         x = jnp.where(jnp.arange(cap, dtype=jnp.int32) < w, x, -jnp.inf)
@@ -732,33 +755,24 @@ class Brain(eqx.Module):
             total = total + c
         total_max = sum(stim_sizes) + sum(self.caps[self.area_names.index(a)] for a in srcs)
         table = _sampling.binom_tail_table(total_max, self.p, k / n)
-        cand = _sampling.sample_candidates(k_cand, table, total, n, k, w, self.p)
-        vals, idx = _top_k(x, k, cand)
-        idx = idx.astype(jnp.int32)
-        fixed = state.fixed[t]
-        is_new = (idx >= cap) & ~fixed
-        rank = jnp.cumsum(is_new.astype(jnp.int32)) - 1
-        labels = jnp.where(is_new, w + rank, idx)
-        win = jnp.where(fixed, state.winners[t], labels)
-        n_new = jnp.sum(is_new).astype(jnp.int32)
+        cand = _sampling.sample_candidates(cand_words, table, total, n, k, w, self.p)
+        win, m, cols, slot, info = _sparse_cap(x, cand, w, state.fixed[t], state.winners[t])
+        n_new, n_need, overlap, largest = info[0], info[1], info[2], info[3]
         new_support = w + n_new
-        new_support = eqx.error_if(
-            new_support,
-            new_support > cap,
-            f"Brain.project: the support of area {t!r} would exceed its capacity {cap}; build "
-            "the Brain with a larger capacity for this area",
-        )
-        # Inputs of first-time winners (0 elsewhere), and their columns (sentinel `cap`).
-        m = jnp.where(is_new, vals, 0.0).astype(jnp.int32)
-        cols = jnp.where(is_new, labels, cap)
         bound = _sampling.max_input(total_max, self.p, table.shape[1])
-        m = eqx.error_if(
-            m,
-            jnp.any(m > bound),
-            f"Brain.project: a new winner of area {t!r} drew an input above the static bound "
-            f"{bound} (please report)",
+        # One check for both errors (each check is a branch of its own in the compiled step).
+        new_support = eqx.branched_error_if(
+            new_support,
+            (new_support > cap) | (largest > bound),
+            (largest > bound).astype(jnp.int32),
+            [
+                f"Brain.project: the support of area {t!r} would exceed its capacity {cap}; "
+                "build the Brain with a larger capacity for this area",
+                f"Brain.project: a new winner of area {t!r} drew an input above the static "
+                f"bound {bound} (please report)",
+            ],
         )
-        chosen = _choose_inputs(k_items, m, total, bound, total_max)
+        chosen = _choose_inputs(k_items, m, total, bound, total_max, (slot, n_need))
         created_stim, created_w = {}, {}
         offset = 0
         for s, ks in zip(stims, stim_sizes):
@@ -774,7 +788,30 @@ class Brain(eqx.Module):
             # Without first-time winners every column is the sentinel and nothing is written.
             created_w[a] = (_compact(state.winners[a]), cols, chosen, start, count_a)
             start = start + count_a
-        return win, new_support, n_new, None, created_stim, created_w
+        return win, new_support, n_new, None, created_stim, created_w, overlap
+
+
+def _random_words(key: PRNGKeyArray, n: int) -> Array:
+    """`jax.random.bits(key, (n,), uint32)`; on CPU, for a threefry key, by the compiled kernel
+    of `_dense_kernel.cc` (the same words: JAX runs Threefry on CPU as a loop of small XLA
+    computations, several microseconds per draw)."""
+    threefry = str(jr.key_impl(key)) == "threefry2x32" and jax.config.jax_threefry_partitionable
+    if not (threefry and _kernel.available()):
+        return jr.bits(key, (n,), jnp.uint32)
+    return jax.lax.platform_dependent(
+        jr.key_data(key),
+        cpu=functools.partial(_bits_kernel, n=n),
+        default=lambda data: jr.bits(jr.wrap_key_data(data, impl="threefry2x32"), (n,), jnp.uint32),
+    )
+
+
+def _bits_kernel(data: Array, n: int) -> Array:
+    call = jax.ffi.ffi_call(
+        _kernel.ASM_BITS_TARGET,
+        jax.ShapeDtypeStruct((*data.shape[:-1], n), jnp.uint32),
+        vmap_method="broadcast_all",
+    )
+    return call(data)
 
 
 def _compact(winners: Int[Array, " k"]) -> Int[Array, " k"]:
@@ -784,8 +821,75 @@ def _compact(winners: Int[Array, " k"]) -> Int[Array, " k"]:
     return jnp.full_like(winners, -1).at[dest].set(winners, mode="drop")
 
 
+def _overlap_labels(a: Int[Array, " k"], b: Int[Array, " m"], size: int) -> Int[Array, ""]:
+    """`overlap(a, b)` of labels below `size`: up to 2**16 through a boolean mask, a scatter
+    and a gather (XLA:CPU sorts and binary-searches several times slower), else by sorting."""
+    if size > 1 << 16:
+        return overlap(a, b)
+    mask = jnp.zeros((size + 1,), bool).at[jnp.where(b < 0, size, b)].set(True)
+    found = mask[jnp.where(a < 0, size, a)] & (a >= 0)
+    return jnp.sum(found).astype(jnp.int32)
+
+
+def _sparse_cap(
+    x: Float[Array, " cap"],
+    cand: Float[Array, " k"],
+    support: Int[Array, ""],
+    fixed: Bool[Array, ""],
+    old: Int[Array, " k"],
+) -> tuple[Array, Array, Array, Array, Int[Array, " 4"]]:
+    """The k-cap of a sparse-mode target and what the step needs from it.
+
+    `x`: the support's inputs (-inf beyond the support), `cand`: the `k` candidates' inputs,
+    `old`: the winners before the step. Returns `(win, m, cols, slot, info)`: the winners
+    (the new ones labelled `support, support + 1, ...` in the cap's order; `old` if `fixed`),
+    the first-time winners' inputs `m` (0 elsewhere) and columns `cols` (`cap` elsewhere),
+    each first-time winner's row of words for `_choose_inputs` (`slot`, 0 where `m == 0`),
+    and `info = (new winners, rows with m > 0, overlap of win with old, largest m)`. On CPU
+    one call of the kernel in `_dense_kernel.cc` computes all of it; the results are integers
+    and carry no gradient.
+    """
+    args = (jax.lax.stop_gradient(x), jax.lax.stop_gradient(cand), support, fixed, old)
+    if _kernel.available():
+        return jax.lax.platform_dependent(*args, cpu=_sparse_cap_kernel, default=_sparse_cap_jax)
+    return _sparse_cap_jax(*args)
+
+
+def _sparse_cap_jax(x, cand, support, fixed, old):
+    cap, k = x.shape[-1], cand.shape[-1]
+    vals, idx = _lax_top_k(x, cand, k)
+    idx = idx.astype(jnp.int32)
+    is_new = (idx >= cap) & ~fixed
+    rank = jnp.cumsum(is_new.astype(jnp.int32)) - 1
+    labels = jnp.where(is_new, support + rank, idx)
+    win = jnp.where(fixed, old, labels)
+    m = jnp.where(is_new, vals, 0.0).astype(jnp.int32)
+    cols = jnp.where(is_new, labels, cap)
+    need = m > 0
+    slot = jnp.where(need, jnp.cumsum(need.astype(jnp.int32)) - 1, 0)
+    ov = _overlap_labels(win, old, cap)
+    info = [jnp.sum(is_new), jnp.sum(need), ov, jnp.max(m)]
+    return win, m, cols, slot, jnp.stack([v.astype(jnp.int32) for v in info])
+
+
+def _sparse_cap_kernel(x, cand, support, fixed, old):
+    k = cand.shape[-1]
+    out = jax.ShapeDtypeStruct((*x.shape[:-1], k), jnp.int32)
+    call = jax.ffi.ffi_call(
+        _kernel.ASM_CAP_TARGET,
+        (out, out, out, out, jax.ShapeDtypeStruct((*x.shape[:-1], 4), jnp.int32)),
+        vmap_method="broadcast_all",
+    )
+    return call(x, cand, support, fixed, old)
+
+
 def _choose_inputs(
-    key: PRNGKeyArray, m: Int[Array, " k"], total: Int[Array, ""], bound: int, total_max: int
+    key: PRNGKeyArray,
+    m: Int[Array, " k"],
+    total: Int[Array, ""],
+    bound: int,
+    total_max: int,
+    slots: tuple[Int[Array, " k"], Int[Array, ""]] | None = None,
 ) -> Int[Array, "k bound"]:
     """For each row, `m[r]` distinct items of `range(total)` chosen uniformly; `total` pads.
 
@@ -799,14 +903,20 @@ def _choose_inputs(
     `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`, whose bias is
     below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few hundred inputs).
     On CPU a compiled kernel runs the loop (`_dense_kernel.cc`, same numbers). Inputs of
-    `2**16` or more draw with `jax.random.randint` at every iteration.
+    `2**16` or more draw with `jax.random.randint` at every iteration. `slots` may give each
+    row's row of words (0 where `m == 0`) and the number of rows with `m > 0`, as `_sparse_cap`
+    returns them.
     """
     width = max(bound, 1)
     if total_max >= 2**16:
         return _floyd_randint(key, m, total, width)
     rows = m.shape[0]
-    need = m > 0
-    slot = jnp.cumsum(need.astype(jnp.int32)) - 1
+    if slots is None:
+        need = m > 0
+        slot = jnp.where(need, jnp.cumsum(need.astype(jnp.int32)) - 1, 0)
+        n_need = jnp.sum(need).astype(jnp.int32)
+    else:
+        slot, n_need = slots
     sizes = sorted({0, *(s for s in (8, 64) if s < rows), rows})
 
     def draw(size):
@@ -819,11 +929,12 @@ def _choose_inputs(
         return branch
 
     # The bucket is chosen for the whole batch under vmap, so it stays a branch.
-    n_need = _max_in_batch(jnp.sum(need).astype(jnp.int32))
-    index = jnp.searchsorted(jnp.asarray(sizes[:-1], jnp.int32), n_need, side="left")
+    n_need = _max_in_batch(n_need)
+    # The smallest size that holds them (a count of comparisons: a search is a loop).
+    index = jnp.sum(n_need > jnp.asarray(sizes[:-1], jnp.int32))
     words = jax.lax.switch(index, [draw(size) for size in sizes])
     total = jnp.asarray(total, jnp.int32)
-    args = (words, jnp.where(need, slot, 0), m, total)
+    args = (words, slot, m, total)
     if _kernel.available():
         return jax.lax.platform_dependent(*args, cpu=_floyd_kernel, default=_floyd_words)
     return _floyd_words(*args)

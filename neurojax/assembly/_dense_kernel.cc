@@ -524,48 +524,64 @@ inline float KthLargest(float* buf, int64_t m, int64_t k) {
   return v;
 }
 
+// Scratch buffers of the k-cap, kept per thread between calls.
+template <typename F>
+struct TopKScratch {
+  std::vector<F> row, buf;
+  std::vector<int32_t> pick;
+  std::vector<uint64_t> keys;
+};
+
+// The k-cap of one row [x1 (n1), x2 (n2)]: values and indices as nj_asm_topk defines them.
+template <typename F>
+void TopKRow(const F* x1, int64_t n1, const F* x2, int64_t n2, int64_t k, F* values,
+             int32_t* indices, TopKScratch<F>& s) {
+  const int64_t n = n1 + n2;
+  constexpr F kLow = -std::numeric_limits<F>::infinity();
+  s.row.resize(n);
+  s.buf.resize(n);
+  s.pick.resize(k);
+  std::copy(x1, x1 + n1, s.row.begin());
+  std::copy(x2, x2 + n2, s.row.begin() + n1);
+  const F* xb = s.row.data();
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    s.buf[m] = xb[i];
+    m += xb[i] > kLow;
+  }
+  const F kth = m >= k ? KthLargest(s.buf.data(), m, k) : kLow;
+  int64_t above = 0;
+  for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
+  // Everything above the k-th value, and the first k - above entries equal to it.
+  int64_t out = 0, equal_left = k - above;
+  for (int64_t i = 0; i < n && out < k; ++i) {
+    if (xb[i] > kth) {
+      s.pick[out++] = static_cast<int32_t>(i);
+    } else if (xb[i] == kth && equal_left > 0) {
+      s.pick[out++] = static_cast<int32_t>(i);
+      --equal_left;
+    }
+  }
+  SortPicks(xb, s.pick, s.keys);
+  for (int64_t j = 0; j < k; ++j) {
+    indices[j] = s.pick[j];
+    values[j] = xb[s.pick[j]];
+  }
+}
+
+template <typename F>
+TopKScratch<F>& Scratch() {
+  // (A local reference: each use of a thread_local of a shared library is a call.)
+  thread_local TopKScratch<F> scratch;
+  return scratch;
+}
+
 template <typename F>
 void TopK(const F* x1, const F* x2, F* values, int32_t* indices, int64_t n_batch, int64_t n1,
           int64_t n2, int64_t k) {
-  const int64_t n = n1 + n2;
-  constexpr F kLow = -std::numeric_limits<F>::infinity();
-  thread_local std::vector<F> row_buf, buf_buf;
-  thread_local std::vector<int32_t> pick_buf;
-  thread_local std::vector<uint64_t> keys_buf;
-  std::vector<F>& row = row_buf;
-  std::vector<F>& buf = buf_buf;
-  std::vector<int32_t>& pick = pick_buf;
-  std::vector<uint64_t>& keys = keys_buf;
-  row.resize(n);
-  buf.resize(n);
-  pick.resize(k);
+  TopKScratch<F>& s = Scratch<F>();
   for (int64_t b = 0; b < n_batch; ++b) {
-    std::copy(x1 + b * n1, x1 + (b + 1) * n1, row.begin());
-    std::copy(x2 + b * n2, x2 + (b + 1) * n2, row.begin() + n1);
-    const F* xb = row.data();
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      buf[m] = xb[i];
-      m += xb[i] > kLow;
-    }
-    const F kth = m >= k ? KthLargest(buf.data(), m, k) : kLow;
-    int64_t above = 0;
-    for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
-    // Everything above the k-th value, and the first k - above entries equal to it.
-    int64_t out = 0, equal_left = k - above;
-    for (int64_t i = 0; i < n && out < k; ++i) {
-      if (xb[i] > kth) {
-        pick[out++] = static_cast<int32_t>(i);
-      } else if (xb[i] == kth && equal_left > 0) {
-        pick[out++] = static_cast<int32_t>(i);
-        --equal_left;
-      }
-    }
-    SortPicks(xb, pick, keys);
-    for (int64_t j = 0; j < k; ++j) {
-      indices[b * k + j] = pick[j];
-      values[b * k + j] = xb[pick[j]];
-    }
+    TopKRow(x1 + b * n1, n1, x2 + b * n2, n2, k, values + b * k, indices + b * k, s);
   }
 }
 
@@ -601,6 +617,169 @@ ffi::Error TopKImpl(ffi::AnyBuffer x1, ffi::AnyBuffer x2, ffi::Result<ffi::AnyBu
                  static_cast<const double*>(x2.untyped_data()),
                  static_cast<double*>(values->untyped_data()),
                  static_cast<int32_t*>(indices->untyped_data()), n_batch, n1, n2, k);
+  }
+  return ffi::Error::Success();
+}
+
+// nj_asm_bits: words[b, i] = y0 ^ y1 for (y0, y1) = Threefry-2x32 (20 rounds) of the counter
+// (0, i) under the key (key[b, 0], key[b, 1]), i < n: the 32-bit words that jax.random.bits
+// draws from a threefry key with jax_threefry_partitionable on (the caller checks that
+// setting; a test compares the two). On CPU, JAX evaluates Threefry as a loop of five small
+// XLA computations, which costs several microseconds per draw; here it is one call.
+// Threefry: Salmon, Moraes, Dror and Shaw (2011), "Parallel random numbers: as easy as 1, 2,
+// 3", SC'11; rotation constants and key schedule as published for Threefry-2x32.
+inline uint32_t RotL(uint32_t v, int d) { return (v << d) | (v >> (32 - d)); }
+
+void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n) {
+  static constexpr int kRot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t x0 = 0u + ks[0];
+    uint32_t x1 = static_cast<uint32_t>(i) + ks[1];
+#pragma GCC unroll 5
+    for (int j = 0; j < 5; ++j) {
+#pragma GCC unroll 4
+      for (const int r : kRot[j % 2]) {
+        x0 += x1;
+        x1 = RotL(x1, r) ^ x0;
+      }
+      x0 += ks[(j + 1) % 3];
+      x1 += ks[(j + 2) % 3] + static_cast<uint32_t>(j + 1);
+    }
+    out[i] = x0 ^ x1;
+  }
+}
+
+ffi::Error BitsImpl(ffi::AnyBuffer key, ffi::Result<ffi::AnyBuffer> words) {
+  if (key.element_type() != ffi::DataType::U32 || words->element_type() != ffi::DataType::U32) {
+    return ffi::Error::InvalidArgument("nj_asm_bits: key and words must be uint32");
+  }
+  const auto kd = key.dimensions();
+  const auto wd = words->dimensions();
+  if (kd.size() < 1 || kd[kd.size() - 1] != 2 || wd.size() != kd.size()) {
+    return ffi::Error::InvalidArgument("nj_asm_bits: key must be (*batch, 2), words (*batch, n)");
+  }
+  const int64_t n_batch = static_cast<int64_t>(key.element_count()) / 2;
+  const int64_t n = wd[wd.size() - 1];
+  if (static_cast<int64_t>(words->element_count()) != n_batch * n || n >= (int64_t{1} << 32)) {
+    return ffi::Error::InvalidArgument("nj_asm_bits: batch sizes differ or n >= 2**32");
+  }
+  const auto* k = static_cast<const uint32_t*>(key.untyped_data());
+  auto* out = static_cast<uint32_t*>(words->untyped_data());
+  for (int64_t b = 0; b < n_batch; ++b) ThreefryWords(k[2 * b], k[2 * b + 1], out + b * n, n);
+  return ffi::Error::Success();
+}
+
+// nj_asm_cap: the k-cap of a sparse-mode target and what the step needs from it, in one call.
+// Per batch entry, with x (cap) the inputs of the support (-inf beyond it), cand (k) the
+// never-fired candidates' inputs, w the support, fixed whether the assembly is frozen and
+// old (k) the winners before the step:
+//   (values, idx) = the k-cap of [x, cand] (nj_asm_topk);
+//   a winner j is new when idx[j] >= cap and the area is not fixed; the new ones are labelled
+//   w, w + 1, ... in list order; win[j] = old[j] if fixed, else its label (idx[j] otherwise);
+//   m[j] = int(values[j]) for a new winner, else 0 (its input, which Floyd's choice splits);
+//   cols[j] = its label for a new winner, else cap (a column the update skips);
+//   slot[j] = the number of j' < j with m[j'] > 0 where m[j] > 0, else 0 (its row of words);
+//   info = (new winners, winners with m > 0, overlap of win with old, largest m).
+// The overlap counts the entries of win (>= 0) also in old, as Brain._overlap does.
+template <typename F>
+void Cap(const F* x, const F* cand, const int32_t* support, const bool* fixed,
+         const int32_t* old, int32_t* win, int32_t* m, int32_t* cols, int32_t* slot,
+         int32_t* info, int64_t n_batch, int64_t cap, int64_t k) {
+  TopKScratch<F>& s = Scratch<F>();
+  thread_local std::vector<F> values_buf;
+  thread_local std::vector<int32_t> idx_buf;
+  thread_local std::vector<uint8_t> mark_buf;
+  std::vector<F>& values = values_buf;
+  std::vector<int32_t>& idx = idx_buf;
+  std::vector<uint8_t>& mark = mark_buf;  // all zeros between uses
+  values.resize(k);
+  idx.resize(k);
+  if (static_cast<int64_t>(mark.size()) < cap) mark.resize(cap, 0);
+  for (int64_t b = 0; b < n_batch; ++b) {
+    TopKRow(x + b * cap, cap, cand + b * k, k, k, values.data(), idx.data(), s);
+    const int64_t w = support[b];
+    const bool frozen = fixed[b];
+    const int32_t* ob = old + b * k;
+    int32_t* wb = win + b * k;
+    int32_t* mb = m + b * k;
+    int32_t* cb = cols + b * k;
+    int32_t* sb = slot + b * k;
+    int32_t n_new = 0, n_need = 0, largest = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const bool is_new = idx[j] >= cap && !frozen;
+      const int64_t label = is_new ? w + n_new : idx[j];
+      wb[j] = frozen ? ob[j] : static_cast<int32_t>(label);
+      mb[j] = is_new ? static_cast<int32_t>(values[j]) : 0;
+      cb[j] = is_new ? static_cast<int32_t>(label) : static_cast<int32_t>(cap);
+      sb[j] = mb[j] > 0 ? n_need : 0;
+      n_need += mb[j] > 0;
+      n_new += is_new;
+      largest = std::max(largest, mb[j]);
+    }
+    int32_t overlap = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (ob[j] >= 0 && ob[j] < cap) mark[ob[j]] = 1;
+    }
+    for (int64_t j = 0; j < k; ++j) overlap += wb[j] >= 0 && wb[j] < cap && mark[wb[j]];
+    for (int64_t j = 0; j < k; ++j) {
+      if (ob[j] >= 0 && ob[j] < cap) mark[ob[j]] = 0;
+    }
+    info[4 * b] = n_new;
+    info[4 * b + 1] = n_need;
+    info[4 * b + 2] = overlap;
+    info[4 * b + 3] = largest;
+  }
+}
+
+ffi::Error CapImpl(ffi::AnyBuffer x, ffi::AnyBuffer cand, ffi::AnyBuffer support,
+                   ffi::AnyBuffer fixed, ffi::AnyBuffer old, ffi::Result<ffi::AnyBuffer> win,
+                   ffi::Result<ffi::AnyBuffer> m, ffi::Result<ffi::AnyBuffer> cols,
+                   ffi::Result<ffi::AnyBuffer> slot, ffi::Result<ffi::AnyBuffer> info) {
+  const auto type = x.element_type();
+  if ((type != ffi::DataType::F32 && type != ffi::DataType::F64) || cand.element_type() != type) {
+    return ffi::Error::InvalidArgument("nj_asm_cap: x and cand must be float32 or float64");
+  }
+  if (support.element_type() != ffi::DataType::S32 || fixed.element_type() != ffi::DataType::PRED ||
+      old.element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_asm_cap: support and old must be int32, fixed bool");
+  }
+  for (auto* out : {&win, &m, &cols, &slot, &info}) {
+    if ((*out)->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument("nj_asm_cap: results must be int32");
+    }
+  }
+  const auto xd = x.dimensions();
+  const auto cd = cand.dimensions();
+  if (xd.size() < 1 || cd.size() != xd.size()) {
+    return ffi::Error::InvalidArgument("nj_asm_cap: x and cand must be (*batch, n)");
+  }
+  const int64_t cap = xd[xd.size() - 1];
+  const int64_t k = cd[cd.size() - 1];
+  const int64_t n_batch = cap > 0 ? static_cast<int64_t>(x.element_count()) / cap : 0;
+  const auto count = [](const ffi::AnyBuffer& a) { return static_cast<int64_t>(a.element_count()); };
+  if (k < 1 || cap < 1 || cap + k >= (int64_t{1} << 31) || count(cand) != n_batch * k ||
+      count(support) != n_batch || count(fixed) != n_batch || count(old) != n_batch * k ||
+      count(*win) != n_batch * k || count(*m) != n_batch * k || count(*cols) != n_batch * k ||
+      count(*slot) != n_batch * k || count(*info) != n_batch * 4) {
+    return ffi::Error::InvalidArgument("nj_asm_cap: sizes or batch sizes of the arguments differ");
+  }
+  const auto* sup = static_cast<const int32_t*>(support.untyped_data());
+  const auto* fix = static_cast<const bool*>(fixed.untyped_data());
+  const auto* o = static_cast<const int32_t*>(old.untyped_data());
+  auto* wp = static_cast<int32_t*>(win->untyped_data());
+  auto* mp = static_cast<int32_t*>(m->untyped_data());
+  auto* cp = static_cast<int32_t*>(cols->untyped_data());
+  auto* sp = static_cast<int32_t*>(slot->untyped_data());
+  auto* ip = static_cast<int32_t*>(info->untyped_data());
+  if (type == ffi::DataType::F32) {
+    Cap<float>(static_cast<const float*>(x.untyped_data()),
+               static_cast<const float*>(cand.untyped_data()), sup, fix, o, wp, mp, cp, sp, ip,
+               n_batch, cap, k);
+  } else {
+    Cap<double>(static_cast<const double*>(x.untyped_data()),
+                static_cast<const double*>(cand.untyped_data()), sup, fix, o, wp, mp, cp, sp, ip,
+                n_batch, cap, k);
   }
   return ffi::Error::Success();
 }
@@ -659,3 +838,21 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, TopKImpl,
                                   .Arg<ffi::AnyBuffer>()   // x2 (*batch, n2)
                                   .Ret<ffi::AnyBuffer>()   // values (*batch, k)
                                   .Ret<ffi::AnyBuffer>());  // indices (*batch, k) int32
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmBits, BitsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()    // key (*batch, 2) uint32
+                                  .Ret<ffi::AnyBuffer>());  // words (*batch, n) uint32
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmCap, CapImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()   // x (*batch, cap)
+                                  .Arg<ffi::AnyBuffer>()   // cand (*batch, k)
+                                  .Arg<ffi::AnyBuffer>()   // support (*batch,) int32
+                                  .Arg<ffi::AnyBuffer>()   // fixed (*batch,) bool
+                                  .Arg<ffi::AnyBuffer>()   // old winners (*batch, k) int32
+                                  .Ret<ffi::AnyBuffer>()   // win (*batch, k) int32
+                                  .Ret<ffi::AnyBuffer>()   // m (*batch, k) int32
+                                  .Ret<ffi::AnyBuffer>()   // cols (*batch, k) int32
+                                  .Ret<ffi::AnyBuffer>()   // slot (*batch, k) int32
+                                  .Ret<ffi::AnyBuffer>());  // info (*batch, 4) int32

@@ -22,13 +22,14 @@ per `(largest total_k, p, smallest tail)` on the host in float64 with SciPy.
 
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax.scipy.special import ndtr, ndtri
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray, UInt32
 
 __all__ = ["binom_tail_table", "binom_ppf", "truncated_normal", "sample_candidates", "max_input"]
 
@@ -70,29 +71,51 @@ def binom_ppf(
 
 
 def truncated_normal(
-    key: PRNGKeyArray, lower: Float[Array, ""], upper: Float[Array, ""], shape: tuple[int, ...]
+    key: PRNGKeyArray | UInt32[Array, "..."],
+    lower: Float[Array, ""],
+    upper: Float[Array, ""],
+    shape: tuple[int, ...],
 ) -> Float[Array, "..."]:
     """Standard normal samples truncated to `[lower, upper]`, accurate far into the tails.
 
     Inverse-CDF sampling through the upper-tail probability `Q(z) = Phi(-z)` when `lower >= 0`
     (in float32 `Phi(5)` is 1 to within a few ulps, while `Q(5) = 2.9e-7` keeps full relative
-    precision) and through `Phi` otherwise.
+    precision) and through `Phi` otherwise. `key` is a PRNG key, or uint32 random words of
+    `shape` already drawn (one word per sample).
     """
     dtype = jnp.result_type(float)
-    # Midpoints of the 2**-23 grid of float32 uniforms: u is never 0 or 1, where the inverse
-    # CDF would return an infinite z (then clipped to the upper bound, an impossible draw).
-    u = (jnp.floor(jr.uniform(key, shape, dtype) * 2.0**23) + 0.5) * 2.0**-23
-    q_lo, q_hi = ndtr(-lower), ndtr(-upper)
-    z_upper_tail = -ndtri(q_hi + u * (q_lo - q_hi))
-    c_lo, c_hi = ndtr(lower), ndtr(upper)
-    z_lower_tail = ndtri(c_lo + u * (c_hi - c_lo))
-    z = jnp.where(lower >= 0, z_upper_tail, z_lower_tail)
+    words = _words(key, shape)
+    # Midpoints of the 2**-23 grid of uniforms (the top 23 bits of each word): u is never 0
+    # or 1, where the inverse CDF would return an infinite z (then clipped to the upper
+    # bound, an impossible draw).
+    u = ((words >> 9).astype(dtype) + 0.5) * 2.0**-23
+    # With s = -1 (lower >= 0) the draw is -ndtri(Q(upper) + u (Q(lower) - Q(upper))), with
+    # s = 1 it is ndtri(Phi(lower) + u (Phi(upper) - Phi(lower))): one CDF pair and one
+    # inverse CDF, whichever side is accurate.
+    s = jnp.where(lower >= 0, -1.0, 1.0).astype(dtype)
+    at_lower, at_upper = ndtr(s * lower), ndtr(s * upper)
+    start = jnp.where(s < 0, at_upper, at_lower)
+    end = jnp.where(s < 0, at_lower, at_upper)
+    z = s * ndtri(start + u * (end - start))
     # Rounding in the last ulp may step just outside the interval; the interval is the model.
     return jnp.clip(z, lower, upper)
 
 
+def _words(key: Any, shape: tuple[int, ...]) -> Array:
+    """uint32 words of `shape`: drawn from `key` if it is a PRNG key, else `key` itself."""
+    if jax.dtypes.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        return jr.bits(key, shape, jnp.uint32)
+    words = jnp.asarray(key)
+    if words.dtype != jnp.uint32 or words.shape != tuple(shape):
+        raise ValueError(
+            f"truncated_normal: random words must be uint32 of shape {tuple(shape)}, got "
+            f"{words.dtype} of shape {words.shape}"
+        )
+    return words
+
+
 def sample_candidates(
-    key: PRNGKeyArray,
+    key: PRNGKeyArray | UInt32[Array, " k"],
     table: Float[Array, "N x"],
     total: Int[Array, ""],
     n: int,
@@ -103,7 +126,8 @@ def sample_candidates(
     """Inputs of the `k` best never-fired neurons of an area of `n` with `support` fired ones.
 
     Returns rounded values (float, as inputs are compared with float synaptic sums). An area
-    with no input at all (`total == 0`) returns zeros.
+    with no input at all (`total == 0`) returns zeros. `key` is a PRNG key or `k` uint32
+    random words (see `truncated_normal`).
     """
     dtype = jnp.result_type(float)
     total_f = total.astype(dtype)

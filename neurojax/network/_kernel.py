@@ -44,6 +44,8 @@ __all__ = [
     "ASM_UPDATE_SUM_TARGET",
     "ASM_CHOOSE_TARGET",
     "ASM_TOPK_TARGET",
+    "ASM_BITS_TARGET",
+    "ASM_CAP_TARGET",
     "LIF_RUN_TARGET",
     "HH_RUN_TARGET",
     "SPIKE_MATMUL_TARGET",
@@ -59,6 +61,8 @@ ASM_UPDATE_TARGET = "nj_asm_update"
 ASM_UPDATE_SUM_TARGET = "nj_asm_update_sum"
 ASM_CHOOSE_TARGET = "nj_asm_choose"
 ASM_TOPK_TARGET = "nj_asm_topk"
+ASM_BITS_TARGET = "nj_asm_bits"
+ASM_CAP_TARGET = "nj_asm_cap"
 LIF_RUN_TARGET = "nj_lif_run"
 HH_RUN_TARGET = "nj_hh_run"
 SPIKE_MATMUL_TARGET = "nj_spike_matmul"
@@ -81,6 +85,8 @@ _HANDLERS = (
     (ASM_UPDATE_SUM_TARGET, "NjAsmUpdateSum"),
     (ASM_CHOOSE_TARGET, "NjAsmChoose"),
     (ASM_TOPK_TARGET, "NjAsmTopK"),
+    (ASM_BITS_TARGET, "NjAsmBits"),
+    (ASM_CAP_TARGET, "NjAsmCap"),
     (LIF_RUN_TARGET, "NjLifRun"),
     (HH_RUN_TARGET, "NjHhRun"),
     (SPIKE_MATMUL_TARGET, "NjSpikeMatmul"),
