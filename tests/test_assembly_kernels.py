@@ -337,6 +337,42 @@ def test_top_k_kernel_equals_lax_top_k_with_ties(kernel):
     np.testing.assert_array_equal(jac, np.eye(50, dtype=np.float32)[idx])
 
 
+def test_sparse_cap_kernel_equals_pure_jax(kernel):
+    """The sparse k-cap with its bookkeeping (labels of first-time winners, their inputs,
+    columns and word slots, the counts and the overlap) against the pure-JAX path: ties
+    between support and candidates, partial and empty supports, fixed areas, winner lists
+    padded with -1, and under vmap."""
+    rng = np.random.default_rng(11)
+    cap, k = 300, 40
+    cases = []
+    for trial in range(30):
+        w = int(rng.integers(0, cap + 1))
+        x = rng.integers(0, 12, cap).astype(np.float32)
+        x[w:] = -np.inf
+        cand = np.sort(rng.integers(0, 14, k))[::-1].astype(np.float32)
+        old = rng.choice(max(w, k), k, replace=False).astype(np.int32)
+        old[rng.random(k) < (0.3 if trial % 3 == 0 else 0.0)] = -1
+        fixed = trial % 5 == 4
+        cases.append((x, cand, np.int32(w), np.bool_(fixed), old))
+        args = [jnp.asarray(a) for a in cases[-1]]
+        got = _brain._sparse_cap_kernel(*args)
+        want = _brain._sparse_cap_jax(*args)
+        for g, e in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, e)
+        # Definition of the counts.
+        win, m, cols, slot, info = (np.asarray(v) for v in got)
+        new = (cols < cap) if not fixed else np.zeros(k, bool)
+        assert info[0] == new.sum() and info[1] == (m > 0).sum() and info[3] == m.max()
+        assert info[2] == len(set(win[win >= 0].tolist()) & set(old[old >= 0].tolist()))
+        if not fixed:
+            np.testing.assert_array_equal(win[new], w + np.arange(new.sum()))
+    batch = [jnp.asarray(np.stack(a)) for a in zip(*cases[:6])]
+    got = jax.vmap(_brain._sparse_cap)(*batch)
+    want = jax.vmap(_brain._sparse_cap_jax)(*batch)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
 # -- random words ------------------------------------------------------------------------------
 
 
