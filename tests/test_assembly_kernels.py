@@ -93,9 +93,12 @@ def test_dense_inputs_under_vmap_and_grad(kernel):
 
 def _update_case(rng, n_src=300, n_tgt=280, k=40, width=12, n_new=15):
     w = _weights(rng, n_src, n_tgt)
+    # Valid source rows with -1 gaps between them: the update counts only the valid ones.
     src_rows = np.full(k, -1, np.int32)
     n_src_win = k - 3
-    src_rows[:n_src_win] = rng.choice(n_src, n_src_win, replace=False)
+    src_rows[np.sort(rng.choice(k, n_src_win, replace=False))] = rng.choice(
+        n_src, n_src_win, replace=False
+    )
     cols = np.full(k, n_tgt, np.int32)
     first = int(rng.integers(0, n_tgt - n_new))
     cols[rng.choice(k, n_new, replace=False)] = first + np.arange(n_new)
@@ -116,9 +119,10 @@ def _update_numpy(w, created, hebb):
             continue
         for r in src_rows[src_rows >= 0]:
             w[r, c] = 0.0
+        valid = src_rows[src_rows >= 0]
         for t in chosen[i]:
             if 0 <= t - start < count:
-                w[src_rows[t - start], c] = 1.0
+                w[valid[t - start], c] = 1.0
     if hebb is not None:
         rows, tcols, factor = hebb
         for r in rows[rows >= 0]:

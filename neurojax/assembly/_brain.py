@@ -588,15 +588,15 @@ class Brain(eqx.Module):
         result holds, by target, the overlap of its new winners with the old ones where the
         step computed it on the way (sparse mode), else None."""
         sources = sorted({a for _, _, srcs in routes for a in srcs})
-        winners = dict(state.winners)
-        for a in sources:
-            winners[a] = eqx.error_if(
-                winners[a],
-                ~jnp.any(winners[a] >= 0),
+        # Every error condition of the step, checked at once at its end: (condition, message).
+        checks = [
+            (
+                ~jnp.any(state.winners[a] >= 0),
                 f"Brain.project: area {a!r} has no assembly yet, so it cannot be a source; "
                 "project a stimulus (or another area) into it first",
             )
-        state = eqx.tree_at(lambda s: s.winners, state, winners)
+            for a in sources
+        ]
         key, draws = self._step_draws(state.key, routes)
         new_winners = dict(state.winners)
         support = dict(state.support)
@@ -607,7 +607,7 @@ class Brain(eqx.Module):
         created, overlaps = {}, {}
         for (t, stims, srcs), draws_t in zip(routes, draws):
             if self.mode == "sparse":
-                out = self._sparse_target(state, t, stims, srcs, draws_t, sums)
+                out = self._sparse_target(state, t, stims, srcs, draws_t, sums, checks)
             else:
                 out = self._explicit_target(state, t, stims, srcs, sums)
             new_winners[t], support[t], counts[t], f_t, created_stim, created_w, overlaps[t] = out
@@ -644,6 +644,12 @@ class Brain(eqx.Module):
                             w, created_w.get(a), hebb, new_winners[a], self._sum_limit(support, t)
                         )
                 weights[(a, t)] = w
+        step = state.step + 1
+        if checks:
+            failed = jnp.stack([c for c, _ in checks])
+            step = eqx.branched_error_if(
+                step, jnp.any(failed), jnp.argmax(failed), [msg for _, msg in checks]
+            )
         new_state = BrainState(
             winners=new_winners,
             support=support,
@@ -653,7 +659,7 @@ class Brain(eqx.Module):
             stimulus_weights=stim_w,
             weights=weights,
             key=key,
-            step=state.step + 1,
+            step=step,
         )
         return new_state, next_sums, overlaps
 
@@ -741,7 +747,7 @@ class Brain(eqx.Module):
             at += size
         return jr.wrap_key_data(words[:kw], impl=impl), draws
 
-    def _sparse_target(self, state, t, stims, srcs, draws, sums=None):
+    def _sparse_target(self, state, t, stims, srcs, draws, sums, checks):
         i = self.area_names.index(t)
         n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
         k_items, cand_words = draws
@@ -760,17 +766,19 @@ class Brain(eqx.Module):
         n_new, n_need, overlap, largest = info[0], info[1], info[2], info[3]
         new_support = w + n_new
         bound = _sampling.max_input(total_max, self.p, table.shape[1])
-        # One check for both errors (each check is a branch of its own in the compiled step).
-        new_support = eqx.branched_error_if(
-            new_support,
-            (new_support > cap) | (largest > bound),
-            (largest > bound).astype(jnp.int32),
-            [
+        checks.append(
+            (
+                new_support > cap,
                 f"Brain.project: the support of area {t!r} would exceed its capacity {cap}; "
                 "build the Brain with a larger capacity for this area",
+            )
+        )
+        checks.append(
+            (
+                largest > bound,
                 f"Brain.project: a new winner of area {t!r} drew an input above the static "
                 f"bound {bound} (please report)",
-            ],
+            )
         )
         chosen = _choose_inputs(k_items, m, total, bound, total_max, (slot, n_need))
         created_stim, created_w = {}, {}
@@ -786,7 +794,7 @@ class Brain(eqx.Module):
             # winners: 1 from the winners their input was drawn from (items `start` to
             # `start + count_a` of `chosen`), 0 from the others; `dense_update` writes them.
             # Without first-time winners every column is the sentinel and nothing is written.
-            created_w[a] = (_compact(state.winners[a]), cols, chosen, start, count_a)
+            created_w[a] = (state.winners[a], cols, chosen, start, count_a)
             start = start + count_a
         return win, new_support, n_new, None, created_stim, created_w, overlap
 

@@ -14,9 +14,9 @@
 // nj_asm_update: in place on W (*batch, R, C), first the synapses of first-time winners, then
 // the Hebbian factor:
 //   1. for every row i with 0 <= cols[b, i] < C (a first-time winner, column c): W[src, c] = 0
-//      for every valid source row src in src_rows[b, :], then W[src_rows[b, s], c] = 1 for each
-//      item t of chosen[b, i, :] with 0 <= s = t - start[b] < count[b] (the winners of this
-//      source that the new neuron's input was drawn from);
+//      for every valid source row src in src_rows[b, :], then W[r_s, c] = 1 for each item t of
+//      chosen[b, i, :] with 0 <= s = t - start[b] < count[b], r_s being the s-th entry >= 0 of
+//      src_rows[b, :] (the winners of this source that the new neuron's input was drawn from);
 //   2. with `plastic`, W[r, c] *= factor[b] for every valid r in heb_rows[b, :] and every valid c
 //      in heb_cols[b, :] (synapses from the previous winners onto the new ones).
 // Each entry is set or multiplied once (winner lists hold distinct neurons), so the result
@@ -176,8 +176,10 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
   thread_local std::vector<F> mult_buf;
   thread_local std::vector<int64_t> new_cols_buf;
   thread_local std::vector<uint8_t> pending_buf;
+  thread_local std::vector<int64_t> valid_src_buf;
   std::vector<F>& mult = mult_buf;
   std::vector<int64_t>& new_cols = new_cols_buf;
+  std::vector<int64_t>& valid_src = valid_src_buf;
   // Rows still to be scaled, when the sum scales some of them on the way: 1 = pending.
   std::vector<uint8_t>& pending = pending_buf;
   if (plastic && static_cast<int64_t>(mult.size()) < n_cols) mult.resize(n_cols, F(1));
@@ -185,6 +187,7 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     pending.resize(n_rows, 0);
   }
   new_cols.reserve(a.kc);
+  valid_src.reserve(a.ks);
   for (int64_t b = 0; b < n_batch; ++b) {
     F* wb = w + b * n_rows * n_cols;
     const int32_t* src = a.src_rows + b * a.ks;
@@ -197,23 +200,27 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     for (int64_t i = 0; i < a.kc; ++i) {
       if (cols[i] >= 0 && cols[i] < n_cols) new_cols.push_back(cols[i]);
     }
+    valid_src.clear();
     if (!new_cols.empty()) {
       for (int64_t s = 0; s < a.ks; ++s) {
         const int64_t r = src[s];
-        if (r < 0 || r >= n_rows) continue;
+        if (r < 0) continue;
+        valid_src.push_back(r);
+        if (r >= n_rows) continue;
         F* row = wb + r * n_cols;
         for (const int64_t c : new_cols) row[c] = F(0);
       }
     }
+    const int64_t n_valid = static_cast<int64_t>(valid_src.size());
     for (int64_t i = 0; i < a.kc; ++i) {
       const int64_t c = cols[i];
       if (c < 0 || c >= n_cols) continue;
       const int32_t* items = a.chosen + (b * a.kc + i) * a.width;
       for (int64_t j = 0; j < a.width; ++j) {
         const int64_t s = static_cast<int64_t>(items[j]) - start;
-        if (s < 0 || s >= count || s >= a.ks) continue;
-        const int64_t r = src[s];
-        if (r >= 0 && r < n_rows) wb[r * n_cols + c] = F(1);
+        if (s < 0 || s >= count || s >= n_valid) continue;
+        const int64_t r = valid_src[s];
+        if (r < n_rows) wb[r * n_cols + c] = F(1);
       }
     }
     int64_t lim = 0;

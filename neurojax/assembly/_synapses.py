@@ -245,10 +245,18 @@ def dense_inputs(
     return _rowsum(conn, _safe(sources, conn.shape[0]), jnp.asarray(limit, jnp.int32))
 
 
+def _compact(rows: Int[Array, " k"]) -> Int[Array, " k"]:
+    """The valid (`>= 0`) entries of a list first, in order, then `-1`s."""
+    valid = rows >= 0
+    dest = jnp.where(valid, jnp.cumsum(valid.astype(jnp.int32)) - 1, rows.shape[0])
+    return jnp.full_like(rows, -1).at[dest].set(rows, mode="drop")
+
+
 def _update_jax(plastic, conn, src_rows, cols, chosen, start, count, heb_rows, heb_cols, factor):
     n_src, n_tgt = conn.shape
     k_src = src_rows.shape[0]
     if cols.shape[0]:
+        src_rows = _compact(src_rows)
         slot = chosen - start
         ok = (slot >= 0) & (slot < count)
         rows = jnp.arange(cols.shape[0], dtype=jnp.int32)[:, None]
@@ -398,10 +406,10 @@ def dense_update(
     `created = (src_rows, cols, chosen, start, count)` (sparse mode) gives the new synapses
     onto first-time winners: for every row `i` with a valid column `cols[i]` (`-1` or
     `n_tgt` = not new), the synapses from the valid `src_rows` (`-1` = none) onto that column
-    become 0, except those from `src_rows[t - start]` for the items `t` of `chosen[i]` with
-    `0 <= t - start < count`, which become 1. `hebb = (sources, targets, factor)` then
-    multiplies every synapse from `sources` onto `targets` by `factor`, as `hebbian`. Either
-    may be None.
+    become 0, except those from the `(t - start)`-th valid entry of `src_rows` for the items
+    `t` of `chosen[i]` with `0 <= t - start < count`, which become 1. `hebb = (sources,
+    targets, factor)` then multiplies every synapse from `sources` onto `targets` by
+    `factor`, as `hebbian`. Either may be None.
     """
     plastic, args = _update_arguments(conn, created, hebb)
     return _update(plastic, conn, *args)
