@@ -6,6 +6,7 @@ matrices built from the fan-out lists (fan-out storage, exactly), and the publis
 reference-code assertions of REFERENCE.md ("Assembly calculus").
 """
 
+import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -189,6 +190,12 @@ def test_support_overflow_raises_instead_of_truncating():
     assert int(s.support["A"]) == 100
     with pytest.raises(Exception, match="support of area 'A' would exceed its capacity 100"):
         jax.block_until_ready(b.project(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}))
+    # Also when a compiled program keeps only part of the result: the trace's winners, or
+    # the final weights.
+    rounds = functools.partial(b.project_rounds, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=3)
+    for keep in (lambda out: out[1].winners["A"], lambda out: out[0].weights[("A", "A")]):
+        with pytest.raises(Exception, match="would exceed its capacity 100"):
+            jax.block_until_ready(jax.jit(lambda s, keep=keep: keep(rounds(s)))(s))
 
 
 # -- explicit mode against a NumPy loop -----------------------------------------------------

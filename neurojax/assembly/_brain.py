@@ -614,6 +614,18 @@ class Brain(eqx.Module):
             if f_t is not None:
                 fired[t] = f_t
             created[t] = (created_stim, created_w)
+        step = state.step + 1
+        if checks:
+            # On the winners (which the synapse updates read), supports and step count, so
+            # that the check stays in a compiled program that keeps any part of the result (a
+            # scan drops what nothing reads).
+            failed = jnp.stack([c for c, _ in checks])
+            new_winners, support, step = eqx.branched_error_if(
+                (new_winners, support, step),
+                jnp.any(failed),
+                jnp.argmax(failed),
+                [msg for _, msg in checks],
+            )
         # The synapses change once every target has its winners: the input sums of the next
         # step are taken from the sources' new winners.
         next_sums = None if sums is None else {}
@@ -644,12 +656,6 @@ class Brain(eqx.Module):
                             w, created_w.get(a), hebb, new_winners[a], self._sum_limit(support, t)
                         )
                 weights[(a, t)] = w
-        step = state.step + 1
-        if checks:
-            failed = jnp.stack([c for c, _ in checks])
-            step = eqx.branched_error_if(
-                step, jnp.any(failed), jnp.argmax(failed), [msg for _, msg in checks]
-            )
         new_state = BrainState(
             winners=new_winners,
             support=support,
@@ -932,7 +938,7 @@ def _choose_inputs(
             words = jnp.zeros((rows, width), jnp.uint32)
             if size == 0:
                 return words
-            return words.at[:size].set(jr.bits(key, (size, width), jnp.uint32))
+            return words.at[:size].set(_random_words(key, size * width).reshape(size, width))
 
         return branch
 
