@@ -7,6 +7,7 @@ reference-code assertions of REFERENCE.md ("Assembly calculus").
 """
 
 import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp

@@ -288,7 +288,7 @@ def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
     if path == "jax":
         monkeypatch.setattr(_kernel, "available", lambda: False)
     m = jnp.full((20_000,), 2, jnp.int32)
-    chosen = np.asarray(_brain._choose_inputs(jax.random.key(5), m, jnp.int32(5), 4, 5))
+    chosen = np.asarray(_brain._choose_inputs(jax.random.key(5), m, jnp.int32(5), 4, 5)[0])
     assert np.all(chosen[:, 2:] == 5)
     pairs = np.sort(chosen[:, :2], axis=1)
     counts = np.bincount(pairs[:, 0] * 5 + pairs[:, 1], minlength=25)
@@ -296,12 +296,25 @@ def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
     assert observed.sum() == 20_000
     assert stats.chisquare(observed).pvalue > 1e-4
     m = jnp.zeros((300,), jnp.int32).at[jnp.asarray([3, 150, 299])].set(jnp.asarray([4, 0, 6]))
-    chosen = np.asarray(_brain._choose_inputs(jax.random.key(6), m, jnp.int32(40), 8, 40))
+    ranges = [(0, 5), (5, 30), (30, 41)]
+    chosen, counts = _brain._choose_inputs(
+        jax.random.key(6), m, jnp.int32(40), 8, 40, ranges=ranges
+    )
+    chosen = np.asarray(chosen)
     for r, m_r in enumerate(np.asarray(m)):
         assert len(set(chosen[r, :m_r].tolist())) == m_r and np.all(chosen[r, m_r:] == 40)
+    for (lo, hi), count in zip(ranges, counts, strict=True):
+        np.testing.assert_array_equal(count, ((chosen >= lo) & (chosen < hi)).sum(axis=1))
     single = jnp.zeros((300,), jnp.int32).at[10].set(40)  # all 40 items: a permutation
-    chosen = np.asarray(_brain._choose_inputs(jax.random.key(7), single, jnp.int32(40), 40, 40))
-    assert sorted(chosen[10].tolist()) == list(range(40))
+    chosen = _brain._choose_inputs(jax.random.key(7), single, jnp.int32(40), 40, 40)[0]
+    assert sorted(np.asarray(chosen)[10].tolist()) == list(range(40))
+    # No row draws: all padding, and the counts are those of the padding.
+    chosen, counts = _brain._choose_inputs(
+        jax.random.key(8), jnp.zeros((300,), jnp.int32), jnp.int32(40), 8, 40, ranges=ranges
+    )
+    assert np.all(np.asarray(chosen) == 40)
+    np.testing.assert_array_equal(counts[0], 0)
+    np.testing.assert_array_equal(counts[2], 8)
 
 
 # -- k-cap ------------------------------------------------------------------------------------

@@ -46,7 +46,8 @@ class BrainState(eqx.Module):
             onto each neuron (the stimulus neurons always fire together), shape `(capacity,)`.
         weights: per `(source area, target area)`, the synapses: a dense `(capacity_src,
             capacity_tgt)` matrix or a `FanOut`.
-        key: PRNG key of the sparse-mode draws, split at every projection.
+        key: PRNG key of the sparse-mode draws; every projection draws its random numbers and
+            the next key from it at once.
         step: number of projections so far.
     """
 
@@ -786,14 +787,15 @@ class Brain(eqx.Module):
                 f"bound {bound} (please report)",
             )
         )
-        chosen = _choose_inputs(k_items, m, total, bound, total_max, (slot, n_need))
+        # The items 0 .. sum(stim_sizes) - 1 are the stimuli's neurons, each stimulus a range.
+        offsets = np.cumsum([0, *stim_sizes])
+        ranges = [(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
+        chosen, counts = _choose_inputs(k_items, m, total, bound, total_max, (slot, n_need), ranges)
         created_stim, created_w = {}, {}
-        offset = 0
-        for s, ks in zip(stims, stim_sizes):
-            count = jnp.sum((chosen >= offset) & (chosen < offset + ks), axis=1)
+        for s, count in zip(stims, counts):
             w_s = state.stimulus_weights[(s, t)]
             created_stim[s] = w_s.at[cols].set(count.astype(w_s.dtype), mode="drop")
-            offset += ks
+        offset = int(offsets[-1])
         start = jnp.asarray(offset, jnp.int32)
         for a, count_a in zip(srcs, src_counts):
             # The synapses of the first-time winners (columns `cols`) from this source's
@@ -904,7 +906,8 @@ def _choose_inputs(
     bound: int,
     total_max: int,
     slots: tuple[Int[Array, " k"], Int[Array, ""]] | None = None,
-) -> Int[Array, "k bound"]:
+    ranges: Sequence[tuple[int, int]] = (),
+) -> tuple[Int[Array, "k bound"], tuple[Int[Array, " k"], ...]]:
     """For each row, `m[r]` distinct items of `range(total)` chosen uniformly; `total` pads.
 
     Floyd's algorithm, vectorised over rows: for `j = total - m, ..., total - 1` draw `t`
@@ -920,10 +923,22 @@ def _choose_inputs(
     `2**16` or more draw with `jax.random.randint` at every iteration. `slots` may give each
     row's row of words (0 where `m == 0`) and the number of rows with `m > 0`, as `_sparse_cap`
     returns them.
+
+    Returns `(chosen, counts)`: `counts` holds, for each static range `(lo, hi)` of
+    `ranges`, how many of each row's items lie in `[lo, hi)` (a step without draws skips
+    the count as well as the draws).
     """
     width = max(bound, 1)
+    total = jnp.asarray(total, jnp.int32)
+
+    def counted(chosen):
+        counts = tuple(
+            jnp.sum((chosen >= lo) & (chosen < hi), axis=1).astype(jnp.int32) for lo, hi in ranges
+        )
+        return chosen, counts
+
     if total_max >= 2**16:
-        return _floyd_randint(key, m, total, width)
+        return counted(_floyd_randint(key, m, total, width))
     rows = m.shape[0]
     if slots is None:
         need = m > 0
@@ -935,10 +950,20 @@ def _choose_inputs(
 
     def draw(size):
         def branch():
-            words = jnp.zeros((rows, width), jnp.uint32)
             if size == 0:
-                return words
-            return words.at[:size].set(_random_words(key, size * width).reshape(size, width))
+                # Nothing to draw: every row is padding.
+                chosen = jnp.full((rows, width), total, jnp.int32)
+                pad = [(total >= lo) & (total < hi) for lo, hi in ranges]
+                return chosen, tuple(
+                    jnp.full((rows,), jnp.where(p, width, 0), jnp.int32) for p in pad
+                )
+            words = _random_words(key, size * width).reshape(size, width)
+            args = (words, slot, m, total)
+            if _kernel.available():
+                return counted(
+                    jax.lax.platform_dependent(*args, cpu=_floyd_kernel, default=_floyd_words)
+                )
+            return counted(_floyd_words(*args))
 
         return branch
 
@@ -946,12 +971,7 @@ def _choose_inputs(
     n_need = _max_in_batch(n_need)
     # The smallest size that holds them (a count of comparisons: a search is a loop).
     index = jnp.sum(n_need > jnp.asarray(sizes[:-1], jnp.int32))
-    words = jax.lax.switch(index, [draw(size) for size in sizes])
-    total = jnp.asarray(total, jnp.int32)
-    args = (words, slot, m, total)
-    if _kernel.available():
-        return jax.lax.platform_dependent(*args, cpu=_floyd_kernel, default=_floyd_words)
-    return _floyd_words(*args)
+    return jax.lax.switch(index, [draw(size) for size in sizes])
 
 
 @jax.custom_batching.custom_vmap

@@ -1,7 +1,9 @@
 // The heavy parts of an assembly projection step on CPU, called through XLA's FFI: the input
 // sum and the synapse update on a dense weight matrix (neurojax.assembly._synapses), Floyd's
-// choice of the first-time winners' inputs and the k-cap (neurojax.assembly._brain). Other
-// platforms run the same operations in pure JAX.
+// choice of the first-time winners' inputs, the k-cap, the sparse target's bookkeeping around
+// it and the step's random words (neurojax.assembly._brain). Other platforms run the same
+// operations in pure JAX. Besides the work itself, each kernel replaces dozens of small XLA
+// operations, each of which the CPU runtime dispatches on its own.
 //
 // nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (entries outside
 // [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The sum starts from
