@@ -830,13 +830,6 @@ def _bits_kernel(data: Array, n: int) -> Array:
     return call(data)
 
 
-def _compact(winners: Int[Array, " k"]) -> Int[Array, " k"]:
-    """The valid (`>= 0`) entries of a winner list first, in order, then `-1`s."""
-    valid = winners >= 0
-    dest = jnp.where(valid, jnp.cumsum(valid.astype(jnp.int32)) - 1, winners.shape[0])
-    return jnp.full_like(winners, -1).at[dest].set(winners, mode="drop")
-
-
 def _overlap_labels(a: Int[Array, " k"], b: Int[Array, " m"], size: int) -> Int[Array, ""]:
     """`overlap(a, b)` of labels below `size`: up to 2**16 through a boolean mask, a scatter
     and a gather (XLA:CPU sorts and binary-searches several times slower), else by sorting."""
