@@ -469,13 +469,13 @@ inline uint32_t OrderedBits(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-template <typename F>
-void SortPicks(const F* xb, std::vector<int32_t>& pick, std::vector<uint64_t>& keys) {
+template <typename F, typename Value>
+void SortPicks(const Value& value, std::vector<int32_t>& pick, std::vector<uint64_t>& keys) {
   if constexpr (std::is_same_v<F, float>) {
     // Ascending keys: decreasing value (inverted order bits), then increasing index.
     keys.resize(pick.size());
     for (size_t j = 0; j < pick.size(); ++j) {
-      keys[j] = (static_cast<uint64_t>(~OrderedBits(xb[pick[j]])) << 32) |
+      keys[j] = (static_cast<uint64_t>(~OrderedBits(value(pick[j]))) << 32) |
                 static_cast<uint32_t>(pick[j]);
     }
     std::sort(keys.begin(), keys.end());
@@ -483,8 +483,9 @@ void SortPicks(const F* xb, std::vector<int32_t>& pick, std::vector<uint64_t>& k
       pick[j] = static_cast<int32_t>(keys[j] & 0xFFFFFFFFu);
     }
   } else {
-    std::sort(pick.begin(), pick.end(), [xb](int32_t a, int32_t c) {
-      return xb[a] > xb[c] || (xb[a] == xb[c] && a < c);
+    std::sort(pick.begin(), pick.end(), [&value](int32_t a, int32_t c) {
+      const F va = value(a), vc = value(c);
+      return va > vc || (va == vc && a < c);
     });
   }
 }
@@ -536,45 +537,56 @@ inline float KthLargest(float* buf, int64_t m, int64_t k) {
 // Scratch buffers of the k-cap, kept per thread between calls.
 template <typename F>
 struct TopKScratch {
-  std::vector<F> row, buf;
+  std::vector<F> buf;
   std::vector<int32_t> pick;
   std::vector<uint64_t> keys;
 };
 
 // The k-cap of one row [x1 (n1), x2 (n2)]: values and indices as nj_asm_topk defines them.
+// The two parts are read where they are (no concatenated copy), in one pass each for the
+// finite values and one for the winners.
 template <typename F>
 void TopKRow(const F* x1, int64_t n1, const F* x2, int64_t n2, int64_t k, F* values,
              int32_t* indices, TopKScratch<F>& s) {
-  const int64_t n = n1 + n2;
   constexpr F kLow = -std::numeric_limits<F>::infinity();
-  s.row.resize(n);
-  s.buf.resize(n);
-  s.pick.resize(k);
-  std::copy(x1, x1 + n1, s.row.begin());
-  std::copy(x2, x2 + n2, s.row.begin() + n1);
-  const F* xb = s.row.data();
+  s.buf.resize(n1 + n2);
   int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    s.buf[m] = xb[i];
-    m += xb[i] > kLow;
+  for (int64_t i = 0; i < n1; ++i) {
+    s.buf[m] = x1[i];
+    m += x1[i] > kLow;
+  }
+  for (int64_t i = 0; i < n2; ++i) {
+    s.buf[m] = x2[i];
+    m += x2[i] > kLow;
   }
   const F kth = m >= k ? KthLargest(s.buf.data(), m, k) : kLow;
   int64_t above = 0;
-  for (int64_t i = 0; i < n; ++i) above += xb[i] > kth;
-  // Everything above the k-th value, and the first k - above entries equal to it.
+  for (int64_t i = 0; i < n1; ++i) above += x1[i] > kth;
+  for (int64_t i = 0; i < n2; ++i) above += x2[i] > kth;
+  // Everything above the k-th value, and the first k - above entries equal to it, collected
+  // in index order until there are k.
+  s.pick.resize(k);
+  int32_t* pick = s.pick.data();
   int64_t out = 0, equal_left = k - above;
-  for (int64_t i = 0; i < n && out < k; ++i) {
-    if (xb[i] > kth) {
-      s.pick[out++] = static_cast<int32_t>(i);
-    } else if (xb[i] == kth && equal_left > 0) {
-      s.pick[out++] = static_cast<int32_t>(i);
-      --equal_left;
+  const auto visit = [&](const F* x, int64_t len, int64_t base) {
+    for (int64_t i = 0; i < len && out < k; ++i) {
+      if (x[i] > kth) {
+        pick[out++] = static_cast<int32_t>(base + i);
+      } else if (x[i] == kth && equal_left > 0) {
+        pick[out++] = static_cast<int32_t>(base + i);
+        --equal_left;
+      }
     }
-  }
-  SortPicks(xb, s.pick, s.keys);
+  };
+  visit(x1, n1, 0);
+  visit(x2, n2, n1);
+  // (Short only with NaN in the row, which is not allowed; then padded with index 0.)
+  for (; out < k; ++out) pick[out] = 0;
+  const auto value = [x1, x2, n1](int32_t i) { return i < n1 ? x1[i] : x2[i - n1]; };
+  SortPicks<F>(value, s.pick, s.keys);
   for (int64_t j = 0; j < k; ++j) {
     indices[j] = s.pick[j];
-    values[j] = xb[s.pick[j]];
+    values[j] = value(s.pick[j]);
   }
 }
 
