@@ -543,8 +543,7 @@ struct TopKScratch {
 };
 
 // The k-cap of one row [x1 (n1), x2 (n2)]: values and indices as nj_asm_topk defines them.
-// The two parts are read where they are (no concatenated copy), in one pass each for the
-// finite values and one for the winners.
+// The two parts are read where they are, without a concatenated copy.
 template <typename F>
 void TopKRow(const F* x1, int64_t n1, const F* x2, int64_t n2, int64_t k, F* values,
              int32_t* indices, TopKScratch<F>& s) {
