@@ -713,9 +713,8 @@ class Brain(eqx.Module):
         return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
 
     def _overlap(self, t: str, a: Array, b: Array) -> Array:
-        """`overlap(a, b)` of two winner lists of area `t`: for at most 2**16 labels (the
-        capacity in sparse mode, `n` in explicit mode) through a boolean mask, a scatter and a
-        gather (XLA:CPU sorts and binary-searches several times slower), else by sorting."""
+        """`overlap(a, b)` of two winner lists of area `t` (labels below its capacity in
+        sparse mode, `n` in explicit mode)."""
         return _overlap_labels(a, b, self.capacities[self.area_names.index(t)])
 
     def _explicit_target(self, state, t, stims, srcs, sums=None):
@@ -795,8 +794,7 @@ class Brain(eqx.Module):
         for s, count in zip(stims, counts):
             w_s = state.stimulus_weights[(s, t)]
             created_stim[s] = w_s.at[cols].set(count.astype(w_s.dtype), mode="drop")
-        offset = int(offsets[-1])
-        start = jnp.asarray(offset, jnp.int32)
+        start = jnp.asarray(int(offsets[-1]), jnp.int32)
         for a, count_a in zip(srcs, src_counts):
             # The synapses of the first-time winners (columns `cols`) from this source's
             # winners: 1 from the winners their input was drawn from (items `start` to
@@ -874,11 +872,18 @@ def _sparse_cap_jax(x, cand, support, fixed, old):
     win = jnp.where(fixed, old, labels)
     m = jnp.where(is_new, vals, 0.0).astype(jnp.int32)
     cols = jnp.where(is_new, labels, cap)
+    slot, n_need = _word_slots(m)
+    ov = _overlap_labels(win, old, cap)
+    info = [jnp.sum(is_new), n_need, ov, jnp.max(m)]
+    return win, m, cols, slot, jnp.stack([v.astype(jnp.int32) for v in info])
+
+
+def _word_slots(m: Int[Array, " k"]) -> tuple[Int[Array, " k"], Int[Array, ""]]:
+    """Each row's row of Floyd words (the rows with `m > 0` in order; 0 elsewhere) and the
+    number of such rows."""
     need = m > 0
     slot = jnp.where(need, jnp.cumsum(need.astype(jnp.int32)) - 1, 0)
-    ov = _overlap_labels(win, old, cap)
-    info = [jnp.sum(is_new), jnp.sum(need), ov, jnp.max(m)]
-    return win, m, cols, slot, jnp.stack([v.astype(jnp.int32) for v in info])
+    return slot, jnp.sum(need).astype(jnp.int32)
 
 
 def _sparse_cap_kernel(x, cand, support, fixed, old):
@@ -933,12 +938,7 @@ def _choose_inputs(
     if total_max >= 2**16:
         return counted(_floyd_randint(key, m, total, width))
     rows = m.shape[0]
-    if slots is None:
-        need = m > 0
-        slot = jnp.where(need, jnp.cumsum(need.astype(jnp.int32)) - 1, 0)
-        n_need = jnp.sum(need).astype(jnp.int32)
-    else:
-        slot, n_need = slots
+    slot, n_need = _word_slots(m) if slots is None else slots
     sizes = sorted({0, *(s for s in (8, 64) if s < rows), rows})
 
     def draw(size):

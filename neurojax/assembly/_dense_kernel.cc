@@ -760,8 +760,8 @@ ffi::Error CapImpl(ffi::AnyBuffer x, ffi::AnyBuffer cand, ffi::AnyBuffer support
   if ((type != ffi::DataType::F32 && type != ffi::DataType::F64) || cand.element_type() != type) {
     return ffi::Error::InvalidArgument("nj_asm_cap: x and cand must be float32 or float64");
   }
-  if (support.element_type() != ffi::DataType::S32 || fixed.element_type() != ffi::DataType::PRED ||
-      old.element_type() != ffi::DataType::S32) {
+  if (support.element_type() != ffi::DataType::S32 ||
+      fixed.element_type() != ffi::DataType::PRED || old.element_type() != ffi::DataType::S32) {
     return ffi::Error::InvalidArgument("nj_asm_cap: support and old must be int32, fixed bool");
   }
   for (auto* out : {&win, &m, &cols, &slot, &info}) {
@@ -777,7 +777,9 @@ ffi::Error CapImpl(ffi::AnyBuffer x, ffi::AnyBuffer cand, ffi::AnyBuffer support
   const int64_t cap = xd[xd.size() - 1];
   const int64_t k = cd[cd.size() - 1];
   const int64_t n_batch = cap > 0 ? static_cast<int64_t>(x.element_count()) / cap : 0;
-  const auto count = [](const ffi::AnyBuffer& a) { return static_cast<int64_t>(a.element_count()); };
+  const auto count = [](const ffi::AnyBuffer& a) {
+    return static_cast<int64_t>(a.element_count());
+  };
   if (k < 1 || cap < 1 || cap + k >= (int64_t{1} << 31) || count(cand) != n_batch * k ||
       count(support) != n_batch || count(fixed) != n_batch || count(old) != n_batch * k ||
       count(*win) != n_batch * k || count(*m) != n_batch * k || count(*cols) != n_batch * k ||
