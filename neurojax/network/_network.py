@@ -16,7 +16,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._validation import as_float, check_dt, default_float, is_concrete, normalize_shape
 from ..neurons import NeuronModel
 from ..synapses import GapJunction
-from ._plastic import PlasticLayout, STDPState, stdp_update
+from ._plastic import plastic_init, plastic_step, plastic_weights
 from ._projection import Projection, delay_steps
 from ._propagation import EventArrays, EventSpec, arrival_slot, deliver
 from ._sources import PoissonSource
@@ -43,7 +43,7 @@ class NetworkState(eqx.Module):
     synapses: tuple[Any, ...]
     buffers: tuple[Float[Array, "*batch d n"], ...]
     step: Int[Array, ""]
-    plastic: tuple[STDPState | None, ...]
+    plastic: tuple[Any, ...]
 
 
 def _is_source(model: Any) -> bool:
@@ -419,22 +419,13 @@ class Network(eqx.Module):
             pops[name] = model.init_state(batch + (self.sizes[name],), key=k)
         synapses = tuple(p.synapse.init_state(batch + (p.n_post,)) for p in self.projections)
         buffers = tuple(jnp.zeros(batch + shape, default_float()) for shape in self.ring_shape)
-        plastic = []
-        for i, p in enumerate(self.projections):
-            if p.plasticity is None:
-                plastic.append(None)
-                continue
-            d = self.homogeneous_delay_steps[i]
-            dtype = default_float()
-            plastic.append(
-                STDPState(
-                    weights=jnp.broadcast_to(p.weights.astype(dtype), batch + p.weights.shape),
-                    x=jnp.zeros(batch + (p.n_pre,), dtype),
-                    y=jnp.zeros(batch + (p.n_post,), dtype),
-                    history=jnp.zeros(batch + (d, p.n_pre), dtype) if d else None,
-                )
-            )
-        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), tuple(plastic))
+        plastic = tuple(
+            None
+            if p.plasticity is None
+            else plastic_init(p, batch, self.homogeneous_delay_steps[i], default_float())
+            for i, p in enumerate(self.projections)
+        )
+        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), plastic)
 
     # ------------------------------------------------------------------ the step
 
@@ -484,45 +475,22 @@ class Network(eqx.Module):
             current = term if current is None else current + term
         return current
 
-    def _plasticity_step(
-        self, i: int, ps: STDPState, group_spikes: list, k, dt: float
-    ) -> STDPState:
+    def _plasticity_step(self, i: int, ps: Any, group_spikes: list, k, dt: float) -> Any:
         proj = self.projections[i]
-        rule = proj.plasticity
-        # The kernel reads this step's spikes out of the whole group's spike vector (the one
+        # The rule reads this step's spikes out of the whole group's spike vector (the one
         # delivery reads too) at the population's offset, so that XLA computes them once.
         pre_group, pre_offset = self._where(proj.pre)
         post_group, post_offset = self._where(proj.post)
-        s_group_pre = group_spikes[pre_group].astype(ps.x.dtype)
-        s_post = group_spikes[post_group].astype(ps.y.dtype)
-        history = ps.history
-        if history is None:
-            arrivals, arr_offset = s_group_pre, pre_offset
-        else:  # spikes emitted d steps ago reach the synapses at the end of this step
-            s_pre = s_group_pre[..., pre_offset : pre_offset + proj.n_pre]
-            d = history.shape[-2]
-            slot = k % d
-            arrivals = lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
-            arr_offset = 0
-            history = lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
-        decay_x, decay_y = rule.decays(dt)
-        lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
-        sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
-        w, x, y = stdp_update(
-            rule,
-            lay,
-            sizes,
-            ps.weights,
-            ps.x,
-            ps.y,
-            arrivals,
-            s_post,
-            decay_x.astype(ps.x.dtype),
-            decay_y.astype(ps.y.dtype),
-            arr_offset=arr_offset,
-            post_offset=post_offset,
+        return plastic_step(
+            proj,
+            ps,
+            group_spikes[pre_group],
+            pre_offset,
+            group_spikes[post_group],
+            post_offset,
+            k,
+            dt,
         )
-        return STDPState(weights=w, x=x, y=y, history=history)
 
     def step(
         self, state: NetworkState, ext: Mapping[str, Any] | None, dt: float
@@ -641,7 +609,7 @@ class Network(eqx.Module):
                 )
                 weights = proj.weights
                 if proj.plasticity is not None:
-                    weights = plastic[i].weights
+                    weights = plastic_weights(plastic[i])
                 arrays.append(EventArrays(proj.indptr, proj.indices, weights, self.delay_steps[i]))
             if specs:
                 buffers[si] = deliver(

@@ -15,7 +15,7 @@ other platforms.
 """
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -25,7 +25,16 @@ import numpy as np
 from . import _kernel
 from ._propagation import run_bucketed
 
-__all__ = ["PlasticLayout", "STDPState", "stdp_update"]
+__all__ = [
+    "PlasticLayout",
+    "STDPState",
+    "stdp_update",
+    "check_rule",
+    "check_initial_weights",
+    "plastic_init",
+    "plastic_step",
+    "plastic_weights",
+]
 
 
 class PlasticLayout(NamedTuple):
@@ -253,3 +262,85 @@ def stdp_update(
             )
     key = (*(int(v) for v in sizes), int(arr_offset), int(post_offset))
     return _update(key, rule, lay, w, x, y, s_arr, s_post, decay_x, decay_y)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a network needs from a plastic projection. `Network` (and `Projection`'s constructor)
+# call these and nothing else of this module, so the rules' execution can change here alone.
+
+
+def check_rule(owner: str, plasticity: Any) -> None:
+    """Raise `TypeError` unless `plasticity` is a rule a projection can execute."""
+    from ..plasticity import STDP
+
+    if plasticity is not None and not isinstance(plasticity, STDP):
+        raise TypeError(f"{owner}: plasticity must be None or nj.STDP(...), got {plasticity!r}")
+
+
+def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> None:
+    """Raise `ValueError` when the initial weights lie outside the rule's bounds."""
+    w = np.asarray(weights)
+    lo, hi = float(plasticity.w_min), float(plasticity.w_max)
+    if w.size and (w.min() < lo or w.max() > hi):
+        raise ValueError(
+            f"{owner}: initial weights must lie within the STDP bounds [{lo}, {hi}], got weights "
+            f"in [{w.min()}, {w.max()}]"
+        )
+
+
+def plastic_init(proj: Any, batch: tuple[int, ...], delay_steps: int | None, dtype: Any) -> Any:
+    """The initial plastic state of projection `proj` for a batch of trials."""
+    d = delay_steps or 0
+    return STDPState(
+        weights=jnp.broadcast_to(proj.weights.astype(dtype), batch + proj.weights.shape),
+        x=jnp.zeros(batch + (proj.n_pre,), dtype),
+        y=jnp.zeros(batch + (proj.n_post,), dtype),
+        history=jnp.zeros(batch + (d, proj.n_pre), dtype) if d else None,
+    )
+
+
+def plastic_weights(ps: Any) -> jax.Array:
+    """The current weights `(*batch, nnz)` (CSR order) held by a plastic state."""
+    return ps.weights
+
+
+def plastic_step(
+    proj: Any, ps: Any, s_pre_group, pre_offset: int, s_post_group, post_offset: int, k, dt: float
+) -> Any:
+    """The plastic state after one step.
+
+    `s_pre_group` and `s_post_group` are the spike vectors of the groups of populations that
+    hold `proj.pre` and `proj.post`, which hold them at `pre_offset` and `post_offset`; `k` is
+    the step index (for the delay history) and `dt` the step in ms.
+    """
+    rule = proj.plasticity
+    s_group_pre = s_pre_group.astype(ps.x.dtype)
+    s_post = s_post_group.astype(ps.y.dtype)
+    history = ps.history
+    if history is None:
+        arrivals, arr_offset = s_group_pre, pre_offset
+    else:  # spikes emitted d steps ago reach the synapses at the end of this step
+        s_pre = s_group_pre[..., pre_offset : pre_offset + proj.n_pre]
+        d = history.shape[-2]
+        slot = k % d
+        arrivals = jax.lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
+        arr_offset = 0
+        history = jax.lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
+    decay_x, decay_y = rule.decays(dt)
+    lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
+    sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
+    w, x, y = stdp_update(
+        rule,
+        lay,
+        sizes,
+        ps.weights,
+        ps.x,
+        ps.y,
+        arrivals,
+        s_post,
+        decay_x.astype(ps.x.dtype),
+        decay_y.astype(ps.y.dtype),
+        arr_offset=arr_offset,
+        post_offset=post_offset,
+    )
+    return STDPState(weights=w, x=x, y=y, history=history)

@@ -12,6 +12,7 @@ from jaxtyping import Array, Float, Int
 from .._validation import _fmt, as_float, check_choice
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
+from ._plastic import check_initial_weights, check_rule
 
 __all__ = ["Projection", "delay_steps"]
 
@@ -195,12 +196,7 @@ class Projection(eqx.Module):
                 "Projection: output must be nj.CurrentOutput() or nj.ConductanceOutput(e_rev), "
                 f"got {type(output).__name__}"
             )
-        from ..plasticity import STDP
-
-        if plasticity is not None and not isinstance(plasticity, STDP):
-            raise TypeError(
-                f"Projection: plasticity must be None or nj.STDP(...), got {plasticity!r}"
-            )
+        check_rule("Projection", plasticity)
         check_choice("Projection", "method", method, _METHODS)
         if plasticity is not None and method not in ("auto", "event"):
             raise ValueError(
@@ -259,13 +255,7 @@ class Projection(eqx.Module):
             self.indptr, self.indices, self.weights = indptr, indices, weights
             self.max_fan_out = fmax
             if plasticity is not None:
-                w = np.asarray(weights)
-                lo, hi = float(plasticity.w_min), float(plasticity.w_max)
-                if w.size and (w.min() < lo or w.max() > hi):
-                    raise ValueError(
-                        f"Projection: initial weights must lie within the STDP bounds [{lo}, "
-                        f"{hi}], got weights in [{w.min()}, {w.max()}]"
-                    )
+                check_initial_weights("Projection", plasticity, weights)
                 self._build_columns()
         elif method == "dense":
             self.matrix = as_float(conn.todense())
