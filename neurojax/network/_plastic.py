@@ -9,11 +9,13 @@ step's spikes through its `update_pre_traces` / `update_post_traces`, in the ord
 in `neurojax.plasticity._base`.
 
 The update is defined by the rule's `dense_update` (every synapse at once); the event path
-computes the same values touching only synapses with an event, and `plastic_update` has a
-custom JVP that differentiates the dense definition (one pass over the synapses, only under
+computes the same values touching only synapses with an event, and the derivative of
+`plastic_update` is that of the dense definition (one pass over the synapses, only under
 differentiation), so gradients reach every parameter, weight and spike exactly as through the
-dense formula. A rule that is pair STDP (its `pair_kernel()` is not None: `nj.STDP`, both
-modes and pairings) runs on CPU in the compiled kernel of `_csr_kernel.cc` (weights and
+dense formula. The update is the kernel registry's entry `plastic_update`
+(`neurojax.kernels`): its reference is the generic event path; a rule that is pair STDP (its
+`pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs on CPU in the compiled
+kernel of `neurojax/kernels/csr_deliver.cc` (FFI target `nj_stdp_update`; weights and
 traces updated in place, the same operations in the same order; the traces may differ in
 their last bit where XLA fuses a decay and an increment into one multiply-add); every other
 rule, and every rule on other platforms, runs on the pure-JAX event path.
@@ -23,16 +25,15 @@ delivery (`run_bucketed`); the rules in `neurojax.plasticity` know nothing of th
 a new rule is written in `plasticity/` alone.
 """
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..kernels import Example, Fold, Kernel, call, register
 from ..plasticity import PlasticityRule, PlasticState, STDPState
 from ..plasticity._base import replace_state
-from . import _kernel
 from ._propagation import run_bucketed
 
 __all__ = [
@@ -144,52 +145,21 @@ def _event_update(sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_dec
     return w_flat.reshape(w.shape), pre_new, rule.update_post_traces(post, s_post)
 
 
-def _kernel_update(sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay):
-    """The pair-STDP update through the compiled CPU kernel, arrays updated in place."""
+def _kernel_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The pair-STDP update through the compiled CPU kernel, arrays updated in place. The
+    kernel treats the leading dimensions of the weights, traces and spikes as trials."""
     pair = rule.pair_kernel()
     dtype = w.dtype
     params = jnp.stack(
         [pair.a_plus, pair.a_minus, pair.w_min, pair.w_max, pre_decay[0], post_decay[0]]
     ).astype(dtype)
-    attrs = dict(
-        n_pre=np.int64(sizes[0]),
-        n_post=np.int64(sizes[1]),
-        arr_stride=np.int64(s_arr.shape[-1]),
-        arr_offset=np.int64(sizes[4]),
-        post_stride=np.int64(s_post.shape[-1]),
-        post_offset=np.int64(sizes[5]),
-        multiplicative=np.int64(pair.multiplicative),
-        nearest=np.int64(pair.nearest),
+    call = jax.ffi.ffi_call(
+        STDP_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in (w, pre_old[0], post_old[0])),
+        input_output_aliases={0: 0, 1: 1, 2: 2},
+        vmap_method="sequential",
     )
-
-    def raw(*args):
-        call = jax.ffi.ffi_call(
-            _kernel.STDP_TARGET,
-            tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in args[:3]),
-            input_output_aliases={0: 0, 1: 1, 2: 2},
-            vmap_method="sequential",
-        )
-        return call(*args, **attrs)
-
-    # The kernel treats the leading dimensions of the weights, traces and spikes as trials.
-    # Under vmap with shared rule parameters and layout, the vmapped axis becomes more
-    # trials of one call; otherwise (a sweep over a_plus, say) one call per trial.
-    @jax.custom_batching.custom_vmap
-    def update(*args):
-        return raw(*args)
-
-    @update.def_vmap
-    def _batched(axis_size, in_batched, *args):
-        if any(in_batched[5:]):
-            axes = [0 if b else None for b in in_batched]
-            return jax.vmap(raw, in_axes=axes)(*args), (True, True, True)
-        per_trial = [
-            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, b in zip(args[:5], in_batched[:5], strict=True)
-        ]
-        return raw(*per_trial, *args[5:]), (True, True, True)
-
-    w, x, y = update(
+    w, x, y = call(
         w,
         pre_old[0].astype(dtype),
         post_old[0].astype(dtype),
@@ -201,42 +171,99 @@ def _kernel_update(sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_de
         lay.col_ptr,
         lay.col_syn,
         lay.col_pre,
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        arr_stride=np.int64(s_arr.shape[-1]),
+        arr_offset=np.int64(sizes[4]),
+        post_stride=np.int64(s_post.shape[-1]),
+        post_offset=np.int64(sizes[5]),
+        multiplicative=np.int64(pair.multiplicative),
+        nearest=np.int64(pair.nearest),
     )
     return w, (x,), (y,)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update(sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay):
-    args = (rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay)
-    if rule.pair_kernel() is not None and _kernel.available():
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=functools.partial(_kernel_update, sizes),
-            default=functools.partial(_event_update, sizes),
-        )
-    return _event_update(sizes, *args)
-
-
-@_update.defjvp
-def _update_jvp(sizes, primals, tangents):
-    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay = primals
-    d_rule, _, dw, d_pre, d_post, ds_arr, ds_post, d_pre_decay, d_post_decay = tangents
-    out = _update(sizes, *primals)
-    rows = _rows(lay, sizes[0])
-
-    def dense(rule_, w_, pre_, post_, sa_, sp_, pre_decay_, post_decay_):
-        sa_, sp_ = _own_spikes(sizes, sa_, sp_)
-        pre_ = _decayed(pre_, pre_decay_)
-        post_ = _decayed(post_, post_decay_)
-        w_new = rule_.dense_update(w_, pre_, post_, sa_, sp_, rows, lay.indices)
-        return w_new, rule_.update_pre_traces(pre_, sa_), rule_.update_post_traces(post_, sp_)
-
-    _, t_out = jax.jvp(
-        dense,
-        (rule, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay),
-        (d_rule, dw, d_pre, d_post, ds_arr, ds_post, d_pre_decay, d_post_decay),
+def _reference_update(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes
+):
+    return _event_update(
+        sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay
     )
-    return out, t_out
+
+
+def _dense_step(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The step of every synapse at once through the rule's `dense_update`: the function
+    whose derivative the update has."""
+    s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
+    pre = _decayed(pre_old, pre_decay)
+    post = _decayed(post_old, post_decay)
+    w_new = rule.dense_update(w, pre, post, s_arr, s_post, _rows(lay, sizes[0]), lay.indices)
+    return w_new, rule.update_pre_traces(pre, s_arr), rule.update_post_traces(post, s_post)
+
+
+def _pair_kernel_supports(rule, *args, sizes):
+    return rule.pair_kernel() is not None
+
+
+def _plastic_examples():
+    """Pair STDP (additive all-to-all and multiplicative nearest) on 9 -> 7 neurons, two
+    trials, spikes read at offsets of wider vectors."""
+    from ..plasticity import STDP
+
+    rng = np.random.default_rng(1)
+    n_pre, n_post, batch = 9, 7, (2,)
+    mask = rng.random((n_pre, n_post)) < 0.5
+    pre_of, post_of = np.nonzero(mask)
+    order = np.argsort(post_of, kind="stable")
+    lay = PlasticLayout(
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(1))]), jnp.int32),
+        jnp.asarray(post_of, jnp.int32),
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(0))]), jnp.int32),
+        jnp.asarray(order, jnp.int32),
+        jnp.asarray(pre_of[order], jnp.int32),
+    )
+    sizes = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), 2, 1)
+    f32 = jnp.float32
+    for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest")):
+        rule = STDP(a_plus=0.05, a_minus=0.04, w_max=1.0, mode=mode, pairing=pairing)
+        args = (
+            rule,
+            lay,
+            jnp.asarray(rng.uniform(0.2, 0.8, (*batch, int(mask.sum()))), f32),
+            (jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32),),
+            (jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32),),
+            jnp.asarray(rng.random((*batch, n_pre + 3)) < 0.5, f32),
+            jnp.asarray(rng.random((*batch, n_post + 2)) < 0.5, f32),
+            (jnp.asarray(0.9, f32),),
+            (jnp.asarray(0.8, f32),),
+        )
+        yield Example(
+            args,
+            dict(sizes=sizes),
+            grad_argnums=(0, 2, 3, 4, 5, 6),
+            vmap_argnums=(2, 5, 6),
+            label=f"{mode}-{pairing}",
+        )
+
+
+STDP_TARGET = "nj_stdp_update"
+PLASTIC = register(
+    Kernel(
+        name="plastic_update",
+        reference=_reference_update,
+        cpu=_kernel_update,
+        ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
+        supports=_pair_kernel_supports,
+        # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
+        batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
+        differentiable=_dense_step,
+        # the kernel rounds a trace's decay and increment apart where XLA may fuse them
+        rtol=1e-6,
+        atol=1e-6,
+        examples=_plastic_examples,
+        doc="One step of a plastic projection: the rule's events on CSR rows and CSC columns.",
+    )
+)
 
 
 def _check_offsets(owner, sizes, s_arr, s_post, arr_offset, post_offset):
@@ -282,8 +309,8 @@ def plastic_update(
     (the same vector as the delivery kernel), so the group's spikes are computed once a step.
     """
     key = _check_offsets("plastic_update", sizes, s_arr, s_post, arr_offset, post_offset)
-    return _update(
-        key,
+    return call(
+        PLASTIC,
         rule,
         lay,
         w,
@@ -293,6 +320,7 @@ def plastic_update(
         s_post,
         tuple(pre_decay),
         tuple(post_decay),
+        sizes=key,
     )
 
 
@@ -314,7 +342,9 @@ def stdp_update(
     """`plastic_update` of a rule with one presynaptic trace `x` and one postsynaptic trace
     `y` (pair STDP): `(w, x, y)` after one step."""
     key = _check_offsets("stdp_update", sizes, s_arr, s_post, arr_offset, post_offset)
-    w, (x,), (y,) = _update(key, rule, lay, w, (x,), (y,), s_arr, s_post, (decay_x,), (decay_y,))
+    w, (x,), (y,) = call(
+        PLASTIC, rule, lay, w, (x,), (y,), s_arr, s_post, (decay_x,), (decay_y,), sizes=key
+    )
     return w, x, y
 
 
