@@ -16,6 +16,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 import neurojax as nj
+from neurojax.kernels import _build
 
 DT = 0.1
 PULSE = 1e4  # one step of this input takes a forced LIF from 0 far above threshold
@@ -52,14 +53,14 @@ class MexicanHat(nj.plasticity.PlasticityRule):
     def update_post_traces(self, traces, spikes):
         return tuple(t + spikes for t in traces)
 
-    def _kernel(self, traces):
+    def _change(self, traces):
         return self.a_near * traces[0] - self.a_far * traces[1]
 
     def on_pre(self, w, pre, post, s):
-        return self.clip(w + self._kernel(post) * s)
+        return self.clip(w + self._change(post) * s)
 
     def on_post(self, w, pre, post, s):
-        return self.clip(w + self._kernel(pre) * s)
+        return self.clip(w + self._change(pre) * s)
 
 
 def forced_lif(**kwargs):
@@ -223,6 +224,12 @@ def test_custom_rule_runs_on_the_generic_event_path_under_jit():
 
     assert nj.STDP().pair_kernel() is not None
     assert Louder().pair_kernel() is None
+    if nj.kernels.mode() == "auto" and _build.library() is not None:  # the kernel is seen
+        plain_net = make_net(nj.STDP())
+        plain_state = plain_net.init_state()
+        assert stdp_kernel_in(
+            lambda dr: nj.simulate(plain_net, plain_state, dr, dt=DT)[0].plastic[0].weights, drive
+        )
     assert isinstance(Louder(), nj.plasticity.PlasticityRule)
     louder = make_net(Louder(a_plus=0.02, a_minus=0.021, w_max=1.0))
     plain = make_net(nj.STDP(a_plus=0.02, a_minus=0.021, w_max=1.0))
