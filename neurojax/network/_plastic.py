@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..kernels import Example, Fold, Kernel, call, register
-from ..plasticity import PlasticityRule, PlasticState, STDPState
+from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
 from ..plasticity._base import replace_state
 from ._propagation import run_bucketed
 
@@ -80,9 +80,10 @@ def _decayed(traces, decays):
     return tuple(t * d for t, d in zip(traces, decays, strict=True))
 
 
-def _event_update(sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay):
-    """The generic event path: `rule.on_pre` over the CSR rows of the arrivals, then
-    `rule.on_post` over the CSC columns of the postsynaptic spikes."""
+def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The generic event path (the registry entry's reference): `rule.on_pre` over the CSR
+    rows of the arrivals, then `rule.on_post` over the CSC columns of the postsynaptic
+    spikes. Leading dimensions of the weights, traces and spikes are trials."""
     n_pre, n_post, max_out, max_in = sizes[:4]
     s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
     nnz = w.shape[-1]
@@ -183,14 +184,6 @@ def _kernel_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, po
     return w, (x,), (y,)
 
 
-def _reference_update(
-    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes
-):
-    return _event_update(
-        sizes, rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay
-    )
-
-
 def _dense_step(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
     """The step of every synapse at once through the rule's `dense_update`: the function
     whose derivative the update has."""
@@ -208,8 +201,6 @@ def _pair_kernel_supports(rule, *args, sizes):
 def _plastic_examples():
     """Pair STDP (additive all-to-all and multiplicative nearest) on 9 -> 7 neurons, two
     trials, spikes read at offsets of wider vectors."""
-    from ..plasticity import STDP
-
     rng = np.random.default_rng(1)
     n_pre, n_post, batch = 9, 7, (2,)
     mask = rng.random((n_pre, n_post)) < 0.5
@@ -250,7 +241,7 @@ STDP_TARGET = "nj_stdp_update"
 PLASTIC = register(
     Kernel(
         name="plastic_update",
-        reference=_reference_update,
+        reference=_event_update,
         cpu=_kernel_update,
         ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
         supports=_pair_kernel_supports,

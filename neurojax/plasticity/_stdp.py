@@ -66,6 +66,10 @@ class STDPState(PlasticState):
 class STDP(PlasticityRule):
     """Trace-based pair STDP, used as `nj.Projection(..., plasticity=nj.STDP(...))`.
 
+    The first concrete `PlasticityRule`: one presynaptic trace `x` and one postsynaptic
+    trace `y`, depression on an arrival (`on_pre`), potentiation on a postsynaptic spike
+    (`on_post`). On CPU it runs in the compiled pair-STDP kernel (`pair_kernel`).
+
     Args:
         a_plus: potentiation amplitude (weight units), >= 0.
         a_minus: depression amplitude (weight units), >= 0.
