@@ -21,11 +21,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+_SIZES = ("n", "size", "batch", "threads", "steps", "k", "record_every", "brains")
+
 
 def _config_of(record: dict) -> str:
-    """A label of the configuration a JSON line describes (its non-timing fields)."""
-    keep = ("benchmark", "model", "config", "name", "n", "size", "batch", "mode", "record")
-    return ",".join(f"{k}={record[k]}" for k in keep if k in record)
+    """A label of the configuration a JSON line describes: its text and flag fields and its
+    sizes (not its timings)."""
+    skip = ("tree", "xla_flags", "cpu", "python", "jax", "numpy", "error")
+    parts = [
+        f"{k}={v}"
+        for k, v in record.items()
+        if k not in skip and (isinstance(v, (str, bool)) or (k in _SIZES and isinstance(v, int)))
+    ]
+    return ",".join(parts)
 
 
 def main(argv: list[str] | None = None) -> None:
