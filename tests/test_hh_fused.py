@@ -254,7 +254,7 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
     assert "nj_hh_run" not in _lowered(hh, state, 10.0, dt=DT, n_steps=100, **kwargs)
 
 
-def test_applies_only_to_plain_hodgkin_huxley_with_constant_float_input():
+def test_applies_only_to_hodgkin_huxley_steps_with_constant_float_input():
     hh = nj.HodgkinHuxley()
     state = hh.init_state(8)
 
@@ -270,10 +270,19 @@ def test_applies_only_to_plain_hodgkin_huxley_with_constant_float_input():
     assert not applies(kind="fn")
     assert not applies(st=nj.HHState(state.v, state.m, state.h, state.n[:4]))
 
+    # A subclass keeps the fused run while it keeps `HodgkinHuxley.step`.
     class Custom(nj.HodgkinHuxley):
         pass
 
-    assert not applies(model=Custom())
+    class OwnStep(nj.HodgkinHuxley):
+        def step(self, state, current, dt):
+            return super().step(state, current, dt)
+
+    assert applies(model=Custom())
+    assert not applies(model=OwnStep())
+    options = {**FUSED_APPLIES_OPTIONS, "kind": "none"}
+    del options["record_every"]
+    assert OwnStep().fused_run(state, None, DT, 10, 1, **options) is None
     assert not applies(model=nj.LIF(), st=nj.LIF().init_state(8))
 
 

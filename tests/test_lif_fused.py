@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS, python_loop
 
 import neurojax as nj
 from neurojax.network import _kernel
@@ -233,7 +233,7 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
     np.testing.assert_array_equal(final.v, ref.v)
 
 
-def test_applies_only_to_plain_lif_with_constant_float_input():
+def test_applies_only_to_lif_steps_with_constant_float_input():
     lif = nj.LIF(**PARAMS)
     state = lif.init_state(8)
 
@@ -248,11 +248,45 @@ def test_applies_only_to_plain_lif_with_constant_float_input():
     assert not applies(kind="series")
     assert not applies(kind="fn")
 
+    # A subclass that keeps `LIF.step` keeps the fused run (the same numbers); one that
+    # overrides `step` does not, and the capability itself answers None.
     class Custom(nj.LIF):
         pass
 
-    assert not applies(model=Custom(**PARAMS))
+    class OwnStep(nj.LIF):
+        def step(self, state, current, dt):
+            return super().step(state, current, dt)
+
+    assert applies(model=Custom(**PARAMS))
+    assert not applies(model=OwnStep(**PARAMS))
+    options = {**FUSED_APPLIES_OPTIONS, "kind": "none"}
+    del options["record_every"]
+    assert OwnStep(**PARAMS).fused_run(state, None, 0.1, 10, 1, **options) is None
     assert not applies(model=nj.Izhikevich(), st=nj.Izhikevich().init_state(8))
+
+
+class _Leaky(nj.LIF):
+    """A LIF with an extra constant outward current of 0.1 nA: its own `step`."""
+
+    def step(self, state, current, dt):
+        return super().step(state, nj.neurons.input_current(current, state.v) - 0.1, dt)
+
+
+def test_a_subclass_overriding_step_runs_its_own_step(kernel):
+    """Its `simulate` follows its `step`, not the inherited fused run of `LIF.step`."""
+    leaky, lif = _Leaky(**PARAMS), nj.LIF(**PARAMS)
+    state = lif.init_state(50, key=jax.random.key(8))
+    current = jnp.linspace(0.5, 2.0, 50)
+    assert "nj_lif_run" not in _lowered(leaky, state, current, dt=0.1, n_steps=800)
+    final, rec = nj.simulate(leaky, state, current, dt=0.1, n_steps=800, record=("v",))
+    ref_final, ref_spikes, ref_v = python_loop(leaky, state, current, 0.1, 800)
+    np.testing.assert_array_equal(np.asarray(rec.spikes), ref_spikes > 0)
+    np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-6, atol=1e-4)
+    _, plain = nj.simulate(leaky, state, current, dt=0.1, n_steps=800)
+    np.testing.assert_array_equal(plain.spikes, rec.spikes)
+    # ... which is not what the LIF itself does.
+    _, lif_rec = nj.simulate(lif, state, current, dt=0.1, n_steps=800)
+    assert int(lif_rec.spikes.sum()) > int(rec.spikes.sum()) > 0
 
 
 @pytest.mark.slow

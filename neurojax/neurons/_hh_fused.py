@@ -1,6 +1,7 @@
 """A whole `simulate` run of an uncoupled `HodgkinHuxley` population in one compiled CPU kernel.
 
-`nj.simulate` takes this path by itself for an `nj.HodgkinHuxley` (not a subclass) with no
+`nj.simulate` takes this path by itself, through `HodgkinHuxley.fused_run`, for an
+`nj.HodgkinHuxley` (or a subclass that keeps its `step`) with an `nj.HHState`, with no
 input or one constant float input, spikes recorded with the default `spike_dtype="bool"` (the
 bool raster, or counts per window with `record_every > 1`), no state field recorded, and
 none of `check`, `checkpoint` or `truncate_backprop`. On CPU, with the compiled kernels
@@ -46,7 +47,9 @@ _PARAMS = ("c_m", "g_na", "g_k", "g_l", "e_na", "e_k", "e_l", "v_spike")
 
 def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
     """Whether `simulate` can run this configuration through `run`."""
-    if type(model) is not HodgkinHuxley or type(state) is not HHState:
+    if not isinstance(model, HodgkinHuxley) or type(state) is not HHState:
+        return False
+    if type(model).step is not HodgkinHuxley.step:  # `run` integrates `HodgkinHuxley.step`
         return False
     return eligible(
         (state.v, state.m, state.h, state.n),

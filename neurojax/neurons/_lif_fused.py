@@ -1,7 +1,8 @@
 """A whole `simulate` run of an uncoupled `LIF` population in one compiled CPU kernel.
 
-`nj.simulate` takes this path by itself when it can give exactly the numbers of its general
-`lax.scan` over `LIF.step`: the model is an `nj.LIF` (not a subclass), the input is `None` or
+`nj.simulate` takes this path by itself, through `LIF.fused_run`, when it can give exactly the
+numbers of its general `lax.scan` over `LIF.step`: the model is an `nj.LIF` (or a subclass
+that keeps `LIF.step`) with an `nj.LIFState`, the input is `None` or
 one constant float array, spikes are recorded with the default `spike_dtype="bool"` (the
 bool raster, or counts per window with `record_every > 1`), no state field is recorded, and
 neither `check`, `checkpoint` nor `truncate_backprop` is asked for. On CPU, with the
@@ -41,7 +42,9 @@ __all__ = ["applies", "run"]
 
 def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
     """Whether `simulate` can run this configuration through `run` with identical results."""
-    if type(model) is not LIF or type(state) is not LIFState:
+    if not isinstance(model, LIF) or type(state) is not LIFState:
+        return False
+    if type(model).step is not LIF.step:  # `run` reproduces `LIF.step`, not an override
         return False
     return eligible(
         (state.v, state.refractory),
