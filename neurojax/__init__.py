@@ -14,6 +14,7 @@ from . import analysis as analysis
 from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import io as io
+from . import kernels as kernels
 from . import models as models
 from . import network as network
 from . import neurons as neurons
