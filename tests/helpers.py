@@ -130,3 +130,11 @@ FUSED_APPLIES_OPTIONS = dict(
     checkpoint=False,
     truncate_backprop=None,
 )
+
+
+def has_cpu_kernel(name: str) -> bool:
+    """Whether the registry's kernel `name` runs its compiled CPU implementation here (on a
+    CPU, in the `"auto"` mode, with the library built)."""
+    kernel = nj.kernels.registry()[name]
+    example = next(iter(kernel.examples()))
+    return "cpu" in nj.kernels.implementations(kernel, *example.args, **example.static)

@@ -1,21 +1,23 @@
 """The fused run of an uncoupled LIF population (`neurojax.neurons._lif_fused`).
 
 `nj.simulate` runs an `nj.LIF` with no input or a constant input and spikes recorded as
-booleans or counts in one compiled CPU kernel (`_lif_kernel.cc`), or a pure-JAX scan of the
-same arithmetic off CPU. Both must give exactly what the general `lax.scan` over
+booleans or counts in one compiled CPU kernel (the registry's `"lif_run"`,
+`neurojax/kernels/lif_run.cc`), or its reference, a pure-JAX scan of the same arithmetic, off
+CPU. Both must give exactly what the general `lax.scan` over
 `LIF.step` gives (which `test_lif.py` checks against the analytic solution); here they are
 compared with it bit for bit, with the analytic interspike interval directly, and under
 jit, vmap and grad.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS, python_loop
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS, has_cpu_kernel, python_loop
 
 import neurojax as nj
-from neurojax.network import _kernel
 from neurojax.neurons import _lif_fused
 
 # NEST's iaf_psc_alpha defaults, as in benchmarks/lif_population.py
@@ -24,7 +26,7 @@ PARAMS = dict(tau_m=10.0, v_rest=-70.0, v_reset=-70.0, v_th=-55.0, r_m=40.0, t_r
 
 @pytest.fixture
 def kernel():
-    if not _kernel.available():
+    if not has_cpu_kernel("lif_run"):
         pytest.skip("the compiled CPU kernels could not be built here")
 
 
@@ -143,11 +145,17 @@ def test_pure_jax_fused_path_equals_general_scan(monkeypatch):
     state = lif.init_state(500, key=jax.random.key(2))
     current = jnp.linspace(0.3, 2.0, 500)
     calls = []
-    pure = _lif_fused._lif_run_jax
-    monkeypatch.setattr(_kernel, "available", lambda: False)
-    monkeypatch.setattr(_lif_fused, "_lif_run_jax", lambda *a: calls.append(a[:2]) or pure(*a))
-    jax.clear_caches()
-    try:
+    pure = _lif_fused.LIF_RUN.reference
+
+    def reference(*args, **static):
+        calls.append((static["n_rec"], static["every"]))
+        return pure(*args, **static)
+
+    # The fused run's kernel with a reference that reports its calls (made while tracing;
+    # the reference mode is part of jit's cache key, so these runs are traced afresh).
+    kernel = dataclasses.replace(_lif_fused.LIF_RUN, reference=reference)
+    monkeypatch.setattr(_lif_fused, "LIF_RUN", kernel)
+    with nj.kernels.use("reference"):
         assert "nj_lif_run" not in _lowered(lif, state, current, dt=0.1, n_steps=800)
         fused = nj.simulate(lif, state, current, dt=0.1, n_steps=800)
         _assert_same(fused, _general(lif, state, current, dt=0.1, n_steps=800))
@@ -156,8 +164,6 @@ def test_pure_jax_fused_path_equals_general_scan(monkeypatch):
         assert r_c.spikes.dtype == jnp.uint8 and r_c.spikes.shape == (40, 500)
         np.testing.assert_array_equal(r_c.spikes, r_g.spikes)
         np.testing.assert_array_equal(f_c.v, f_g.v)
-    finally:
-        jax.clear_caches()
     assert (800, 1) in calls and (40, 20) in calls  # (records, steps per record)
 
 

@@ -126,8 +126,9 @@ def check_state_fields(
     """Raise `ValueError` unless `state` (of `model`) has every field in `fields`.
 
     The state may be abstract (`equinox.filter_eval_shape(model.init_state, n)` costs no
-    computation and keeps `n` static) or concrete; an `equinox.Module`, a NamedTuple or a dict. The message names the model,
-    the missing field, what needs it and the fields the state has.
+    computation and keeps `n` static) or concrete; an `equinox.Module`, a NamedTuple or a
+    dict. The message names the model, the missing field, what needs it and the fields the
+    state has.
 
     Args:
         model: the neuron model (any object; only its class name is used).

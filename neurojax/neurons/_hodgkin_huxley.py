@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._validation import as_float, check_choice, check_finite, check_nonnegative, check_positive
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
+from . import _hh_fused
 from ._base import NeuronModel, full, input_current
 
 __all__ = ["HodgkinHuxley", "HHState", "hh_rates"]
@@ -367,8 +368,6 @@ class HodgkinHuxley(NeuronModel):
         (`NeuronModel.fused_run` gives the arguments). On CPU one compiled kernel runs all
         steps on XLA's CPU threads, equal to the scan over `step` to rounding (float32 spike
         times within one step); elsewhere the scan itself. `None` for any other run."""
-        from . import _hh_fused
-
         if not _hh_fused.applies(self, state, inputs, record_every=record_every, **options):
             return None
         return _hh_fused.run(self, state, inputs, dt, n_rec, record_every)

@@ -16,6 +16,7 @@ from .._validation import (
     check_positive,
 )
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
+from . import _lif_fused
 from ._base import NeuronModel, full, input_current, refractory_clamped, refractory_next
 
 __all__ = ["LIF", "LIFState"]
@@ -144,8 +145,6 @@ class LIF(NeuronModel):
         none of `check`, `checkpoint`, `truncate_backprop` (`NeuronModel.fused_run` gives the
         arguments). On CPU one compiled kernel runs all steps, neuron block by neuron block;
         elsewhere a pure-JAX scan of the same arithmetic. `None` for any other run."""
-        from . import _lif_fused
-
         if not _lif_fused.applies(self, state, inputs, record_every=record_every, **options):
             return None
         return _lif_fused.run(self, state, inputs, dt, n_rec, record_every)
