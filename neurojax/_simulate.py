@@ -486,11 +486,11 @@ def simulate(
     kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
     standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`), with a final state and
     raster identical to the general scan's; `grad` goes through a pure-JAX scan of the same
-    arithmetic, and `NEUROJAX_CPU_KERNEL=0` turns the kernel off. `nj.HodgkinHuxley` serves
-    the same configurations through a kernel of its own, on all of XLA's CPU threads; it
-    integrates the same equations with its own vectorised `exp`, so its results equal the
-    general scan's to rounding rather than to the bit (float32 spike times within one step).
-    A subclass that overrides `step` is scanned.
+    arithmetic, and `nj.kernels.use("reference")` (or `NEUROJAX_CPU_KERNEL=0`) runs that scan
+    instead of the kernel. `nj.HodgkinHuxley` serves the same configurations through a kernel
+    of its own, on all of XLA's CPU threads; it integrates the same equations with its own
+    vectorised `exp`, so its results equal the general scan's to rounding rather than to the
+    bit (float32 spike times within one step). A subclass that overrides `step` is scanned.
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
