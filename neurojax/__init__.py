@@ -6,7 +6,8 @@ The most used names are lifted here; the subpackages hold the rest:
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
 calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops), `neurojax.parallel`
 (batched sweeps over devices), `neurojax.io` (checkpoints with `nj.save` / `nj.load`,
-export of recordings) and `neurojax.surrogate`.
+export of recordings), `neurojax.surrogate` and `neurojax.validation` (parameter conversion and
+checks for writing a model).
 """
 
 from . import analysis as analysis
@@ -22,6 +23,7 @@ from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
 from . import training as training
+from . import validation as validation
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
 from .io import load as load

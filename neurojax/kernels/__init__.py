@@ -10,7 +10,6 @@ and the public switch that chooses between them.
   run (see the Architecture page of the docs).
 """
 
-from ._config import MODES as MODES
 from ._config import mode as mode
 from ._config import set_mode as set_mode
 from ._config import use as use

@@ -73,8 +73,9 @@ class Example(NamedTuple):
 class Batching:
     """How a kernel handles a vmapped axis: called as
     `rule(axis_size, in_batched, args, apply) -> (out, out_batched)`, where `apply(*args)`
-    runs the kernel (all paths) on unbatched arguments and `in_batched` mirrors `args` with
-    bools. Subclass it, or give any function of that signature."""
+    runs the implementation (of the platform being compiled for) on arguments without the
+    vmapped axis, and `in_batched` mirrors `args` with bools. Subclass it, or give any function
+    of that signature. The reference needs no rule: `jax.vmap` batches it."""
 
     def __call__(self, axis_size, in_batched, args, apply):
         raise NotImplementedError
@@ -115,19 +116,25 @@ class Sequential(Batching):
 class Fold(Batching):
     """Fold the vmapped axis into the kernel's own trial axis: one call for the whole batch.
 
-    Every argument at a position in `trial` has leading trial dimensions that the kernel (all
-    of its implementations and its reference) treats as independent trials; an unbatched one
-    is broadcast to the batch. The arguments at positions in `shared` (connectivity, rule
-    parameters, sizes) must be the same for all trials: when one of them is vmapped the rule
-    falls back to `Sequential`. Arguments in neither list are passed as they are, batched or
-    not (the kernel accepts both). Every output gets the vmapped axis in front.
+    Every argument at a position in `trial` has leading trial dimensions that the kernel's
+    implementations treat as independent trials; an unbatched one is broadcast to the batch.
+    The arguments at positions in `shared` (connectivity, rule parameters, sizes) must be the
+    same for all trials: when one of them is vmapped the rule falls back to `Sequential`.
+    Arguments in neither list are passed as they are, batched or not (the kernel accepts
+    both). Every output gets the vmapped axis in front.
+
+    `only_if_batched` lists trial arguments too large to broadcast (a weight matrix): when one
+    of them is not vmapped, the rule runs one call per element instead (`Sequential`).
     """
 
     trial: tuple[int, ...] = ()
     shared: tuple[int, ...] = ()
+    only_if_batched: tuple[int, ...] = ()
 
     def __call__(self, axis_size, in_batched, args, apply):
-        if any(_batched_any(in_batched[i]) for i in self.shared):
+        if any(_batched_any(in_batched[i]) for i in self.shared) or not all(
+            _batched_any(in_batched[i]) for i in self.only_if_batched
+        ):
             return Sequential()(axis_size, in_batched, args, apply)
         args = list(args)
         for i in self.trial:
@@ -239,22 +246,17 @@ def implementations(kernel: Kernel, *args, **static) -> dict[str, Callable[..., 
     return out
 
 
-def _platform_call(kernel: Kernel, static: dict, args: tuple) -> Any:
-    impls = implementations(kernel, *args, **static)
-    reference = functools.partial(kernel.reference, **static)
-    if not impls:
-        return reference(*args)
-    branches = {p: functools.partial(f, **static) for p, f in impls.items()}
-    return lax.platform_dependent(*args, default=reference, **branches)
-
-
 @functools.cache
-def _vmappable(kernel: Kernel, frozen: Any) -> Callable[..., Any]:
+def _implementation(kernel: Kernel, frozen: Any, platform: str) -> Callable[..., Any]:
+    """The implementation of `kernel` for `platform`, with the entry's batching rule: a vmapped
+    axis reaches it through the rule (folded into its trials, or one call per element), at any
+    depth of nested `vmap`s."""
     static = {k: _thaw(v) for k, v in frozen}
+    fn = functools.partial(getattr(kernel, platform), **static)
 
     @custom_vmap
     def apply(*args):
-        return _platform_call(kernel, static, args)
+        return fn(*args)
 
     @apply.def_vmap
     def _rule(axis_size, in_batched, *args):
@@ -263,9 +265,24 @@ def _vmappable(kernel: Kernel, frozen: Any) -> Callable[..., Any]:
     return apply
 
 
+_PLATFORM_OF = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
+
+
+def _platform_call(kernel: Kernel, frozen: Any, *args) -> Any:
+    # The reference is batched by `jax.vmap` itself (one vectorised computation); each
+    # implementation by the entry's rule.
+    static = {k: _thaw(v) for k, v in frozen}
+    impls = implementations(kernel, *args, **static)
+    reference = functools.partial(kernel.reference, **static)
+    if not impls:
+        return reference(*args)
+    branches = {p: _implementation(kernel, frozen, _PLATFORM_OF[p]) for p in impls}
+    return lax.platform_dependent(*args, default=reference, **branches)
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _differentiable_call(kernel: Kernel, frozen: Any, *args):
-    return _vmappable(kernel, frozen)(*args)
+    return _platform_call(kernel, frozen, *args)
 
 
 @_differentiable_call.defjvp
