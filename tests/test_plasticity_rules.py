@@ -23,8 +23,7 @@ PULSE = 1e4  # one step of this input takes a forced LIF from 0 far above thresh
 N_PRE, N_POST = 5, 4
 
 
-def _float(x):
-    return jnp.asarray(x, jnp.result_type(float))
+_float = nj.validation.as_float
 
 
 class MexicanHat(nj.plasticity.PlasticityRule):
@@ -42,6 +41,11 @@ class MexicanHat(nj.plasticity.PlasticityRule):
 
     n_pre_traces: ClassVar[int] = 2
     n_post_traces: ClassVar[int] = 2
+
+    def __check_init__(self):
+        nj.validation.check_positive("MexicanHat", "tau_near", self.tau_near, "ms")
+        nj.validation.check_positive("MexicanHat", "tau_far", self.tau_far, "ms")
+        nj.validation.check_less("MexicanHat", "w_min", self.w_min, "w_max", self.w_max)
 
     def trace_decays(self, dt):
         d = (jnp.exp(-dt / self.tau_near), jnp.exp(-dt / self.tau_far))
@@ -379,6 +383,8 @@ def test_incomplete_or_foreign_rules_are_rejected():
     conn = nj.connect.fixed_prob(jr.key(0), 3, 3, 0.5, weight=0.5)
     with pytest.raises(TypeError, match=r"plasticity must be None or nj.STDP\(\.\.\.\) or another"):
         nj.Projection("a", "b", conn, plasticity=lambda w: w)
+    with pytest.raises(ValueError, match=r"MexicanHat: tau_far must be > 0 ms, got -1.0"):
+        MexicanHat(tau_far=-1.0)
     with pytest.raises(ValueError, match=r"within the MexicanHat bounds \[w_min, w_max\]"):
         nj.Projection("a", "b", conn, plasticity=MexicanHat(w_min=0.6, w_max=1.0))
 
