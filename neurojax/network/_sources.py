@@ -55,7 +55,12 @@ class SpikeSource(eqx.Module):
         def step_block(self, state, dt, *, size, padded_size, block, axis_name):
             return self.step(state, None, dt)
 
-    net = nj.Network({"clock": (Regular(100), 10), "E": (nj.LIF(), 10)}, ...)
+    net = nj.Network(
+        {"clock": (Regular(100), 10), "E": (nj.LIF(), 10)},
+        [nj.Projection("clock", "E", nj.connect.one_to_one(10, weight=200.0))],
+    )
+    _, rec = nj.simulate(net, net.init_state(jax.random.key(0)), dt=0.1, n_steps=1000)
+    rec.spikes["E"].sum()   # 100: each clock spike makes its target fire
     ```
     """
 

@@ -49,12 +49,15 @@ class BCOOLayout(Layout):
         return cls(n_pre=n_pre, n_post=n_post, conn=kept), delay
 
     def to_bcoo(self) -> sparse.BCOO:
+        """The stored BCOO itself."""
         return self.conn
 
     def nbytes(self) -> int:
+        """Bytes of the indices and weights, 12 per synapse in float32."""
         return int(self.conn.indices.nbytes + self.conn.data.nbytes)
 
     def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ conn` through JAX's sparse kernels (trials flattened into one product)."""
         flat = s.reshape(-1, self.n_pre)
         out = (self.conn.T @ flat.T).T
         return out.reshape(s.shape[:-1] + (self.n_post,)).astype(s.dtype)

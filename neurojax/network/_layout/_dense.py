@@ -49,12 +49,15 @@ class DenseLayout(Layout):
         return cls(n_pre=n_pre, n_post=n_post, matrix=as_float(conn.todense())), delay
 
     def to_bcoo(self) -> sparse.BCOO:
+        """The nonzero entries of the matrix as a BCOO, in row-major order."""
         return sparse.BCOO.fromdense(self.matrix)
 
     def nbytes(self) -> int:
+        """Bytes of the matrix, `4 n_pre n_post` in float32."""
         return int(self.matrix.nbytes)
 
     def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ matrix` at full float32 precision."""
         # Full float32 precision on every backend: JAX's default lets recent NVIDIA GPUs
         # round the weights to TF32 (a 10-bit mantissa), which would make a GPU run's
         # synaptic input differ from the CPU's by ~1e-3 relative.

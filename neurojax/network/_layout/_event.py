@@ -124,14 +124,20 @@ class EventLayout(Layout):
         return np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
 
     def to_bcoo(self) -> sparse.BCOO:
+        """The synapses as a BCOO `(n_pre, n_post)` in row order (its data are the
+        layout's weights, so gradients flow through)."""
         idx = np.stack([self._rows(), np.asarray(self.indices)], axis=1)
         return sparse.BCOO((self.weights, jnp.asarray(idx)), shape=(self.n_pre, self.n_post))
 
     def nbytes(self) -> int:
+        """Bytes of the rows (`8 nnz + 4 (n_pre + 1)`) and, when plastic, of the columns
+        (`8 nnz + 4 (n_post + 1)`)."""
         leaves = (self.indptr, self.indices, self.weights, self.col_ptr, self.col_syn, self.col_pre)
         return int(sum(x.nbytes for x in leaves if x is not None))
 
     def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ W` as one segment sum over all synapses (the function that the event
+        delivery computes, and differentiates)."""
         rows = jnp.repeat(
             jnp.arange(self.n_pre, dtype=jnp.int32),
             self.indptr[1:] - self.indptr[:-1],
