@@ -12,11 +12,15 @@ the neuron axis, the real neurons first, in their global order: `x[..., :n]` dro
 for every projection, the synapses whose postsynaptic neuron is local, as a compressed-row
 table over the global presynaptic ids (`indptr` over all `n_pre` ids, local postsynaptic
 indices, weights), in the projection's own order (ascending presynaptic id, then the
-connectivity's order within a row). The tables of the devices are padded to the longest and
-stacked along a leading device axis. Connectivity is thus built once, with global ids, by the
-ordinary builders, and only cut here: it cannot depend on the number of devices.
+connectivity's order within a row). The projection's layout builds these tables
+(`nj.network.Layout.local_tables`, an event layout per device); the tables of the devices
+are padded to the longest and stacked along a leading device axis. Connectivity is thus
+built once, with global ids, by the ordinary builders, and only cut here: it cannot depend on
+the number of devices.
 
-**One step** (inside `jax.shard_map`, each device on its block; the order of `nj.Network`):
+**One step** (inside `jax.shard_map`, each device on its block): the phases of
+`nj.Network.step` (`neurojax.network._phases`), called with the local blocks, the local
+tables, the padding mask and each spike source's `step_block`, plus the spike exchange:
 1. read the ring buffers of the local postsynaptic neurons, advance the synaptic kinetics;
 2. integrate the local neurons (same grouping of populations as the network);
 3. exchange: the local spikes of every sending population are bit-packed into `uint32`
