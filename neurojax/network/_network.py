@@ -137,8 +137,11 @@ class Network(eqx.Module):
        evaluated with the membrane potential `v` at `t`, and emits its spikes (dated `t + dt`);
     3. plastic projections update their weights from this step's presynaptic arrivals and
        postsynaptic spikes (see `nj.STDP`);
-    4. the spikes are delivered into the ring buffers of the outgoing projections, with the
-       weights after step 3, to be read `1 + round(delay / dt)` steps later.
+    4. the spikes are delivered into the ring buffers of the outgoing projections, each through
+       its layout (`nj.network.Layout`), with the weights after step 3, to be read
+       `1 + round(delay / dt)` steps later.
+    These are the phases of `neurojax.network._phases`, which the sharded network of
+    `nj.parallel.shard_network` runs too.
     A spike therefore acts on its targets from the next step on (after its delay), and all
     populations update synchronously from the same state.
 
@@ -147,7 +150,9 @@ class Network(eqx.Module):
 
     Args:
         populations: `{name: (model, size)}` where `model` is a neuron model (`nj.LIF`, ...)
-            or a spike source (`nj.PoissonSource`) and `size` the number of neurons.
+            or a spike source (an `nj.network.SpikeSource` such as `nj.PoissonSource`) and
+            `size` the number of neurons. A population that a conductance output or a gap
+            junction reads needs a state with a field `v` (checked here).
         projections: a sequence of `nj.Projection` between named populations.
         inputs: `{name: current}` added to a population's input every step: a constant
             (scalar or one value per neuron), or a function `t_ms -> current` traced inside the

@@ -104,7 +104,7 @@ class Layout(eqx.Module):
     ```
     """
 
-    name: ClassVar[str]
+    name: eqx.AbstractClassVar[str]
     per_synapse_delays: ClassVar[bool] = False
     plastic: ClassVar[bool] = False
 
