@@ -383,9 +383,15 @@ def load_machine(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def neurojax_cpu_kernel() -> bool | None:
-    """Whether neurojax's event delivery runs through its compiled CPU kernel (None: unknown)."""
+    """Whether neurojax's compiled CPU kernels run (None: unknown)."""
     try:
-        from neurojax.network import _kernel
+        import neurojax as nj
+
+        if hasattr(nj, "kernels"):
+            from neurojax.kernels import _build
+
+            return nj.kernels.mode() == "auto" and _build.library() is not None
+        from neurojax.network import _kernel  # versions before the kernel layer
 
         return bool(_kernel.available())
     except Exception:  # an internal of neurojax: absent in other versions

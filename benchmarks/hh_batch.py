@@ -88,7 +88,6 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     import neurojax as nj
-    from neurojax.network import _kernel
 
     from .peers import _hh
 
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         }
 
     costs = {m: step_cost(model, 1024) for m, model in nj_models.items()}
-    fused = jax.default_backend() == "cpu" and _kernel.available()
+    fused = jax.default_backend() == "cpu" and bool(_harness.neurojax_cpu_kernel())
     nj_default: dict[tuple[int, str], dict[str, Any]] = {}
 
     def emit_peer(rec: dict[str, Any], n: int, method: str | None) -> None:

@@ -6,13 +6,15 @@ The most used names are lifted here; the subpackages hold the rest:
 `neurojax.network` (projections, networks, spike sources), `neurojax.assembly` (assembly
 calculus), `neurojax.training` (encoders, spiking layers, losses, optax loops), `neurojax.parallel`
 (batched sweeps over devices), `neurojax.io` (checkpoints with `nj.save` / `nj.load`,
-export of recordings) and `neurojax.surrogate`.
+export of recordings), `neurojax.surrogate` and `neurojax.validation` (parameter conversion and
+checks for writing a model).
 """
 
 from . import analysis as analysis
 from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import io as io
+from . import kernels as kernels
 from . import models as models
 from . import network as network
 from . import neurons as neurons
@@ -21,6 +23,7 @@ from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
 from . import training as training
+from . import validation as validation
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
 from .io import load as load

@@ -11,13 +11,10 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._recording import count_dtype
 from ._validation import check_dt, check_positive_int
 
 __all__ = ["simulate", "Recording"]
-
-# Incremented each time the scan body is traced; tests use it to prove that changing only
-# parameter or state values reuses the compiled program.
-_TRACE_COUNT = 0
 
 
 class Recording(eqx.Module):
@@ -247,10 +244,6 @@ def _float_leaf_names(state: Any) -> list[str]:
     return names
 
 
-def _count_dtype(record_every: int):
-    return jnp.uint8 if record_every <= 255 else jnp.int32
-
-
 def _run_chunk(
     model,
     state,
@@ -271,27 +264,27 @@ def _run_chunk(
     truncate_backprop: int | None = None,
 ):
     """Scan `n_rec * record_every` steps starting at global step index `start`."""
-    global _TRACE_COUNT
-    _TRACE_COUNT += 1
     float_dtype = jnp.result_type(float)
 
-    from .neurons import _hh_fused, _lif_fused
-
-    const = inputs if kind == "const" else None
-    options = dict(
-        kind=kind,
-        record_every=record_every,
-        record=record,
-        spike_dtype=spike_dtype,
-        check=check,
-        checkpoint=checkpoint,
-        truncate_backprop=truncate_backprop,
-    )
-    # Uncoupled LIF and Hodgkin-Huxley populations: one fused run (_lif_fused: identical
-    # results; _hh_fused: the same equations, equal to rounding).
-    for fused in (_lif_fused, _hh_fused):
-        if fused.applies(model, state, const, **options):
-            state, spikes = fused.run(model, state, const, dt, n_rec, record_every)
+    # A model that runs many steps in one call says so (`NeuronModel.fused_run`); None means
+    # it cannot serve this configuration, and the scan over `step` below runs it.
+    fused_run = getattr(model, "fused_run", None)
+    if callable(fused_run):
+        fused = fused_run(
+            state,
+            input_fn if kind == "fn" else inputs,
+            dt,
+            n_rec,
+            record_every,
+            kind=kind,
+            record=record,
+            spike_dtype=spike_dtype,
+            check=check,
+            checkpoint=checkpoint,
+            truncate_backprop=truncate_backprop,
+        )
+        if fused is not None:
+            state, spikes = fused
             return state, spikes, {}, diag
 
     def plain_step(st, inp):
@@ -347,10 +340,10 @@ def _run_chunk(
             shapes = jax.eval_shape(
                 one_step, carry, None if xs is None else jtu.tree_map(lambda x: x[0], xs)
             )[1]
-            count_dtype = _count_dtype(record_every)
+            counts = count_dtype(record_every)
 
             def acc_dtype(o):
-                return o.dtype if spike_dtype is None else count_dtype
+                return o.dtype if spike_dtype is None else counts
 
             acc0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, acc_dtype(o)), shapes)
             last0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
@@ -485,17 +478,19 @@ def simulate(
             the parameters only through the steps since the last cut. `None` (default) keeps
             the full gradient.
 
-    Uncoupled LIF populations: an `nj.LIF` run with no input or a constant float input,
-    spikes recorded with the default `spike_dtype="bool"` (raster or counts), no `record`, and
-    none of `check`, `checkpoint`, `truncate_backprop` runs on CPU in one compiled kernel that takes
-    the neurons in cache-sized blocks through all steps (`neurojax.neurons._lif_fused`;
-    5x Brian2's C++ standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`). Its final
-    state and raster are identical to the general scan's, and `grad` goes through a pure-JAX
-    scan of the same arithmetic; `NEUROJAX_CPU_KERNEL=0` turns the kernel off.
-    `nj.HodgkinHuxley` populations in the same configuration run through a kernel of their
-    own (`neurojax.neurons._hh_fused`), on all of XLA's CPU threads; it integrates the same
-    equations with its own vectorised `exp`, so its results equal the general scan's to
-    rounding rather than to the bit (float32 spike times within one step).
+    **Fused runs.** Before scanning `step`, `simulate` asks the model for a fused run of the
+    whole chunk (`NeuronModel.fused_run`, when the model has one) and uses it unless the
+    model answers `None`. `nj.LIF` serves uncoupled populations with no input or a constant
+    float input, spikes recorded with the default `spike_dtype="bool"` (raster or counts),
+    no `record`, and none of `check`, `checkpoint`, `truncate_backprop`: on CPU one compiled
+    kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
+    standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`), with a final state and
+    raster identical to the general scan's; `grad` goes through a pure-JAX scan of the same
+    arithmetic, and `nj.kernels.use("reference")` (or `NEUROJAX_CPU_KERNEL=0`) runs that scan
+    instead of the kernel. `nj.HodgkinHuxley` serves the same configurations through a kernel
+    of its own, on all of XLA's CPU threads; it integrates the same equations with its own
+    vectorised `exp`, so its results equal the general scan's to rounding rather than to the
+    bit (float32 spike times within one step). A subclass that overrides `step` is scanned.
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording

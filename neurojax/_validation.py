@@ -1,4 +1,4 @@
-"""Shared parameter conversion and validation.
+"""Shared parameter conversion and validation (public as `neurojax.validation`).
 
 Every model stores its physical parameters as array leaves produced by `as_float`, so that a
 parameter given as a Python number, a NumPy array or a JAX array ends up with the default
@@ -24,9 +24,11 @@ __all__ = [
     "check_nonnegative",
     "check_less",
     "check_choice",
+    "check_broadcast",
     "check_dt",
     "check_positive_int",
     "is_concrete",
+    "normalize_shape",
 ]
 
 
@@ -37,6 +39,12 @@ def default_float() -> Any:
 
 def as_float(x: Any) -> jax.Array:
     """Convert a parameter to an array of the default floating dtype.
+
+    Use it as the `converter` of every physical parameter of a model
+    (`tau_m: Float[Array, "..."] = eqx.field(default=10.0, converter=as_float)`), so that a
+    Python number, a NumPy array or a JAX array all become an array leaf of one dtype.
+    A traced value (a model built inside `jit` or `vmap`) passes through, cast to the default
+    float if it is an integer.
 
     Raises `TypeError` for values that are not real numbers (strings, complex numbers,
     booleans), so that a typo such as `tau_m="10"` fails at construction.
@@ -88,19 +96,58 @@ def _check(owner: str, name: str, value: Any, ok: Callable[[np.ndarray], np.ndar
 
 
 def check_finite(owner: str, name: str, value: Any) -> None:
+    """Raise `ValueError` naming `owner` and `name` unless every entry of `value` is finite.
+
+    Like every `check_*` helper it runs on concrete values (in `__check_init__`) and skips a
+    traced value, which cannot be inspected without a host synchronisation.
+
+    Args:
+        owner: who checks, for the message (a class name such as `"LIF"`).
+        name: the parameter's name.
+        value: a number or an array.
+    """
     _check(owner, name, value, lambda a: np.ones(a.shape, bool), "finite")
 
 
 def check_positive(owner: str, name: str, value: Any, unit: str = "") -> None:
+    """Raise `ValueError` unless every entry of `value` is finite and `> 0`.
+
+    Args:
+        owner: who checks, for the message (a class name such as `"LIF"`).
+        name: the parameter's name.
+        value: a number or an array.
+        unit: the parameter's unit, for the message (`"ms"` gives "must be > 0 ms").
+
+    Example:
+    ```python
+    check_positive("LIF", "tau_m", -1.0, "ms")  # ValueError: LIF: tau_m must be > 0 ms, got -1.0
+    ```
+    """
     _check(owner, name, value, lambda a: a > 0, f"> 0{(' ' + unit) if unit else ''}")
 
 
 def check_nonnegative(owner: str, name: str, value: Any, unit: str = "") -> None:
+    """Raise `ValueError` unless every entry of `value` is finite and `>= 0`.
+
+    Args:
+        owner: who checks, for the message (a class name).
+        name: the parameter's name.
+        value: a number or an array.
+        unit: the parameter's unit, for the message.
+    """
     _check(owner, name, value, lambda a: a >= 0, f">= 0{(' ' + unit) if unit else ''}")
 
 
 def check_less(owner: str, lo_name: str, lo: Any, hi_name: str, hi: Any) -> None:
-    """Check `lo < hi` elementwise (after broadcasting), naming both parameters."""
+    """Raise `ValueError` unless `lo < hi` elementwise (after broadcasting), naming both.
+
+    Args:
+        owner: who checks, for the message (a class name).
+        lo_name: the name of the parameter that must be smaller (`"v_reset"`).
+        lo: its value.
+        hi_name: the name of the parameter that must be larger (`"v_th"`).
+        hi: its value.
+    """
     if not (is_concrete(lo) and is_concrete(hi)):
         return
     a, b = np.broadcast_arrays(np.asarray(lo), np.asarray(hi))
@@ -113,12 +160,25 @@ def check_less(owner: str, lo_name: str, lo: Any, hi_name: str, hi: Any) -> None
 
 
 def check_choice(owner: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    """Raise `ValueError` unless `value` is one of the strings `allowed` (a static option
+    such as an integration `method`).
+
+    Args:
+        owner: who checks, for the message (a class name).
+        name: the option's name.
+        value: the value received.
+        allowed: the accepted strings.
+    """
     if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{owner}: {name} must be one of {allowed}, got {value!r}")
 
 
 def check_dt(owner: str, dt: Any) -> float:
-    """`dt` must be a static, finite, positive Python number (milliseconds)."""
+    """`dt` as a Python float; it must be a static, finite, positive number (milliseconds).
+
+    Raises `TypeError` for a traced or non-numeric `dt`, `ValueError` for a non-finite or
+    non-positive one.
+    """
     if isinstance(dt, jax.core.Tracer):
         raise TypeError(
             f"{owner}: dt must be a static Python number (ms), got a traced value; "
@@ -136,6 +196,8 @@ def check_dt(owner: str, dt: Any) -> float:
 
 
 def check_positive_int(owner: str, name: str, value: Any) -> int:
+    """`value` as a Python int; `TypeError` unless it is an int (not a bool), `ValueError`
+    unless it is positive."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{owner}: {name} must be a positive int, got {value!r}")
     if value <= 0:
@@ -144,7 +206,8 @@ def check_positive_int(owner: str, name: str, value: Any) -> int:
 
 
 def normalize_shape(owner: str, shape: Any) -> tuple[int, ...]:
-    """Accept an int or a tuple of non-negative ints as a state shape."""
+    """A state shape as a tuple: an int `n` becomes `(n,)`, a tuple of non-negative ints is
+    kept. `TypeError` or `ValueError`, naming `owner`, for anything else."""
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
     if not isinstance(shape, (tuple, list)) or not all(
@@ -155,3 +218,29 @@ def normalize_shape(owner: str, shape: Any) -> tuple[int, ...]:
     if any(s < 0 for s in shape):
         raise ValueError(f"{owner}: shape entries must be >= 0, got {shape}")
     return shape
+
+
+def check_broadcast(model: Any, shape: tuple[int, ...]) -> None:
+    """Raise `ValueError` if an array parameter of `model` cannot broadcast to `shape`.
+
+    Call it in `init_state` with the population's shape (after `normalize_shape`): a
+    per-neuron parameter of shape `(n,)` must match the last state axis. Scalar parameters
+    and non-array fields are skipped.
+
+    Args:
+        model: an `equinox.Module` whose array fields are parameters.
+        shape: the population's shape `(*batch, n)`.
+    """
+    for name, value in vars(model).items():
+        if not isinstance(value, jax.Array) or value.ndim == 0:
+            continue
+        try:
+            out = jnp.broadcast_shapes(value.shape, shape)
+        except ValueError:
+            out = None
+        if out != shape:
+            raise ValueError(
+                f"{type(model).__name__}: parameter {name} has shape {value.shape}, which does not"
+                f" broadcast to the population shape {shape} (per-neuron parameters need shape"
+                " (n,) matching the last state axis)"
+            )

@@ -94,13 +94,6 @@ def python_loop(model, state, current, dt: float, n_steps: int):
     return state, np.stack(spikes), np.stack(vs)
 
 
-def leaves_equal(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(
-        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb)
-    )
-
-
 def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
     """Shapes of the outputs of every compiled-kernel (FFI) call in `fn`'s jaxpr.
 
@@ -137,3 +130,11 @@ FUSED_APPLIES_OPTIONS = dict(
     checkpoint=False,
     truncate_backprop=None,
 )
+
+
+def has_cpu_kernel(name: str) -> bool:
+    """Whether the registry's kernel `name` runs its compiled CPU implementation here (on a
+    CPU, in the `"auto"` mode, with the library built)."""
+    kernel = nj.kernels.registry()[name]
+    example = next(iter(kernel.examples()))
+    return "cpu" in nj.kernels.implementations(kernel, *example.args, **example.static)

@@ -2,7 +2,7 @@
 
 On CPU a projection step runs its input sum, its synapse update (first-time winners and the
 Hebbian factor), its draw of the new winners' inputs and its k-cap in the kernels of
-`neurojax/assembly/_dense_kernel.cc`; other platforms run the pure-JAX code. Each kernel is
+`neurojax/kernels/assembly.cc`; other platforms run the pure-JAX code. Each kernel is
 checked here against that code and against a NumPy loop written from the definition, under
 `vmap` and `grad`, and whole projections are run through both paths.
 """
@@ -15,14 +15,14 @@ from scipy import stats
 
 import neurojax as nj
 from neurojax.assembly import _brain, _synapses
-from neurojax.network import _kernel
 
 A = nj.assembly
+_PROBE = (jnp.zeros(2, jnp.float32), jnp.zeros(1, jnp.float32))  # any top-k input
 
 
 @pytest.fixture
 def kernel():
-    if not _kernel.available():
+    if not nj.kernels.implementations(nj.kernels.registry()["assembly_top_k"], *_PROBE, k=1):
         pytest.skip("the compiled CPU kernels could not be built here")
 
 
@@ -187,7 +187,7 @@ def _rows_summed_after_update(rng, hebb, n_src, k):
 
 
 @pytest.mark.parametrize("plastic", [True, False])
-def test_dense_update_inputs_equals_update_then_sum_exactly(kernel, plastic, monkeypatch):
+def test_dense_update_inputs_equals_update_then_sum_exactly(kernel, plastic):
     """One kernel for the update and the next input sum gives both results of the two
     separate operations bit for bit, limits below and above the scaled width included."""
     rng = np.random.default_rng(5)
@@ -205,11 +205,10 @@ def test_dense_update_inputs_equals_update_then_sum_exactly(kernel, plastic, mon
         np.testing.assert_array_equal(got_x, want_x)
         assert np.any(got_x != 0.0) == (limit > 0)
         # The pure-JAX path: the same weights, and the sum within float32 rounding.
-        monkeypatch.setattr(_kernel, "available", lambda: False)
-        pure_w, pure_x = _synapses.dense_update_inputs(
-            jnp.asarray(w), created_j, hebb_j, rows, limit
-        )
-        monkeypatch.undo()
+        with nj.kernels.use("reference"):
+            pure_w, pure_x = _synapses.dense_update_inputs(
+                jnp.asarray(w), created_j, hebb_j, rows, limit
+            )
         np.testing.assert_array_equal(pure_w, want_w)
         np.testing.assert_allclose(pure_x, want_x, rtol=2e-6)
 
@@ -280,13 +279,18 @@ def test_floyd_kernel_equals_jax_and_draws_distinct_items(kernel):
 
 
 @pytest.mark.parametrize("path", ["kernel", "jax"])
-def test_choose_inputs_draws_uniform_subsets(path, monkeypatch):
+def test_choose_inputs_draws_uniform_subsets(path):
     """2 of 5 items, 20000 rows: each of the 10 pairs 2000 times up to chance (chi-square);
     then rows with and without draws mixed, one with draws alone (the smallest bucket)."""
-    if path == "kernel" and not _kernel.available():
+    if path == "kernel" and not nj.kernels.implementations(
+        nj.kernels.registry()["assembly_top_k"], *_PROBE, k=1
+    ):
         pytest.skip("the compiled CPU kernels could not be built here")
-    if path == "jax":
-        monkeypatch.setattr(_kernel, "available", lambda: False)
+    with nj.kernels.use("auto" if path == "kernel" else "reference"):
+        _check_choose_inputs_draws_uniform_subsets()
+
+
+def _check_choose_inputs_draws_uniform_subsets():
     m = jnp.full((20_000,), 2, jnp.int32)
     chosen = np.asarray(_brain._choose_inputs(jax.random.key(5), m, jnp.int32(5), 4, 5)[0])
     assert np.all(chosen[:, 2:] == 5)
@@ -437,7 +441,7 @@ def _run(brain, steps):
 
 
 @pytest.mark.parametrize("mode", ["sparse", "explicit"])
-def test_projection_is_identical_through_kernels_and_pure_jax(kernel, monkeypatch, mode):
+def test_projection_is_identical_through_kernels_and_pure_jax(kernel, mode):
     """With beta = 0 every weight is an integer, so every sum is exact and both paths must
     give the same brain bit for bit: winners, supports and every synapse (the first-time
     winners' synapses included). With beta > 0 one step from identical states (the stimulus
@@ -455,16 +459,13 @@ def test_projection_is_identical_through_kernels_and_pure_jax(kernel, monkeypatc
         )
 
     static, plastic = brain(0.0, 7), brain(0.1, 8)
-    jax.clear_caches()
     fin_k, tr_k = _run(static, 30)
     one_k = plastic.project(plastic.init_state(), stimuli={"s": ["A"]}, areas={})
     two_k = plastic.project(one_k, stimuli={"s": ["A"]}, areas={"A": ["A"]})
-    monkeypatch.setattr(_kernel, "available", lambda: False)
-    jax.clear_caches()
-    fin_j, tr_j = _run(static, 30)
-    one_j = plastic.project(plastic.init_state(), stimuli={"s": ["A"]}, areas={})
-    two_j = plastic.project(one_k, stimuli={"s": ["A"]}, areas={"A": ["A"]})
-    jax.clear_caches()
+    with nj.kernels.use("reference"):
+        fin_j, tr_j = _run(static, 30)
+        one_j = plastic.project(plastic.init_state(), stimuli={"s": ["A"]}, areas={})
+        two_j = plastic.project(one_k, stimuli={"s": ["A"]}, areas={"A": ["A"]})
     assert int(tr_k.support["A"][-1]) > 60 and int(tr_k.new_winners["A"][1]) > 0
     for field in ("winners", "support", "new_winners", "overlap"):
         np.testing.assert_array_equal(getattr(tr_k, field)["A"], getattr(tr_j, field)["A"])
@@ -534,18 +535,15 @@ def test_trace_overlap_equals_overlap():
 
 
 @pytest.mark.slow
-def test_float64_brain_runs_the_kernels_and_matches_pure_jax(kernel, monkeypatch):
+def test_float64_brain_runs_the_kernels_and_matches_pure_jax(kernel):
     """Under x64 the weights are float64 and the kernels take their float64 branch."""
     with jax.enable_x64(True):
         brain = A.Brain(
             areas={"A": (20_000, 60)}, stimuli={"s": 60}, p=0.05, beta=0.0, key=jax.random.key(7)
         )
-        jax.clear_caches()
         fin_k, tr_k = _run(brain, 20)
-        monkeypatch.setattr(_kernel, "available", lambda: False)
-        jax.clear_caches()
-        fin_j, tr_j = _run(brain, 20)
-        jax.clear_caches()
+        with nj.kernels.use("reference"):
+            fin_j, tr_j = _run(brain, 20)
     assert fin_k.weights[("A", "A")].dtype == jnp.float64
     assert int(tr_k.support["A"][-1]) > 60
     np.testing.assert_array_equal(tr_k.winners["A"], tr_j.winners["A"])

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks._harness import neurojax_cpu_kernel
 from benchmarks.peers import _hh, _lif
-from neurojax.network import _kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ def test_hh_batch_quick_prints_valid_json():
     assert machine[0]["peak_flops"] > 0 and machine[0]["peak_bytes_per_s"] > 0
     runs = [r for r in records if r["bench"] == "hh_batch"]
     # The unroll sweep at N = 1 belongs to the general scan; the fused CPU kernel has none.
-    unrolls = (1,) if _kernel.available() else (1, 8)
+    unrolls = (1,) if neurojax_cpu_kernel() else (1, 8)
     assert {(r["n"], r["method"], r["unroll"]) for r in runs} == {
         *((1, method, u) for method in ("rk4", "exp_euler") for u in unrolls),
         (100, "rk4", 1),

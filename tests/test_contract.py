@@ -4,14 +4,20 @@ They check the promises of SPEC.md section 1 for each model: the compiled scan e
 eager Python loop over `step`, batching equals stacked single runs, gradients through the
 surrogate spikes are finite and non-zero, sub-threshold gradients match finite differences,
 changing parameter values does not recompile, and chunked runs equal unchunked ones.
+
+The tests that compare a run with and without an outer `jax.jit` are `chex.variants` of one
+test (`JitVariantsTest`, a `chex.TestCase` parametrised over the same cases); the others
+are pytest functions.
 """
 
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MODEL_CASES, case_ids, leaves_equal, python_loop
+from absl.testing import parameterized
+from helpers import MODEL_CASES, case_ids, python_loop
 from jax.test_util import check_grads
 
 import neurojax as nj
@@ -37,24 +43,7 @@ def test_state_protocol(case):
     batched = model.init_state((2, 4, 3))
     assert batched.v.shape == (2, 4, 3)
     # None means no input and must equal an explicit zero current.
-    assert leaves_equal(model.step(state, None, case.dt), model.step(state, 0.0, case.dt))
-
-
-@CASES
-def test_simulate_matches_eager_python_loop(case):
-    model = case.make()
-    state = model.init_state(3)
-    n = min(case.n_steps, 400)
-    final, rec = nj.simulate(model, state, _drive(case), dt=case.dt, n_steps=n, record=("v",))
-    ref_final, ref_spikes, ref_v = python_loop(model, state, _drive(case), case.dt, n)
-    # Eager op-by-op evaluation and the fused scan may round differently in the last bit
-    # (XLA fuses and reorders elementwise work). The quadratic (Izhikevich) and exponential
-    # (AdEx) upswings amplify such a difference to ~1e-3 mV within a spike, so voltages are
-    # compared at rtol 1e-3 while spike trains must agree exactly.
-    assert ref_spikes.sum() > 0, "the drive must make the model fire for this test to mean much"
-    np.testing.assert_array_equal(np.asarray(rec.spikes), ref_spikes > 0)
-    np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-3, atol=1e-2)
-    np.testing.assert_allclose(np.asarray(final.v), np.asarray(ref_final.v), rtol=1e-3, atol=1e-2)
+    chex.assert_trees_all_equal(model.step(state, None, case.dt), model.step(state, 0.0, case.dt))
 
 
 @CASES
@@ -105,27 +94,6 @@ def _param_axes(model, name):
 
 
 @CASES
-def test_grad_through_surrogate_spikes_is_finite_and_nonzero(case):
-    model = case.make()
-    state = model.init_state(3)
-
-    def count(current):
-        _, rec = nj.simulate(
-            model, state, current, dt=case.dt, n_steps=case.n_steps, spike_dtype=None
-        )
-        return rec.spikes.sum()
-
-    g = jax.grad(count)(_drive(case))
-    assert np.all(np.isfinite(np.asarray(g)))
-    assert np.any(np.asarray(g) != 0), "surrogate gradient of the spike count vanished"
-    # jit(grad) equals grad. Through the quadratic and exponential upswings (Izhikevich, AdEx)
-    # the two compilations' rounding differences grow to ~1e-4 relative.
-    np.testing.assert_allclose(
-        np.asarray(jax.jit(jax.grad(count))(_drive(case))), np.asarray(g), rtol=1e-3, atol=1e-6
-    )
-
-
-@CASES
 def test_subthreshold_gradients_match_finite_differences(case):
     # In float64 and below threshold the dynamics are smooth, so reverse-mode gradients of
     # the final voltage must match central finite differences (check_grads' default
@@ -146,16 +114,19 @@ def test_subthreshold_gradients_match_finite_differences(case):
 
 
 @CASES
-def test_no_recompilation_when_only_values_change(case):
+def test_no_recompilation_when_only_values_change(case, monkeypatch):
+    # A fresh compiled driver whose scan body may be traced once, by the first run: the
+    # other two only change values and must reuse its program.
+    chex.clear_trace_counter()
+    traced_once = chex.assert_max_traces(_simulate._run_chunk, n=1)
+    monkeypatch.setattr(_simulate, "_run_chunk_jit", eqx.filter_jit(traced_once))
     model = case.make()
     state = model.init_state(3)
     kwargs = dict(dt=case.dt, n_steps=50, record=("v",))
     nj.simulate(model, state, _drive(case), **kwargs)
-    before = _simulate._TRACE_COUNT
     other = eqx.tree_at(lambda m: getattr(m, case.param), model, getattr(model, case.param) * 1.01)
     nj.simulate(other, state, _drive(case) * 0.9, **kwargs)
     nj.simulate(model, model.init_state(3, key=jax.random.key(1)), _drive(case), **kwargs)
-    assert _simulate._TRACE_COUNT == before
 
 
 @CASES
@@ -166,7 +137,7 @@ def test_chunked_equals_unchunked_bit_for_bit(case):
     f1, r1 = nj.simulate(model, state, _drive(case), **kwargs)
     f2, r2 = nj.simulate(model, state, _drive(case), chunk_size=case.n_steps // 4 + 10, **kwargs)
     assert isinstance(r2.v, np.ndarray)
-    assert leaves_equal(f1, f2)
+    chex.assert_trees_all_equal(f1, f2)
     np.testing.assert_array_equal(np.asarray(r1.spikes), r2.spikes)
     np.testing.assert_array_equal(np.asarray(r1.v), r2.v)
 
@@ -177,7 +148,7 @@ def test_random_initial_state_is_reproducible(case):
     a = model.init_state((2, 3), key=jax.random.key(7))
     b = model.init_state((2, 3), key=jax.random.key(7))
     c = model.init_state((2, 3), key=jax.random.key(8))
-    assert leaves_equal(a, b)
+    chex.assert_trees_all_equal(a, b)
     assert not np.array_equal(np.asarray(a.v), np.asarray(c.v))
 
 
@@ -196,3 +167,49 @@ def test_pmap_over_a_device_axis(case):
     out = jax.pmap(run)(drives)
     for d in range(n_dev):
         np.testing.assert_array_equal(np.asarray(out[d]), np.asarray(run(drives[d])))
+
+
+class JitVariantsTest(chex.TestCase):
+    """Each test runs twice: its `self.variant` is `jax.jit` in one run, the identity in the
+    other, and both must meet the same reference."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters(*[(case.id, case) for case in MODEL_CASES])
+    def test_simulate_matches_eager_python_loop(self, case):
+        model = case.make()
+        state = model.init_state(3)
+        n = min(case.n_steps, 400)
+        run = self.variant(
+            lambda m, s, x: nj.simulate(m, s, x, dt=case.dt, n_steps=n, record=("v",))
+        )
+        final, rec = run(model, state, _drive(case))
+        ref_final, ref_spikes, ref_v = python_loop(model, state, _drive(case), case.dt, n)
+        # Eager op-by-op evaluation and the fused scan may round differently in the last bit
+        # (XLA fuses and reorders elementwise work). The quadratic (Izhikevich) and
+        # exponential (AdEx) upswings amplify such a difference to ~1e-3 mV within a spike,
+        # so voltages are compared at rtol 1e-3 while spike trains must agree exactly.
+        assert ref_spikes.sum() > 0, "the drive must make the model fire for this test to mean much"
+        np.testing.assert_array_equal(np.asarray(rec.spikes), ref_spikes > 0)
+        np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-3, atol=1e-2)
+        np.testing.assert_allclose(
+            np.asarray(final.v), np.asarray(ref_final.v), rtol=1e-3, atol=1e-2
+        )
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters(*[(case.id, case) for case in MODEL_CASES])
+    def test_grad_through_surrogate_spikes_is_finite_and_nonzero(self, case):
+        model = case.make()
+        state = model.init_state(3)
+
+        def count(current):
+            _, rec = nj.simulate(
+                model, state, current, dt=case.dt, n_steps=case.n_steps, spike_dtype=None
+            )
+            return rec.spikes.sum()
+
+        g = self.variant(jax.grad(count))(_drive(case))
+        assert np.all(np.isfinite(np.asarray(g)))
+        assert np.any(np.asarray(g) != 0), "surrogate gradient of the spike count vanished"
+        # jit(grad) equals grad. Through the quadratic and exponential upswings (Izhikevich,
+        # AdEx) the two compilations' rounding differences grow to ~1e-4 relative.
+        chex.assert_trees_all_close(g, jax.grad(count)(_drive(case)), rtol=1e-3, atol=1e-6)

@@ -1,7 +1,8 @@
 """The fused run of an uncoupled Hodgkin-Huxley population (`neurojax.neurons._hh_fused`).
 
 `nj.simulate` runs an `nj.HodgkinHuxley` with no input or a constant input and spikes
-recorded as booleans or counts in one compiled CPU kernel (`_hh_kernel.cc`). The kernel
+recorded as booleans or counts in one compiled CPU kernel (the registry's `"hh_run"`,
+`neurojax/kernels/hh_run.cc`). The kernel
 integrates the same equations as `HodgkinHuxley.step` with its own arithmetic (a vectorised
 single-precision `exp`), so it is checked against the general `lax.scan` over `step` to the
 tolerance that rounding explains: in float64, where the kernel calls the C library's `exp`,
@@ -14,10 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS, has_cpu_kernel
 
 import neurojax as nj
-from neurojax.network import _kernel
 from neurojax.neurons import _hh_fused
 
 METHODS = ("rk4", "exp_euler")
@@ -26,7 +26,7 @@ DT = 0.01
 
 @pytest.fixture
 def kernel():
-    if not _kernel.available():
+    if not has_cpu_kernel("hh_run"):
         pytest.skip("the compiled CPU kernels could not be built here")
 
 
@@ -227,14 +227,12 @@ def test_fused_gradients_equal_general_scan(kernel):
         np.testing.assert_allclose(jnp.dot(g_f, direction), fd, rtol=2e-2)
 
 
-def test_without_the_kernel_the_fused_path_is_the_general_scan(monkeypatch):
+def test_without_the_kernel_the_fused_path_is_the_general_scan():
     """Off CPU, or without the compiled library, `_hh_fused` runs the general scan: identical."""
     hh = nj.HodgkinHuxley(method="exp_euler")
     state = hh.init_state(200, key=jax.random.key(2))
     current = _currents(200, 0.0, 25.0)
-    monkeypatch.setattr(_kernel, "available", lambda: False)
-    jax.clear_caches()
-    try:
+    with nj.kernels.use("reference"):
         assert "nj_hh_run" not in _lowered(hh, state, current, dt=DT, n_steps=500)
         for every in (1, 25):
             fused = nj.simulate(hh, state, current, dt=DT, n_steps=1000, record_every=every)
@@ -243,8 +241,6 @@ def test_without_the_kernel_the_fused_path_is_the_general_scan(monkeypatch):
             assert fused[1].spikes.dtype == general[1].spikes.dtype
             np.testing.assert_array_equal(fused[0].v, general[0].v)
             np.testing.assert_array_equal(fused[0].n, general[0].n)
-    finally:
-        jax.clear_caches()
 
 
 @pytest.mark.parametrize("kwargs", GENERAL_PATH_OPTIONS)
@@ -254,7 +250,7 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
     assert "nj_hh_run" not in _lowered(hh, state, 10.0, dt=DT, n_steps=100, **kwargs)
 
 
-def test_applies_only_to_plain_hodgkin_huxley_with_constant_float_input():
+def test_applies_only_to_hodgkin_huxley_steps_with_constant_float_input():
     hh = nj.HodgkinHuxley()
     state = hh.init_state(8)
 
@@ -270,10 +266,19 @@ def test_applies_only_to_plain_hodgkin_huxley_with_constant_float_input():
     assert not applies(kind="fn")
     assert not applies(st=nj.HHState(state.v, state.m, state.h, state.n[:4]))
 
+    # A subclass keeps the fused run while it keeps `HodgkinHuxley.step`.
     class Custom(nj.HodgkinHuxley):
         pass
 
-    assert not applies(model=Custom())
+    class OwnStep(nj.HodgkinHuxley):
+        def step(self, state, current, dt):
+            return super().step(state, current, dt)
+
+    assert applies(model=Custom())
+    assert not applies(model=OwnStep())
+    options = {**FUSED_APPLIES_OPTIONS, "kind": "none"}
+    del options["record_every"]
+    assert OwnStep().fused_run(state, None, DT, 10, 1, **options) is None
     assert not applies(model=nj.LIF(), st=nj.LIF().init_state(8))
 
 

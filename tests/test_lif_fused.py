@@ -1,21 +1,23 @@
 """The fused run of an uncoupled LIF population (`neurojax.neurons._lif_fused`).
 
 `nj.simulate` runs an `nj.LIF` with no input or a constant input and spikes recorded as
-booleans or counts in one compiled CPU kernel (`_lif_kernel.cc`), or a pure-JAX scan of the
-same arithmetic off CPU. Both must give exactly what the general `lax.scan` over
+booleans or counts in one compiled CPU kernel (the registry's `"lif_run"`,
+`neurojax/kernels/lif_run.cc`), or its reference, a pure-JAX scan of the same arithmetic, off
+CPU. Both must give exactly what the general `lax.scan` over
 `LIF.step` gives (which `test_lif.py` checks against the analytic solution); here they are
 compared with it bit for bit, with the analytic interspike interval directly, and under
 jit, vmap and grad.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS
+from helpers import FUSED_APPLIES_OPTIONS, GENERAL_PATH_OPTIONS, has_cpu_kernel, python_loop
 
 import neurojax as nj
-from neurojax.network import _kernel
 from neurojax.neurons import _lif_fused
 
 # NEST's iaf_psc_alpha defaults, as in benchmarks/lif_population.py
@@ -24,7 +26,7 @@ PARAMS = dict(tau_m=10.0, v_rest=-70.0, v_reset=-70.0, v_th=-55.0, r_m=40.0, t_r
 
 @pytest.fixture
 def kernel():
-    if not _kernel.available():
+    if not has_cpu_kernel("lif_run"):
         pytest.skip("the compiled CPU kernels could not be built here")
 
 
@@ -143,11 +145,17 @@ def test_pure_jax_fused_path_equals_general_scan(monkeypatch):
     state = lif.init_state(500, key=jax.random.key(2))
     current = jnp.linspace(0.3, 2.0, 500)
     calls = []
-    pure = _lif_fused._lif_run_jax
-    monkeypatch.setattr(_kernel, "available", lambda: False)
-    monkeypatch.setattr(_lif_fused, "_lif_run_jax", lambda *a: calls.append(a[:2]) or pure(*a))
-    jax.clear_caches()
-    try:
+    pure = _lif_fused.LIF_RUN.reference
+
+    def reference(*args, **static):
+        calls.append((static["n_rec"], static["every"]))
+        return pure(*args, **static)
+
+    # The fused run's kernel with a reference that reports its calls (made while tracing;
+    # the reference mode is part of jit's cache key, so these runs are traced afresh).
+    kernel = dataclasses.replace(_lif_fused.LIF_RUN, reference=reference)
+    monkeypatch.setattr(_lif_fused, "LIF_RUN", kernel)
+    with nj.kernels.use("reference"):
         assert "nj_lif_run" not in _lowered(lif, state, current, dt=0.1, n_steps=800)
         fused = nj.simulate(lif, state, current, dt=0.1, n_steps=800)
         _assert_same(fused, _general(lif, state, current, dt=0.1, n_steps=800))
@@ -156,8 +164,6 @@ def test_pure_jax_fused_path_equals_general_scan(monkeypatch):
         assert r_c.spikes.dtype == jnp.uint8 and r_c.spikes.shape == (40, 500)
         np.testing.assert_array_equal(r_c.spikes, r_g.spikes)
         np.testing.assert_array_equal(f_c.v, f_g.v)
-    finally:
-        jax.clear_caches()
     assert (800, 1) in calls and (40, 20) in calls  # (records, steps per record)
 
 
@@ -233,7 +239,7 @@ def test_other_configurations_take_the_general_path(kernel, kwargs):
     np.testing.assert_array_equal(final.v, ref.v)
 
 
-def test_applies_only_to_plain_lif_with_constant_float_input():
+def test_applies_only_to_lif_steps_with_constant_float_input():
     lif = nj.LIF(**PARAMS)
     state = lif.init_state(8)
 
@@ -248,11 +254,45 @@ def test_applies_only_to_plain_lif_with_constant_float_input():
     assert not applies(kind="series")
     assert not applies(kind="fn")
 
+    # A subclass that keeps `LIF.step` keeps the fused run (the same numbers); one that
+    # overrides `step` does not, and the capability itself answers None.
     class Custom(nj.LIF):
         pass
 
-    assert not applies(model=Custom(**PARAMS))
+    class OwnStep(nj.LIF):
+        def step(self, state, current, dt):
+            return super().step(state, current, dt)
+
+    assert applies(model=Custom(**PARAMS))
+    assert not applies(model=OwnStep(**PARAMS))
+    options = {**FUSED_APPLIES_OPTIONS, "kind": "none"}
+    del options["record_every"]
+    assert OwnStep(**PARAMS).fused_run(state, None, 0.1, 10, 1, **options) is None
     assert not applies(model=nj.Izhikevich(), st=nj.Izhikevich().init_state(8))
+
+
+class _Leaky(nj.LIF):
+    """A LIF with an extra constant outward current of 0.1 nA: its own `step`."""
+
+    def step(self, state, current, dt):
+        return super().step(state, nj.neurons.input_current(current, state.v) - 0.1, dt)
+
+
+def test_a_subclass_overriding_step_runs_its_own_step(kernel):
+    """Its `simulate` follows its `step`, not the inherited fused run of `LIF.step`."""
+    leaky, lif = _Leaky(**PARAMS), nj.LIF(**PARAMS)
+    state = lif.init_state(50, key=jax.random.key(8))
+    current = jnp.linspace(0.5, 2.0, 50)
+    assert "nj_lif_run" not in _lowered(leaky, state, current, dt=0.1, n_steps=800)
+    final, rec = nj.simulate(leaky, state, current, dt=0.1, n_steps=800, record=("v",))
+    ref_final, ref_spikes, ref_v = python_loop(leaky, state, current, 0.1, 800)
+    np.testing.assert_array_equal(np.asarray(rec.spikes), ref_spikes > 0)
+    np.testing.assert_allclose(np.asarray(rec.v), ref_v, rtol=1e-6, atol=1e-4)
+    _, plain = nj.simulate(leaky, state, current, dt=0.1, n_steps=800)
+    np.testing.assert_array_equal(plain.spikes, rec.spikes)
+    # ... which is not what the LIF itself does.
+    _, lif_rec = nj.simulate(lif, state, current, dt=0.1, n_steps=800)
+    assert int(lif_rec.spikes.sum()) > int(rec.spikes.sum()) > 0
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ EXPECTED = (
     "05_gradient_training.ipynb",
     "06_sweeps_and_sharding.ipynb",
     "07_izhikevich_lattice.ipynb",
+    "08_write_your_own_model.ipynb",
 )
 MAX_BYTES = 400_000  # stored notebooks stay small: modest PNGs, no large text outputs
 CELL_TIMEOUT_S = 300  # each notebook runs in about a minute on 2 CPU cores

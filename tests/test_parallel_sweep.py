@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -33,21 +34,27 @@ def _loop(fn, params):
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *outs)
 
 
-def test_sweep_equals_loop_in_chunks_without_recompiling():
+def _count_traces(monkeypatch, n):
+    """Give `sweep` a fresh compiled chunk program that may be traced at most `n` times."""
+    chex.clear_trace_counter()
+    monkeypatch.setattr(
+        _sweep, "_run_jit", eqx.filter_jit(chex.assert_max_traces(_sweep._run, n=n))
+    )
+
+
+def test_sweep_equals_loop_in_chunks_without_recompiling(monkeypatch):
     currents = jnp.stack([jnp.linspace(0.3, 1.0, 11), jnp.linspace(1.0, 0.3, 11)], axis=1)
     want = _loop(_rate, currents)
     assert want["rate"].max() > 0
-    before = _sweep._TRACE_COUNT
+    # One trace for the full batch, one per distinct chunk size (4, then 11 again cached):
+    # two at most, and at least two since the chunks of 11 and of 4 differ in shape.
+    _count_traces(monkeypatch, 2)
     for batch_size in (None, 4, 11, 50):
         got = nj.parallel.sweep(_rate, currents, batch_size=batch_size)
         assert isinstance(got["rate"], np.ndarray)
         np.testing.assert_array_equal(got["rate"], want["rate"])
-    # One trace for the full batch, one per distinct chunk size (4, then 11 again cached).
-    traces = _sweep._TRACE_COUNT - before
-    assert traces == 2, traces
     # New values, same shapes: no new trace.
     nj.parallel.sweep(_rate, currents + 0.05, batch_size=4)
-    assert _sweep._TRACE_COUNT - before == 2
 
 
 def test_sweep_over_keys_and_pytrees_on_device():
@@ -64,15 +71,14 @@ def test_sweep_over_keys_and_pytrees_on_device():
     np.testing.assert_allclose(np.asarray(got), np.asarray(jax.vmap(fn)(params)), rtol=1e-6)
 
 
-def test_sweep_module_values_are_traced():
+def test_sweep_module_values_are_traced(monkeypatch):
     # An equinox module as fn: its array fields are inputs, so a new tau reuses the program.
-    before = _sweep._TRACE_COUNT
+    _count_traces(monkeypatch, 1)
     for tau in (8.0, 12.0):
         lif = nj.LIF(tau_m=tau, v_rest=-70.0, v_reset=-70.0, v_th=-55.0, r_m=40.0)
         fn = _Rate(lif)
         got = nj.parallel.sweep(fn, jnp.linspace(0.4, 1.0, 4)[:, None])
         np.testing.assert_array_equal(got, _loop(fn, jnp.linspace(0.4, 1.0, 4)[:, None]))
-    assert _sweep._TRACE_COUNT - before == 1
 
 
 class _Rate(eqx.Module):

@@ -1,5 +1,9 @@
 """`simulate`: input kinds, recording, record_every, chunking, progress, the check guard."""
 
+import ast
+from pathlib import Path
+
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -131,10 +135,7 @@ def test_reproducible_and_jittable():
     state = lif.init_state(50, key=jax.random.key(3))
     a = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
     b = nj.simulate(lif, state, 18.0, dt=0.1, n_steps=300, record=("v",))
-    assert all(
-        np.array_equal(x, y)
-        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
-    )
+    chex.assert_trees_all_equal(a, b)
     jitted = jax.jit(lambda s: nj.simulate(lif, s, 18.0, dt=0.1, n_steps=300, record=("v",)))
     c = jitted(state)
     np.testing.assert_array_equal(np.asarray(c[1].spikes), np.asarray(a[1].spikes))
@@ -222,3 +223,53 @@ def test_batch_block_errors():
         )
     with pytest.raises(TypeError, match="batch_block must be a positive int"):
         nj.simulate(lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=1.5)
+
+
+# What `FusedEcho.fused_run` was asked, in order. `simulate` asks while tracing a chunk, so
+# each configuration is asked once per process.
+_FUSED_CALLS: list = []
+
+
+class FusedEcho(Echo):
+    """`Echo` with a fused run that serves constant inputs recorded as a bool raster: all
+    steps at once, as the scan over `step` would give them."""
+
+    def fused_run(self, state, inputs, dt, n_rec, record_every, **options):
+        _FUSED_CALLS.append((options["kind"], n_rec, record_every))
+        if options["kind"] != "const" or options["record"] is not None or record_every != 1:
+            return None
+        inp = jnp.broadcast_to(jnp.asarray(inputs, jnp.float32), state["v"].shape)
+        final = {"v": state["v"] + n_rec * (self.gain * inp * dt), "last": inp}
+        return final, jnp.broadcast_to(inp > 0, (n_rec, *inp.shape))
+
+
+def test_simulate_asks_the_model_for_a_fused_run_and_falls_back_on_none():
+    _FUSED_CALLS.clear()
+    m = FusedEcho()
+    s = m.init_state(3)
+    x = jnp.array([1.0, 2.0, -1.0])
+    fused_final, fused = nj.simulate(m, s, x, dt=0.5, n_steps=4)
+    scan_final, scan = nj.simulate(Echo(), s, x, dt=0.5, n_steps=4)
+    assert _FUSED_CALLS == [("const", 4, 1)]
+    chex.assert_trees_all_equal(fused_final, scan_final)
+    chex.assert_trees_all_equal(fused.spikes, scan.spikes)
+    # Declined (a time series; a recorded field): the scan over `step` runs.
+    _FUSED_CALLS.clear()
+    final, rec = nj.simulate(m, s, jnp.tile(x, (4, 1)), dt=0.5)
+    nj.simulate(m, s, x, dt=0.5, n_steps=4, record=("last",))
+    assert [c[0] for c in _FUSED_CALLS] == ["series", "const"]
+    chex.assert_trees_all_equal(final, scan_final)
+    chex.assert_trees_all_equal(rec.spikes, scan.spikes)
+
+
+def test_the_driver_imports_no_model_module():
+    """`simulate` asks models what they can do (`fused_run`); it names none of them."""
+    source = Path(nj.__file__).with_name("_simulate.py").read_text(encoding="utf-8")
+    imported = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            imported.append(node.module or "")
+            imported += [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            imported += [a.name for a in node.names]
+    assert imported and not [m for m in imported if "neurons" in m or "_fused" in m], imported

@@ -13,10 +13,10 @@ import jax.random as jr
 import numpy as np
 import optax
 import pytest
+from helpers import has_cpu_kernel
 from jax.test_util import check_grads
 
 import neurojax as nj
-from neurojax.network import _kernel
 from neurojax.training import _spike_matmul, spike_matmul
 
 F32 = jnp.float32
@@ -24,7 +24,7 @@ F32 = jnp.float32
 
 @pytest.fixture
 def kernel():
-    if not _kernel.available():
+    if not has_cpu_kernel("spike_matmul"):
         pytest.skip("the compiled CPU kernels could not be built here")
 
 
@@ -203,17 +203,16 @@ def test_deterministic(kernel):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_fallback_equals_reference(monkeypatch):
-    monkeypatch.setattr(_kernel, "available", lambda: False)
+def test_fallback_equals_reference():
     x, w = _problem((40, 60), 50, seed=4)
-    lowered = jax.jit(spike_matmul).lower(x, w).as_text()
-    assert "nj_spike_matmul" not in lowered
-    np.testing.assert_allclose(np.asarray(spike_matmul(x, w)), _ref(x, w), rtol=1e-5, atol=1e-5)
-    g = np.ones((40, 50), np.float32)
-    dw = jax.grad(lambda w: jnp.sum(spike_matmul(x, w) * g))(w)
-    np.testing.assert_allclose(np.asarray(dw), x.T @ g, rtol=1e-6)
+    with nj.kernels.use("reference"):
+        lowered = jax.jit(spike_matmul).lower(x, w).as_text()
+        assert "nj_spike_matmul" not in lowered
+        np.testing.assert_allclose(np.asarray(spike_matmul(x, w)), _ref(x, w), rtol=1e-5, atol=1e-5)
+        g = np.ones((40, 50), np.float32)
+        dw = jax.grad(lambda w: jnp.sum(spike_matmul(x, w) * g))(w)
+        np.testing.assert_allclose(np.asarray(dw), x.T @ g, rtol=1e-6)
     # half precision always takes the dense product (the kernel is float32/float64)
-    monkeypatch.undo()
     assert (
         "nj_spike_matmul"
         not in jax.jit(spike_matmul).lower(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)).as_text()

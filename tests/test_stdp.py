@@ -20,7 +20,13 @@ from jax.experimental import sparse
 from jax.flatten_util import ravel_pytree
 
 import neurojax as nj
-from neurojax.network import _kernel
+from neurojax.kernels import _build
+
+
+def cpu_kernel_runs():
+    """Whether the compiled CPU kernels run here (mode "auto" and the library built)."""
+    return nj.kernels.mode() == "auto" and _build.library() is not None
+
 
 DT = 0.1
 PULSE = 1e4  # one step of this input takes a forced LIF from 0 far above threshold
@@ -561,7 +567,7 @@ def test_vmap_over_drives_equals_separate_runs(inner):
         one = {k: v[:, trial] for k, v in drives.items()}
         np.testing.assert_array_equal(swept[trial], np.asarray(final_weights(one)))
     assert np.abs(swept[0] - swept[1]).max() > 1e-3
-    if _kernel.available():  # one STDP call for all trials: weights (3, *inner, nnz)
+    if cpu_kernel_runs():  # one STDP call for all trials: weights (3, *inner, nnz)
         shapes = ffi_output_shapes(jax.vmap(final_weights, in_axes=(1,)), drives)
         nnz = net.projections[0].indices.shape[0]
         assert (3, *inner_batch, nnz) in shapes, shapes
@@ -630,17 +636,19 @@ def test_record_every_gives_every_nth_step(every):
 
 
 @pytest.mark.parametrize("use_kernel", [True, False])
-def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel, monkeypatch):
+def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel):
     """`stdp_update` on spike vectors of a whole group (the projection's neurons at
     `arr_offset` / `post_offset`) equals the update on the projection's own vectors, values
     and gradients, on the compiled kernel and on the pure-JAX path."""
+    if use_kernel and not cpu_kernel_runs():
+        pytest.skip("the compiled CPU kernel could not be built here")
+    with nj.kernels.use("auto" if use_kernel else "reference"):
+        _offsets_case()
+
+
+def _offsets_case():
     from neurojax.network._plastic import PlasticLayout, stdp_update
 
-    if use_kernel and not _kernel.available():
-        pytest.skip("the compiled CPU kernel could not be built here")
-    if not use_kernel:
-        monkeypatch.setattr(_kernel, "available", lambda: False)
-    jax.clear_caches()
     n_pre, n_post, batch = 6, 5, (2,)
     conn = nj.connect.fixed_prob(jr.key(3), n_pre, n_post, 0.7, weight=0.5)
     rule = nj.STDP(a_plus=0.05, a_minus=0.04, w_max=1.0)
@@ -688,14 +696,13 @@ def test_update_reads_spikes_at_offsets_of_wider_vectors(use_kernel, monkeypatch
         stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, post_offset=9)
     with pytest.raises(ValueError, match=r"stdp_update: arr_offset=-1"):
         stdp_update(rule, lay, sizes, w, x, y, wide_arr, wide_post, *d, arr_offset=-1)
-    jax.clear_caches()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(
     "mode, pairing", [("additive", "all_to_all"), ("multiplicative", "nearest")]
 )
-def test_kernel_equals_pure_jax_over_vector_blocks_and_tails(dtype, mode, pairing, monkeypatch):
+def test_kernel_equals_pure_jax_over_vector_blocks_and_tails(dtype, mode, pairing):
     """The compiled kernel advances the traces and lists the spikes in blocks of two 32-byte
     vectors (16 float32 or 8 float64 neurons), then a scalar tail. With 37 presynaptic and 29
     postsynaptic neurons both parts run; 40 steps of random spikes in two trials give the
@@ -703,7 +710,7 @@ def test_kernel_equals_pure_jax_over_vector_blocks_and_tails(dtype, mode, pairin
     and an add where the kernel rounds twice)."""
     from neurojax.network._plastic import PlasticLayout, stdp_update
 
-    if not _kernel.available():
+    if not cpu_kernel_runs():
         pytest.skip("the compiled CPU kernel could not be built here")
     n_pre, n_post, n_steps, batch = 37, 29, 40, (2,)
     rng = np.random.default_rng(5)
@@ -712,10 +719,8 @@ def test_kernel_equals_pure_jax_over_vector_blocks_and_tails(dtype, mode, pairin
 
     def run(use_kernel):
         rng_w = np.random.default_rng(6)
-        if not use_kernel:
-            monkeypatch.setattr(_kernel, "available", lambda: False)
-        jax.clear_caches()
-        with jax.enable_x64(dtype == "float64"):
+        mode_ = "auto" if use_kernel else "reference"
+        with jax.enable_x64(dtype == "float64"), nj.kernels.use(mode_):
             conn = nj.connect.fixed_prob(jr.key(8), n_pre, n_post, 0.3, weight=0.5)
             rule = nj.STDP(
                 a_plus=0.03, a_minus=0.035, w_min=0.0, w_max=1.0, mode=mode, pairing=pairing
@@ -731,8 +736,6 @@ def test_kernel_equals_pure_jax_over_vector_blocks_and_tails(dtype, mode, pairin
             for a, p in zip(arrivals, fired, strict=True):
                 w, x, y = step(w, x, y, jnp.asarray(a, dtype), jnp.asarray(p, dtype))
             out = [np.asarray(v) for v in (w, x, y)]
-        monkeypatch.undo()
-        jax.clear_caches()
         return out
 
     kernel, pure = run(True), run(False)

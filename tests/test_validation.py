@@ -298,3 +298,48 @@ def test_validation_is_skipped_for_traced_parameters():
 
     taus = jax.vmap(lambda t: nj.LIF(tau_m=t).tau_m)(jnp.array([5.0, 10.0]))
     np.testing.assert_array_equal(np.asarray(taus), [5.0, 10.0])
+
+
+def test_public_helpers_are_the_ones_the_models_use():
+    from neurojax import _validation
+    from neurojax.neurons import _base
+
+    for name in nj.validation.__all__:
+        assert getattr(nj.validation, name) is getattr(_validation, name)
+    # The old private import paths keep working.
+    assert _base.check_broadcast is nj.validation.check_broadcast
+    for name in ("input_current", "refractory_clamped", "refractory_next"):
+        assert getattr(nj.neurons, name) is getattr(_base, name)
+    with pytest.raises(ValueError, match=r"Mine: tau_w must be > 0 ms, got -2\.0"):
+        nj.validation.check_positive("Mine", "tau_w", nj.validation.as_float(-2.0), "ms")
+    with pytest.raises(ValueError, match=r"Mine: v_reset must be < v_th, got v_reset=\[-40\.\]"):
+        nj.validation.check_less("Mine", "v_reset", jnp.array([-60.0, -40.0]), "v_th", -50.0)
+    with pytest.raises(ValueError, match=r"Mine: method must be one of \('a', 'b'\), got 'c'"):
+        nj.validation.check_choice("Mine", "method", "c", ("a", "b"))
+    with pytest.raises(TypeError, match=r"got string '10'"):
+        nj.validation.as_float("10")
+    with pytest.raises(ValueError, match=r"LIF: parameter tau_m has shape \(4,\)"):
+        nj.validation.check_broadcast(nj.LIF(tau_m=jnp.ones(4)), (3,))
+
+
+def test_check_state_fields_names_the_model_the_field_and_who_needs_it():
+    import equinox as eqx
+    import jax
+
+    class NoV(eqx.Module):
+        u: jax.Array
+
+    lif = nj.LIF()
+    assert nj.NeuronModel.required_state_fields == ("v",)
+    nj.neurons.check_state_fields(lif, eqx.filter_eval_shape(lif.init_state, 4))
+    nj.neurons.check_state_fields(lif, {"v": jnp.zeros(2)})
+    with pytest.raises(
+        ValueError,
+        match=r"LIF: the state \(NoV\) has no field 'v'; projection 'e->i' "
+        r"\(ConductanceOutput\) needs it; its fields are \('u',\)",
+    ):
+        nj.neurons.check_state_fields(
+            lif, NoV(jnp.zeros(2)), needed_by="projection 'e->i' (ConductanceOutput)"
+        )
+    with pytest.raises(ValueError, match=r"LIF: the state \(dict\) has no field 'w'"):
+        nj.neurons.check_state_fields(lif, {"v": jnp.zeros(2)}, ("v", "w"))

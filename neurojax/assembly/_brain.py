@@ -1,6 +1,5 @@
 """The assembly-calculus brain: areas with a k-cap, random synapses and Hebbian plasticity."""
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,7 +11,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from ..network import _kernel
+from .. import kernels
 from . import _sampling, _synapses
 from ._synapses import FanOut
 
@@ -806,26 +805,40 @@ class Brain(eqx.Module):
 
 
 def _random_words(key: PRNGKeyArray, n: int) -> Array:
-    """`jax.random.bits(key, (n,), uint32)`; on CPU, for a threefry key, by the compiled kernel
-    of `_dense_kernel.cc` (the same words: JAX runs Threefry on CPU as a loop of small XLA
-    computations, several microseconds per draw)."""
+    """`jax.random.bits(key, (n,), uint32)`; for a threefry key through the registered kernel
+    `assembly_bits` (on CPU the compiled Threefry of `neurojax/kernels/assembly.cc`, the same
+    words: JAX runs Threefry on CPU as a loop of small XLA computations, several microseconds
+    per draw)."""
     threefry = str(jr.key_impl(key)) == "threefry2x32" and jax.config.jax_threefry_partitionable
-    if not (threefry and _kernel.available()):
+    if not threefry:
         return jr.bits(key, (n,), jnp.uint32)
-    return jax.lax.platform_dependent(
-        jr.key_data(key),
-        cpu=functools.partial(_bits_kernel, n=n),
-        default=lambda data: jr.bits(jr.wrap_key_data(data, impl="threefry2x32"), (n,), jnp.uint32),
-    )
+    return kernels.call(BITS, jr.key_data(key), n=n)
+
+
+def _bits_jax(data: Array, *, n: int) -> Array:
+    return jr.bits(jr.wrap_key_data(data, impl="threefry2x32"), (n,), jnp.uint32)
 
 
 def _bits_kernel(data: Array, n: int) -> Array:
-    call = jax.ffi.ffi_call(
-        _kernel.ASM_BITS_TARGET,
-        jax.ShapeDtypeStruct((*data.shape[:-1], n), jnp.uint32),
-        vmap_method="broadcast_all",
-    )
+    call = jax.ffi.ffi_call("nj_asm_bits", jax.ShapeDtypeStruct((*data.shape[:-1], n), jnp.uint32))
     return call(data)
+
+
+def _bits_examples():
+    for n in (1, 8, 321):
+        yield kernels.Example((jr.key_data(jr.key(n)),), {"n": n}, label=f"n={n}")
+
+
+BITS = kernels.register(
+    kernels.Kernel(
+        "assembly_bits",
+        reference=_bits_jax,
+        cpu=_bits_kernel,
+        ffi_targets=(("nj_asm_bits", "NjAsmBits"),),
+        batching=kernels.Fold(trial=(0,)),
+        examples=_bits_examples,
+    )
+)
 
 
 def _overlap_labels(a: Int[Array, " k"], b: Int[Array, " m"], size: int) -> Int[Array, ""]:
@@ -853,13 +866,11 @@ def _sparse_cap(
     the first-time winners' inputs `m` (0 elsewhere) and columns `cols` (`cap` elsewhere),
     each first-time winner's row of words for `_choose_inputs` (`slot`, 0 where `m == 0`),
     and `info = (new winners, rows with m > 0, overlap of win with old, largest m)`. On CPU
-    one call of the kernel in `_dense_kernel.cc` computes all of it; the results are integers
-    and carry no gradient.
+    one call of the kernel in `neurojax/kernels/assembly.cc` computes all of it; the results
+    are integers and carry no gradient.
     """
     args = (jax.lax.stop_gradient(x), jax.lax.stop_gradient(cand), support, fixed, old)
-    if _kernel.available():
-        return jax.lax.platform_dependent(*args, cpu=_sparse_cap_kernel, default=_sparse_cap_jax)
-    return _sparse_cap_jax(*args)
+    return kernels.call(SPARSE_CAP, *args)
 
 
 def _sparse_cap_jax(x, cand, support, fixed, old):
@@ -890,11 +901,37 @@ def _sparse_cap_kernel(x, cand, support, fixed, old):
     k = cand.shape[-1]
     out = jax.ShapeDtypeStruct((*x.shape[:-1], k), jnp.int32)
     call = jax.ffi.ffi_call(
-        _kernel.ASM_CAP_TARGET,
+        "nj_asm_cap",
         (out, out, out, out, jax.ShapeDtypeStruct((*x.shape[:-1], 4), jnp.int32)),
         vmap_method="broadcast_all",
     )
     return call(x, cand, support, fixed, old)
+
+
+def _sparse_cap_examples():
+    inf = jnp.float32(-jnp.inf)
+    x = jnp.asarray([3.0, 1.0, 4.0, 1.0, 5.0, inf, inf, inf], jnp.float32)  # support 5
+    cand = jnp.asarray([4.0, 2.0, 6.0], jnp.float32)
+    old = jnp.asarray([2, 4, -1], jnp.int32)
+    for fixed in (False, True):
+        yield kernels.Example(
+            (x, cand, jnp.int32(5), jnp.bool_(fixed), old), label=f"ties-fixed={fixed}"
+        )
+    empty = jnp.full((8,), inf)
+    yield kernels.Example((empty, cand, jnp.int32(0), jnp.bool_(False), old), label="empty")
+
+
+# The k-cap of a sparse-mode target with its bookkeeping; integer results, no gradient.
+SPARSE_CAP = kernels.register(
+    kernels.Kernel(
+        "assembly_sparse_cap",
+        reference=_sparse_cap_jax,
+        cpu=_sparse_cap_kernel,
+        ffi_targets=(("nj_asm_cap", "NjAsmCap"),),
+        batching=kernels.Fold(trial=(0, 1, 2, 3, 4)),
+        examples=_sparse_cap_examples,
+    )
+)
 
 
 def _choose_inputs(
@@ -917,7 +954,7 @@ def _choose_inputs(
     step with one first-time winner draws 8 rows, not `k`): a word `u` gives
     `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`, whose bias is
     below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few hundred inputs).
-    On CPU a compiled kernel runs the loop (`_dense_kernel.cc`, same numbers). Inputs of
+    On CPU a compiled kernel runs the loop (`neurojax/kernels/assembly.cc`, same numbers). Inputs of
     `2**16` or more draw with `jax.random.randint` at every iteration. `slots` may give each
     row's row of words (0 where `m == 0`) and the number of rows with `m > 0`, as `_sparse_cap`
     returns them.
@@ -951,12 +988,7 @@ def _choose_inputs(
                     jnp.full((rows,), jnp.where(p, width, 0), jnp.int32) for p in pad
                 )
             words = _random_words(key, size * width).reshape(size, width)
-            args = (words, slot, m, total)
-            if _kernel.available():
-                return counted(
-                    jax.lax.platform_dependent(*args, cpu=_floyd_kernel, default=_floyd_words)
-                )
-            return counted(_floyd_words(*args))
+            return counted(kernels.call(CHOOSE, words, slot, m, total))
 
         return branch
 
@@ -1018,38 +1050,41 @@ def _floyd_randint(key, m, total, width):
 def _floyd_kernel(words, slot, m, total):
     shape = (*m.shape, words.shape[-1])
     call = jax.ffi.ffi_call(
-        _kernel.ASM_CHOOSE_TARGET,
-        jax.ShapeDtypeStruct(shape, jnp.int32),
-        vmap_method="broadcast_all",
+        "nj_asm_choose", jax.ShapeDtypeStruct(shape, jnp.int32), vmap_method="broadcast_all"
     )
     return call(words, slot, m, total)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _floyd_examples():
+    words = jr.bits(jr.key(1), (3, 6), jnp.uint32)
+    m = jnp.asarray([2, 0, 6, 1], jnp.int32)
+    slot = jnp.asarray([0, 0, 1, 2], jnp.int32)
+    yield kernels.Example((words, slot, m, jnp.int32(40)), label="rows")
+    yield kernels.Example((words, slot, jnp.zeros(4, jnp.int32), jnp.int32(9)), label="none")
+
+
+# Floyd's choice of each first-time winner's inputs from its row of random words.
+CHOOSE = kernels.register(
+    kernels.Kernel(
+        "assembly_choose",
+        reference=_floyd_words,
+        cpu=_floyd_kernel,
+        ffi_targets=(("nj_asm_choose", "NjAsmChoose"),),
+        batching=kernels.Fold(trial=(0, 1, 2, 3)),
+        examples=_floyd_examples,
+    )
+)
+
+
 def _top_k(
     x: Float[Array, " n"], k: int, extra: Float[Array, " m"]
 ) -> tuple[Float[Array, " k"], Int[Array, " k"]]:
     """`jax.lax.top_k(concatenate([x, extra]), k)` (ties to the lower index).
 
-    On CPU the compiled kernel of `_dense_kernel.cc` selects the k-th value in linear time,
-    sorts only the k winners and reads the two parts where they are, with the same result."""
-    if _kernel.available():
-        return jax.lax.platform_dependent(
-            x,
-            extra,
-            cpu=functools.partial(_top_k_kernel, k=k),
-            default=functools.partial(_lax_top_k, k=k),
-        )
-    return _lax_top_k(x, extra, k)
-
-
-@_top_k.defjvp
-def _top_k_jvp(k, primals, tangents):
-    (x, extra), (dx, d_extra) = primals, tangents
-    vals, idx = _top_k(x, k, extra)
-    d_all = jnp.concatenate([dx, d_extra], axis=-1)
-    d_idx = np.zeros(idx.shape, jax.dtypes.float0)
-    return (vals, idx), (jnp.take_along_axis(d_all, idx, axis=-1), d_idx)
+    On CPU the compiled kernel of `neurojax/kernels/assembly.cc` selects the k-th value in
+    linear time, sorts only the k winners and reads the two parts where they are, with the
+    same result."""
+    return kernels.call(TOP_K, x, extra, k=k)
 
 
 def _lax_top_k(x, extra, k):
@@ -1060,9 +1095,29 @@ def _lax_top_k(x, extra, k):
 def _top_k_kernel(x, extra, k):
     shape = (*x.shape[:-1], k)
     call = jax.ffi.ffi_call(
-        _kernel.ASM_TOPK_TARGET,
+        "nj_asm_topk",
         (jax.ShapeDtypeStruct(shape, x.dtype), jax.ShapeDtypeStruct(shape, jnp.int32)),
         vmap_method="broadcast_all",
     )
     vals, idx = call(x, extra)
     return vals, idx
+
+
+def _top_k_examples():
+    x = jr.normal(jr.key(2), (40,), jnp.float32)
+    tied = jnp.asarray([1.0, 3.0, 3.0, -2.0, 3.0, 0.5], jnp.float32)
+    yield kernels.Example((x[:30], x[30:]), {"k": 7}, grad_argnums=(0, 1), label="split")
+    yield kernels.Example((tied, tied[:2]), {"k": 4}, label="ties")
+
+
+# The k largest inputs of an area (and of the candidates beyond it), ties to the lower index.
+TOP_K = kernels.register(
+    kernels.Kernel(
+        "assembly_top_k",
+        reference=lambda x, extra, *, k: _lax_top_k(x, extra, k),
+        cpu=_top_k_kernel,
+        ffi_targets=(("nj_asm_topk", "NjAsmTopK"),),
+        batching=kernels.Fold(trial=(0, 1)),
+        examples=_top_k_examples,
+    )
+)

@@ -13,8 +13,8 @@ new winners by `1 + beta`.
 
 On CPU the two dense operations of a projection step, the input sum (`dense_inputs`) and the
 update of the synapses of first-time winners plus the Hebbian factor (`dense_update`), run in
-the compiled kernels of `_dense_kernel.cc` (built on first use with the network kernels, see
-`neurojax.network._kernel`): work in proportion to the winners, weights updated in place.
+the compiled kernels of `neurojax/kernels/assembly.cc` (registered kernels, see
+`neurojax.kernels`): work in proportion to the winners, weights updated in place.
 `dense_update_inputs` runs an update and the next step's input sum in one kernel, which reads
 once the rows that both touch.
 The update gives exactly the numbers of the pure-JAX path, which other platforms use; the
@@ -34,7 +34,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from ..network import _kernel
+from .. import kernels
 
 __all__ = [
     "FanOut",
@@ -188,49 +188,44 @@ def _rowsum_jax(conn: Array, rows: Array, limit: Array) -> Array:
 
 
 def _rowsum_kernel(conn: Array, rows: Array, limit: Array) -> Array:
-    def raw(conn, rows, limit):
-        call = jax.ffi.ffi_call(
-            _kernel.ASM_ROWSUM_TARGET,
-            jax.ShapeDtypeStruct((*conn.shape[:-2], conn.shape[-1]), conn.dtype),
-            vmap_method="sequential",
-        )
-        return call(conn, rows, limit)
-
-    # The kernel treats leading dimensions as brains: under vmap over brains (the weights
-    # batched) one call does them all; with shared weights, one call per batch entry.
-    @jax.custom_batching.custom_vmap
-    def rowsum(conn, rows, limit):
-        return raw(conn, rows, limit)
-
-    @rowsum.def_vmap
-    def _batched(axis_size, in_batched, conn, rows, limit):
-        if not in_batched[0]:
-            axes = (None, 0 if in_batched[1] else None, 0 if in_batched[2] else None)
-            return jax.vmap(raw, in_axes=axes)(conn, rows, limit), True
-        rows, limit = (
-            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, b in zip((rows, limit), in_batched[1:], strict=True)
-        )
-        return raw(conn, rows, limit), True
-
-    return rowsum(conn, rows, limit)
+    """`_rowsum_jax` on CPU: one call for every leading (brain) dimension."""
+    call = jax.ffi.ffi_call(
+        "nj_asm_rowsum",
+        jax.ShapeDtypeStruct((*conn.shape[:-2], conn.shape[-1]), conn.dtype),
+        vmap_method="sequential",
+    )
+    return call(conn, rows, limit)
 
 
-@jax.custom_jvp
+def _rowsum_examples():
+    key = jr.key(0)
+    conn = jr.uniform(key, (2, 9, 7), jnp.float32)
+    rows = jnp.asarray([[0, 3, 9, 8], [9, 9, 9, 9]], jnp.int32)  # 9: padding (no row)
+    for b in range(2):
+        yield kernels.Example((conn[b], rows[b], jnp.int32(5)), label=f"rows{b}")
+    yield kernels.Example((conn[0], rows[0], jnp.int32(7)), grad_argnums=(0,), label="grad")
+
+
+# The input sum of a projection step: rows of the firing sources added, in list order.
+# Leading dimensions are brains: a vmapped batch of weights is one call; with shared weights
+# (broadcasting them would copy every matrix) one call per batch entry.
+ROWSUM = kernels.register(
+    kernels.Kernel(
+        "assembly_rowsum",
+        reference=_rowsum_jax,
+        cpu=_rowsum_kernel,
+        ffi_targets=(("nj_asm_rowsum", "NjAsmRowSum"),),
+        batching=kernels.Fold(trial=(0, 1, 2), only_if_batched=(0,)),
+        # The kernel adds the rows in list order, XLA in its own: the last bit of a sum.
+        rtol=2e-7,
+        atol=1e-6,
+        examples=_rowsum_examples,
+    )
+)
+
+
 def _rowsum(conn: Array, rows: Array, limit: Array) -> Array:
-    if _kernel.available():
-        return jax.lax.platform_dependent(
-            conn, rows, limit, cpu=_rowsum_kernel, default=_rowsum_jax
-        )
-    return _rowsum_jax(conn, rows, limit)
-
-
-@_rowsum.defjvp
-def _rowsum_jvp(primals, tangents):
-    # Linear in the weights: the tangent is the pure-JAX sum of the weight tangents (which
-    # reverse mode can transpose; the kernel is never differentiated).
-    _, d_out = jax.jvp(_rowsum_jax, primals, tangents)
-    return _rowsum(*primals), d_out
+    return kernels.call(ROWSUM, conn, rows, limit)
 
 
 def dense_inputs(
@@ -270,59 +265,21 @@ def _update_jax(plastic, conn, src_rows, cols, chosen, start, count, heb_rows, h
     return conn
 
 
-def _update_ffi(target, plastic, conn, *args):
+def _update_ffi(target, with_sum, conn, *args, plastic):
     """The call of an update kernel: `nj_asm_update` (result: the weights) or
     `nj_asm_update_sum` (two more arguments, the rows and limit of the sum; results: the
-    weights and the sum)."""
-    with_sum = target == _kernel.ASM_UPDATE_SUM_TARGET
-
-    def raw(*args):
-        w = jax.ShapeDtypeStruct(args[0].shape, args[0].dtype)
-        x = jax.ShapeDtypeStruct(args[0].shape[:-2] + args[0].shape[-1:], args[0].dtype)
-        call = jax.ffi.ffi_call(
-            target,
-            (w, x) if with_sum else w,
-            input_output_aliases={0: 0},
-            vmap_method="sequential",
-        )
-        return call(*args, plastic=np.int64(plastic))
-
-    # Leading dimensions are brains; the result is one matrix per brain, so under vmap every
-    # argument is broadcast to the batch and one call updates all of them in place.
-    @jax.custom_batching.custom_vmap
-    def update(*args):
-        return raw(*args)
-
-    @update.def_vmap
-    def _batched(axis_size, in_batched, *args):
-        args = [
-            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, b in zip(args, in_batched, strict=True)
-        ]
-        return raw(*args), ((True, True) if with_sum else True)
-
-    return update(conn, *args)
+    weights and the sum). Leading dimensions are brains, one matrix each, updated in place."""
+    w = jax.ShapeDtypeStruct(conn.shape, conn.dtype)
+    x = jax.ShapeDtypeStruct(conn.shape[:-2] + conn.shape[-1:], conn.dtype)
+    call = jax.ffi.ffi_call(
+        target, (w, x) if with_sum else w, input_output_aliases={0: 0}, vmap_method="sequential"
+    )
+    return call(conn, *args, plastic=np.int64(plastic))
 
 
-def _on_platform(plastic, kernel_target, pure, *args):
-    """`_update_ffi` with `kernel_target` on CPU when the kernels are built, else `pure`."""
-    if _kernel.available():
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=functools.partial(_update_ffi, kernel_target, plastic),
-            default=functools.partial(pure, plastic),
-        )
-    return pure(plastic, *args)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update(plastic, *args):
-    return _on_platform(plastic, _kernel.ASM_UPDATE_TARGET, _update_jax, *args)
-
-
-def _update_differentiable(plastic, conn, src_rows, cols, chosen, start, count, *hebb):
+def _update_differentiable(conn, src_rows, cols, chosen, start, count, *hebb, plastic):
     """`_update_jax` written with gathers and scatter-sets only, which JAX differentiates
-    (its scatter-multiply has no gradient): the tangent rule of `_update`."""
+    (its scatter-multiply has no gradient): the tangent rule of the update kernels."""
     n_src, n_tgt = conn.shape
     if cols.shape[0]:
         created = (src_rows, cols, chosen, start, count, *hebb)
@@ -339,33 +296,68 @@ def _update_differentiable(plastic, conn, src_rows, cols, chosen, start, count, 
     return conn
 
 
-@_update.defjvp
-def _update_jvp(plastic, primals, tangents):
-    f = functools.partial(_update_differentiable, plastic)
-    _, d_out = jax.jvp(f, primals, tangents)
-    return _update(plastic, *primals), d_out
-
-
-def _update_sum_jax(plastic, conn, *args):
+def _update_sum_jax(conn, *args, plastic):
     *update_args, sum_rows, sum_limit = args
     conn = _update_jax(plastic, conn, *update_args)
     return conn, _rowsum_jax(conn, sum_rows, sum_limit)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update_sum(plastic, *args):
-    return _on_platform(plastic, _kernel.ASM_UPDATE_SUM_TARGET, _update_sum_jax, *args)
+def _update_sum_differentiable(conn, *args, plastic):
+    """`_update_sum_jax` through `_update_differentiable`: the tangent rule of the fused
+    kernel (the sum is linear in the updated weights)."""
+    *update_args, sum_rows, sum_limit = args
+    conn = _update_differentiable(conn, *update_args, plastic=plastic)
+    return conn, _rowsum_jax(conn, sum_rows, sum_limit)
 
 
-@_update_sum.defjvp
-def _update_sum_jvp(plastic, primals, tangents):
-    *update_primals, sum_rows, sum_limit = primals
-    f = functools.partial(_update_differentiable, plastic)
-    _, d_conn = jax.jvp(f, tuple(update_primals), tuple(tangents[:-2]))
-    conn, x = _update_sum(plastic, *primals)
-    # The sum is linear in the updated weights.
-    d_x = _rowsum_jax(d_conn, sum_rows, sum_limit)
-    return (conn, x), (d_conn, d_x)
+def _update_examples(with_sum):
+    def examples():
+        rng = np.random.default_rng(0)
+        conn = jnp.asarray(rng.uniform(0.0, 1.0, (8, 6)), jnp.float32)
+        i32 = functools.partial(jnp.asarray, dtype=jnp.int32)
+        created = (i32([1, -1, 4, 6]), i32([2, 6, 5]), i32([[0, 1], [2, 9], [1, 3]]))
+        created += (i32(0), i32(3))
+        hebb = (i32([1, 4, -1]), i32([2, 3, 0]), jnp.float32(1.25))
+        tail = (i32([1, 4, 8]), i32(5)) if with_sum else ()
+        for plastic in (False, True):
+            yield kernels.Example(
+                (conn, *created, *hebb, *tail),
+                {"plastic": plastic},
+                grad_argnums=(0, 8) if plastic else (0,),
+                vmap_argnums=(0,),
+                label=f"plastic={plastic}",
+            )
+
+    return examples
+
+
+# The update of a projection step (synapses of first-time winners, the Hebbian factor), and
+# the same update followed by the next step's input sum. Every argument is broadcast to the
+# vmapped batch: one call updates every brain's matrix in place.
+UPDATE = kernels.register(
+    kernels.Kernel(
+        "assembly_update",
+        reference=lambda conn, *args, plastic: _update_jax(plastic, conn, *args),
+        cpu=functools.partial(_update_ffi, "nj_asm_update", False),
+        ffi_targets=(("nj_asm_update", "NjAsmUpdate"),),
+        batching=kernels.Fold(trial=tuple(range(9))),
+        differentiable=_update_differentiable,
+        examples=_update_examples(False),
+    )
+)
+UPDATE_SUM = kernels.register(
+    kernels.Kernel(
+        "assembly_update_sum",
+        reference=_update_sum_jax,
+        cpu=functools.partial(_update_ffi, "nj_asm_update_sum", True),
+        ffi_targets=(("nj_asm_update_sum", "NjAsmUpdateSum"),),
+        batching=kernels.Fold(trial=tuple(range(11))),
+        differentiable=_update_sum_differentiable,
+        rtol=2e-7,
+        atol=1e-6,
+        examples=_update_examples(True),
+    )
+)
 
 
 def _update_arguments(conn, created, hebb):
@@ -412,7 +404,7 @@ def dense_update(
     `factor`, as `hebbian`. Either may be None.
     """
     plastic, args = _update_arguments(conn, created, hebb)
-    return _update(plastic, conn, *args)
+    return kernels.call(UPDATE, conn, *args, plastic=plastic)
 
 
 def dense_update_inputs(
@@ -433,4 +425,5 @@ def dense_update_inputs(
     plastic, args = _update_arguments(conn, created, hebb)
     limit = conn.shape[-1] if limit is None else limit
     rows = _safe(jnp.asarray(sources, jnp.int32), conn.shape[0])
-    return _update_sum(plastic, conn, *args, rows, jnp.asarray(limit, jnp.int32))
+    limit = jnp.asarray(limit, jnp.int32)
+    return kernels.call(UPDATE_SUM, conn, *args, rows, limit, plastic=plastic)

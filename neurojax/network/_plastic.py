@@ -1,33 +1,46 @@
-"""Event-driven weight updates of plastic projections (STDP) over the CSR/CSC layouts.
+"""Event-driven execution of plastic projections over the CSR/CSC layouts, for any
+`nj.plasticity.PlasticityRule`.
 
-Depression touches the fan-out of the presynaptic spikes that arrive this step (CSR rows),
-potentiation the fan-in of the postsynaptic spikes (CSC columns, built with the projection),
-so a step costs spikes x fan-out + spikes x fan-in, never the number of synapses.
+On a presynaptic arrival the rule's `on_pre` runs over the fan-out of the arriving neurons
+(CSR rows); on a postsynaptic spike its `on_post` runs over the fan-in of the spiking neurons
+(CSC columns, built with the projection), so a step costs spikes x fan-out + spikes x fan-in,
+never the number of synapses. The rule's traces decay by its `trace_decays` and take the
+step's spikes through its `update_pre_traces` / `update_post_traces`, in the order documented
+in `neurojax.plasticity._base`.
 
-The update is defined by `STDP.dense_update` (every synapse at once); the event path computes
-the same values touching only synapses with an event, and `stdp_update` has a custom JVP that
-differentiates the dense definition (one pass over the synapses, only under differentiation),
-so gradients reach every parameter, weight and spike exactly as through the dense formula.
-On CPU the event path runs in the compiled kernel of `_csr_kernel.cc` (weights and traces
-updated in place, the same operations in the same order; the traces may differ in their last
-bit where XLA fuses a decay and an increment into one multiply-add); the pure-JAX path serves
-other platforms.
+The update is defined by the rule's `dense_update` (every synapse at once); the event path
+computes the same values touching only synapses with an event, and the derivative of
+`plastic_update` is that of the dense definition (one pass over the synapses, only under
+differentiation), so gradients reach every parameter, weight and spike exactly as through the
+dense formula. The update is the kernel registry's entry `plastic_update`
+(`neurojax.kernels`): its reference is the generic event path; a rule that is pair STDP (its
+`pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs on CPU in the compiled
+kernel of `neurojax/kernels/csr_deliver.cc` (FFI target `nj_stdp_update`; weights and
+traces updated in place, the same operations in the same order; the traces may differ in
+their last bit where XLA fuses a decay and an increment into one multiply-add); every other
+rule, and every rule on other platforms, runs on the pure-JAX event path.
+
+The execution lives here, beside the layouts it walks and the spike compaction it shares with
+delivery (`run_bucketed`); the rules in `neurojax.plasticity` know nothing of the network, so
+a new rule is written in `plasticity/` alone.
 """
 
-import functools
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _kernel
+from ..kernels import Example, Fold, Kernel, call, register
+from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
+from ..plasticity._base import replace_state
 from ._propagation import run_bucketed
 
 __all__ = [
     "PlasticLayout",
+    "PlasticState",
     "STDPState",
+    "plastic_update",
     "stdp_update",
     "check_rule",
     "check_initial_weights",
@@ -47,23 +60,6 @@ class PlasticLayout(NamedTuple):
     col_pre: jax.Array  # (nnz,) int32: presynaptic neuron of col_syn
 
 
-class STDPState(eqx.Module):
-    """Plastic state of one projection.
-
-    Attributes:
-        weights: current weights, `(*batch, nnz)` in the projection's CSR order.
-        x: presynaptic trace of the arrivals at the synapses, `(*batch, n_pre)`.
-        y: postsynaptic trace, `(*batch, n_post)`.
-        history: presynaptic spikes of the last `d` steps for a delay of `d` steps,
-            `(*batch, d, n_pre)`, or None without delay.
-    """
-
-    weights: jax.Array
-    x: jax.Array
-    y: jax.Array
-    history: jax.Array | None
-
-
 def _rows(lay: PlasticLayout, n_pre: int) -> jax.Array:
     nnz = lay.indices.shape[0]
     counts = lay.indptr[1:] - lay.indptr[:-1]
@@ -72,7 +68,7 @@ def _rows(lay: PlasticLayout, n_pre: int) -> jax.Array:
 
 def _own_spikes(sizes, s_arr, s_post):
     """The projection's own arrivals `(*batch, n_pre)` and postsynaptic spikes `(*batch, n_post)`
-    out of the (possibly wider, group-wide) vectors handed to `stdp_update`."""
+    out of the (possibly wider, group-wide) vectors handed to `plastic_update`."""
     n_pre, n_post, _, _, arr_offset, post_offset = sizes
     return (
         s_arr[..., arr_offset : arr_offset + n_pre],
@@ -80,19 +76,27 @@ def _own_spikes(sizes, s_arr, s_post):
     )
 
 
-def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
+def _decayed(traces, decays):
+    return tuple(t * d for t, d in zip(traces, decays, strict=True))
+
+
+def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The generic event path (the registry entry's reference): `rule.on_pre` over the CSR
+    rows of the arrivals, then `rule.on_post` over the CSC columns of the postsynaptic
+    spikes. Leading dimensions of the weights, traces and spikes are trials."""
     n_pre, n_post, max_out, max_in = sizes[:4]
     s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
     nnz = w.shape[-1]
-    x = x_old * decay_x
-    y = y_old * decay_y
+    pre = _decayed(pre_old, pre_decay)
+    post = _decayed(post_old, post_decay)
     w_flat = w.reshape(-1)
     oob = w_flat.shape[0]
-    y_flat = y.reshape(-1)
     a_flat = s_arr.reshape(-1)
-    x_new = rule.trace(x, s_arr)
-    x_flat = x_new.reshape(-1)
     p_flat = s_post.reshape(-1)
+    pre_new = rule.update_pre_traces(pre, s_arr)
+    pre_flat = tuple(t.reshape(-1) for t in pre)
+    pre_new_flat = tuple(t.reshape(-1) for t in pre_new)
+    post_flat = tuple(t.reshape(-1) for t in post)
 
     def window(ptr, local, valid, width):
         # Positions ptr[r] .. ptr[r + 1] - 1 of each spiking row r, padded to `width`.
@@ -103,23 +107,35 @@ def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, dec
         return jnp.where(ok, start[:, None] + k[None, :], 0), ok
 
     def depress(idx, valid, wf):
+        # idx: flat (trial, presynaptic neuron) of the arrivals
         trial, i = idx // n_pre, idx % n_pre
         syn, ok = window(lay.indptr, i, valid, max_out)
         at = trial[:, None] * nnz + syn
         wv = wf[at]
-        post = trial[:, None] * n_post + lay.indices[syn]
+        post_at = trial[:, None] * n_post + lay.indices[syn]
         s = a_flat[idx][:, None]
-        new = rule.clip(wv - rule.a_minus * rule.f_minus(wv) * y_flat[post] * s)
+        new = rule.on_pre(
+            wv,
+            tuple(t[idx][:, None] for t in pre_flat),
+            tuple(t[post_at] for t in post_flat),
+            s,
+        )
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
     def potentiate(idx, valid, wf):
+        # idx: flat (trial, postsynaptic neuron) of the spikes
         trial, j = idx // n_post, idx % n_post
         pos, ok = window(lay.col_ptr, j, valid, max_in)
         at = trial[:, None] * nnz + lay.col_syn[pos]
         wv = wf[at]
-        pre = trial[:, None] * n_pre + lay.col_pre[pos]
+        pre_at = trial[:, None] * n_pre + lay.col_pre[pos]
         s = p_flat[idx][:, None]
-        new = rule.clip(wv + rule.a_plus * rule.f_plus(wv) * x_flat[pre] * s)
+        new = rule.on_post(
+            wv,
+            tuple(t[pre_at] for t in pre_new_flat),
+            tuple(t[idx][:, None] for t in post_flat),
+            s,
+        )
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
     # A loop over buffers of 64 spikes keeps the weights in place (see run_bucketed).
@@ -127,57 +143,27 @@ def _event_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, dec
         w_flat = run_bucketed((a_flat > 0).astype(jnp.float32), depress, w_flat, loop_size=64)
     if max_in:
         w_flat = run_bucketed((p_flat > 0).astype(jnp.float32), potentiate, w_flat, loop_size=64)
-    return w_flat.reshape(w.shape), x_new, rule.trace(y, s_post)
+    return w_flat.reshape(w.shape), pre_new, rule.update_post_traces(post, s_post)
 
 
-def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
-    """The same update through the compiled CPU kernel, arrays updated in place."""
+def _kernel_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The pair-STDP update through the compiled CPU kernel, arrays updated in place. The
+    kernel treats the leading dimensions of the weights, traces and spikes as trials."""
+    pair = rule.pair_kernel()
     dtype = w.dtype
     params = jnp.stack(
-        [rule.a_plus, rule.a_minus, rule.w_min, rule.w_max, decay_x, decay_y]
+        [pair.a_plus, pair.a_minus, pair.w_min, pair.w_max, pre_decay[0], post_decay[0]]
     ).astype(dtype)
-    attrs = dict(
-        n_pre=np.int64(sizes[0]),
-        n_post=np.int64(sizes[1]),
-        arr_stride=np.int64(s_arr.shape[-1]),
-        arr_offset=np.int64(sizes[4]),
-        post_stride=np.int64(s_post.shape[-1]),
-        post_offset=np.int64(sizes[5]),
-        multiplicative=np.int64(rule.mode == "multiplicative"),
-        nearest=np.int64(rule.pairing == "nearest"),
+    call = jax.ffi.ffi_call(
+        STDP_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in (w, pre_old[0], post_old[0])),
+        input_output_aliases={0: 0, 1: 1, 2: 2},
+        vmap_method="sequential",
     )
-
-    def raw(*args):
-        call = jax.ffi.ffi_call(
-            _kernel.STDP_TARGET,
-            tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in args[:3]),
-            input_output_aliases={0: 0, 1: 1, 2: 2},
-            vmap_method="sequential",
-        )
-        return call(*args, **attrs)
-
-    # The kernel treats the leading dimensions of the weights, traces and spikes as trials.
-    # Under vmap with shared rule parameters and layout, the vmapped axis becomes more
-    # trials of one call; otherwise (a sweep over a_plus, say) one call per trial.
-    @jax.custom_batching.custom_vmap
-    def update(*args):
-        return raw(*args)
-
-    @update.def_vmap
-    def _batched(axis_size, in_batched, *args):
-        if any(in_batched[5:]):
-            axes = [0 if b else None for b in in_batched]
-            return jax.vmap(raw, in_axes=axes)(*args), (True, True, True)
-        per_trial = [
-            a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-            for a, b in zip(args[:5], in_batched[:5], strict=True)
-        ]
-        return raw(*per_trial, *args[5:]), (True, True, True)
-
-    return update(
+    w, x, y = call(
         w,
-        x_old.astype(dtype),
-        y_old.astype(dtype),
+        pre_old[0].astype(dtype),
+        post_old[0].astype(dtype),
         s_arr.astype(dtype),
         s_post.astype(dtype),
         params,
@@ -186,41 +172,147 @@ def _kernel_update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, de
         lay.col_ptr,
         lay.col_syn,
         lay.col_pre,
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        arr_stride=np.int64(s_arr.shape[-1]),
+        arr_offset=np.int64(sizes[4]),
+        post_stride=np.int64(s_post.shape[-1]),
+        post_offset=np.int64(sizes[5]),
+        multiplicative=np.int64(pair.multiplicative),
+        nearest=np.int64(pair.nearest),
     )
+    return w, (x,), (y,)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _update(sizes, rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y):
-    args = (rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y)
-    if _kernel.available():
-        return jax.lax.platform_dependent(
-            *args,
-            cpu=functools.partial(_kernel_update, sizes),
-            default=functools.partial(_event_update, sizes),
+def _dense_step(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+    """The step of every synapse at once through the rule's `dense_update`: the function
+    whose derivative the update has."""
+    s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
+    pre = _decayed(pre_old, pre_decay)
+    post = _decayed(post_old, post_decay)
+    w_new = rule.dense_update(w, pre, post, s_arr, s_post, _rows(lay, sizes[0]), lay.indices)
+    return w_new, rule.update_pre_traces(pre, s_arr), rule.update_post_traces(post, s_post)
+
+
+def _pair_kernel_supports(rule, *args, sizes):
+    return rule.pair_kernel() is not None
+
+
+def _plastic_examples():
+    """Pair STDP (additive all-to-all and multiplicative nearest) on 9 -> 7 neurons, two
+    trials, spikes read at offsets of wider vectors."""
+    rng = np.random.default_rng(1)
+    n_pre, n_post, batch = 9, 7, (2,)
+    mask = rng.random((n_pre, n_post)) < 0.5
+    pre_of, post_of = np.nonzero(mask)
+    order = np.argsort(post_of, kind="stable")
+    lay = PlasticLayout(
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(1))]), jnp.int32),
+        jnp.asarray(post_of, jnp.int32),
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(0))]), jnp.int32),
+        jnp.asarray(order, jnp.int32),
+        jnp.asarray(pre_of[order], jnp.int32),
+    )
+    sizes = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), 2, 1)
+    f32 = jnp.float32
+    for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest")):
+        rule = STDP(a_plus=0.05, a_minus=0.04, w_max=1.0, mode=mode, pairing=pairing)
+        args = (
+            rule,
+            lay,
+            jnp.asarray(rng.uniform(0.2, 0.8, (*batch, int(mask.sum()))), f32),
+            (jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32),),
+            (jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32),),
+            jnp.asarray(rng.random((*batch, n_pre + 3)) < 0.5, f32),
+            jnp.asarray(rng.random((*batch, n_post + 2)) < 0.5, f32),
+            (jnp.asarray(0.9, f32),),
+            (jnp.asarray(0.8, f32),),
         )
-    return _event_update(sizes, *args)
+        yield Example(
+            args,
+            dict(sizes=sizes),
+            grad_argnums=(0, 2, 3, 4, 5, 6),
+            vmap_argnums=(2, 5, 6),
+            label=f"{mode}-{pairing}",
+        )
 
 
-@_update.defjvp
-def _update_jvp(sizes, primals, tangents):
-    rule, lay, w, x_old, y_old, s_arr, s_post, decay_x, decay_y = primals
-    d_rule, _, dw, dx, dy, ds_arr, ds_post, d_dx, d_dy = tangents
-    out = _update(sizes, *primals)
-    rows = _rows(lay, sizes[0])
-
-    def dense(rule_, w_, x_, y_, sa_, sp_, ddx, ddy):
-        sa_, sp_ = _own_spikes(sizes, sa_, sp_)
-        x_ = x_ * ddx
-        y_ = y_ * ddy
-        w_new = rule_.dense_update(w_, x_, y_, sa_, sp_, rows, lay.indices)
-        return w_new, rule_.trace(x_, sa_), rule_.trace(y_, sp_)
-
-    _, t_out = jax.jvp(
-        dense,
-        (rule, w, x_old, y_old, s_arr, s_post, decay_x, decay_y),
-        (d_rule, dw, dx, dy, ds_arr, ds_post, d_dx, d_dy),
+STDP_TARGET = "nj_stdp_update"
+PLASTIC = register(
+    Kernel(
+        name="plastic_update",
+        reference=_event_update,
+        cpu=_kernel_update,
+        ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
+        supports=_pair_kernel_supports,
+        # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
+        batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
+        differentiable=_dense_step,
+        # the kernel rounds a trace's decay and increment apart where XLA may fuse them
+        rtol=1e-6,
+        atol=1e-6,
+        examples=_plastic_examples,
+        doc="One step of a plastic projection: the rule's events on CSR rows and CSC columns.",
     )
-    return out, t_out
+)
+
+
+def _check_offsets(owner, sizes, s_arr, s_post, arr_offset, post_offset):
+    n_pre, n_post = int(sizes[0]), int(sizes[1])
+    for name, off, n, vec in (
+        ("arr_offset", arr_offset, n_pre, s_arr),
+        ("post_offset", post_offset, n_post, s_post),
+    ):
+        if off < 0 or off + n > vec.shape[-1]:
+            raise ValueError(
+                f"{owner}: {name}={off} with {n} neurons does not fit in spike vectors of "
+                f"length {vec.shape[-1]}"
+            )
+    return (*(int(v) for v in sizes), int(arr_offset), int(post_offset))
+
+
+def plastic_update(
+    rule: PlasticityRule,
+    lay: PlasticLayout,
+    sizes,
+    w,
+    pre,
+    post,
+    s_arr,
+    s_post,
+    pre_decay,
+    post_decay,
+    *,
+    arr_offset: int = 0,
+    post_offset: int = 0,
+):
+    """Weights and traces after one step of `rule`: `(w, pre, post)`.
+
+    `pre`, `post` are the tuples of the rule's traces at the previous step; each decays by
+    its factor in `pre_decay`, `post_decay` and takes this step's arrivals `s_arr` and
+    postsynaptic spikes `s_post`. `sizes` is the static `(n_pre, n_post, max_fan_out,
+    max_fan_in)`.
+
+    The spike vectors may be wider than the projection: the arrivals are
+    `s_arr[..., arr_offset : arr_offset + n_pre]` and the postsynaptic spikes
+    `s_post[..., post_offset : post_offset + n_post]`. A network hands over the spikes of the
+    whole group of populations stepped together, which the compiled kernel reads in place
+    (the same vector as the delivery kernel), so the group's spikes are computed once a step.
+    """
+    key = _check_offsets("plastic_update", sizes, s_arr, s_post, arr_offset, post_offset)
+    return call(
+        PLASTIC,
+        rule,
+        lay,
+        w,
+        tuple(pre),
+        tuple(post),
+        s_arr,
+        s_post,
+        tuple(pre_decay),
+        tuple(post_decay),
+        sizes=key,
+    )
 
 
 def stdp_update(
@@ -238,30 +330,13 @@ def stdp_update(
     arr_offset: int = 0,
     post_offset: int = 0,
 ):
-    """Weights and traces after one step: `(w, x, y)`.
-
-    `x`, `y` are the traces of the previous step; they decay by `decay_x`, `decay_y` and
-    take this step's arrivals `s_arr` and postsynaptic spikes `s_post`. `sizes` is the static
-    `(n_pre, n_post, max_fan_out, max_fan_in)`.
-
-    The spike vectors may be wider than the projection: the arrivals are
-    `s_arr[..., arr_offset : arr_offset + n_pre]` and the postsynaptic spikes
-    `s_post[..., post_offset : post_offset + n_post]`. A network hands over the spikes of the
-    whole group of populations stepped together, which the compiled kernel reads in place
-    (the same vector as the delivery kernel), so the group's spikes are computed once a step.
-    """
-    n_pre, n_post = int(sizes[0]), int(sizes[1])
-    for name, off, n, vec in (
-        ("arr_offset", arr_offset, n_pre, s_arr),
-        ("post_offset", post_offset, n_post, s_post),
-    ):
-        if off < 0 or off + n > vec.shape[-1]:
-            raise ValueError(
-                f"stdp_update: {name}={off} with {n} neurons does not fit in spike vectors of "
-                f"length {vec.shape[-1]}"
-            )
-    key = (*(int(v) for v in sizes), int(arr_offset), int(post_offset))
-    return _update(key, rule, lay, w, x, y, s_arr, s_post, decay_x, decay_y)
+    """`plastic_update` of a rule with one presynaptic trace `x` and one postsynaptic trace
+    `y` (pair STDP): `(w, x, y)` after one step."""
+    key = _check_offsets("stdp_update", sizes, s_arr, s_post, arr_offset, post_offset)
+    w, (x,), (y,) = call(
+        PLASTIC, rule, lay, w, (x,), (y,), s_arr, s_post, (decay_x,), (decay_y,), sizes=key
+    )
+    return w, x, y
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,11 +345,29 @@ def stdp_update(
 
 
 def check_rule(owner: str, plasticity: Any) -> None:
-    """Raise `TypeError` unless `plasticity` is a rule a projection can execute."""
-    from ..plasticity import STDP
-
-    if plasticity is not None and not isinstance(plasticity, STDP):
-        raise TypeError(f"{owner}: plasticity must be None or nj.STDP(...), got {plasticity!r}")
+    """Raise `TypeError` unless `plasticity` is None or a rule a projection can execute."""
+    if plasticity is None:
+        return
+    if not isinstance(plasticity, PlasticityRule):
+        raise TypeError(
+            f"{owner}: plasticity must be None or nj.STDP(...) or another "
+            f"nj.plasticity.PlasticityRule, got {plasticity!r}"
+        )
+    for name in ("n_pre_traces", "n_post_traces"):
+        n = getattr(plasticity, name)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TypeError(
+                f"{owner}: {type(plasticity).__name__}.{name} must be an int >= 0, got {n!r}"
+            )
+    if plasticity.pair_kernel() is not None and (
+        plasticity.n_pre_traces,
+        plasticity.n_post_traces,
+    ) != (1, 1):
+        raise TypeError(
+            f"{owner}: {type(plasticity).__name__}.pair_kernel() returns kernel parameters, "
+            "which needs exactly one presynaptic and one postsynaptic trace, got "
+            f"n_pre_traces={plasticity.n_pre_traces}, n_post_traces={plasticity.n_post_traces}"
+        )
 
 
 def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> None:
@@ -283,19 +376,15 @@ def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> No
     lo, hi = float(plasticity.w_min), float(plasticity.w_max)
     if w.size and (w.min() < lo or w.max() > hi):
         raise ValueError(
-            f"{owner}: initial weights must lie within the STDP bounds [{lo}, {hi}], got weights "
-            f"in [{w.min()}, {w.max()}]"
+            f"{owner}: initial weights must lie within the {type(plasticity).__name__} bounds "
+            f"[w_min, w_max] = [{lo}, {hi}], got weights in [{w.min()}, {w.max()}]"
         )
 
 
 def plastic_init(proj: Any, batch: tuple[int, ...], delay_steps: int | None, dtype: Any) -> Any:
     """The initial plastic state of projection `proj` for a batch of trials."""
-    d = delay_steps or 0
-    return STDPState(
-        weights=jnp.broadcast_to(proj.weights.astype(dtype), batch + proj.weights.shape),
-        x=jnp.zeros(batch + (proj.n_pre,), dtype),
-        y=jnp.zeros(batch + (proj.n_post,), dtype),
-        history=jnp.zeros(batch + (d, proj.n_pre), dtype) if d else None,
+    return proj.plasticity.init_state(
+        proj.weights, proj.n_pre, proj.n_post, batch, delay_steps, dtype
     )
 
 
@@ -314,8 +403,9 @@ def plastic_step(
     the step index (for the delay history) and `dt` the step in ms.
     """
     rule = proj.plasticity
-    s_group_pre = s_pre_group.astype(ps.x.dtype)
-    s_post = s_post_group.astype(ps.y.dtype)
+    dtype = ps.weights.dtype
+    s_group_pre = s_pre_group.astype(dtype)
+    s_post = s_post_group.astype(dtype)
     history = ps.history
     if history is None:
         arrivals, arr_offset = s_group_pre, pre_offset
@@ -326,21 +416,21 @@ def plastic_step(
         arrivals = jax.lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
         arr_offset = 0
         history = jax.lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
-    decay_x, decay_y = rule.decays(dt)
+    pre_decay, post_decay = rule.trace_decays(dt)
     lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
     sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
-    w, x, y = stdp_update(
+    w, pre, post = plastic_update(
         rule,
         lay,
         sizes,
         ps.weights,
-        ps.x,
-        ps.y,
+        ps.pre_traces,
+        ps.post_traces,
         arrivals,
         s_post,
-        decay_x.astype(ps.x.dtype),
-        decay_y.astype(ps.y.dtype),
+        tuple(jnp.asarray(f).astype(t.dtype) for f, t in zip(pre_decay, ps.pre_traces)),
+        tuple(jnp.asarray(f).astype(t.dtype) for f, t in zip(post_decay, ps.post_traces)),
         arr_offset=arr_offset,
         post_offset=post_offset,
     )
-    return STDPState(weights=w, x=x, y=y, history=history)
+    return replace_state(ps, weights=w, pre_traces=pre, post_traces=post, history=history)

@@ -25,16 +25,20 @@ whatever the activity, and the result does not depend on which buffer size was u
 `jnp.nonzero`, whose cumulative sum is slow on CPU; `nonzero` is used above `_TOPK_MAX`
 neurons, where top-k's partial sort loses.
 
-**Compiled CPU kernel.** On CPU the whole delivery of a sending group (scan of the spike
-vector, all its projections' rows) is one call of a small C++ kernel through XLA's FFI
-(`_csr_kernel.cc`, built on first use, see `_kernel`): it adds the same terms in the same
-order, so both paths give identical results; the pure-JAX path serves GPU/TPU and machines
-without a C++ compiler. On the COBA benchmark the kernel makes a step 4.5x faster (0.089 s
-against 0.396 s for 1 s of network activity, `benchmarks/RESULTS.md`).
+**Compiled CPU kernel.** The delivery is the kernel registry's entry `csr_deliver`
+(`neurojax.kernels`): its reference is the pure-JAX path above, its CPU implementation one
+call of a small C++ kernel through XLA's FFI for the whole delivery of a sending group (scan
+of the spike vector, all its projections' rows; `neurojax/kernels/csr_deliver.cc`, FFI target
+`nj_csr_deliver`). The kernel adds the same terms in the same order, so both give identical
+results; the reference serves GPU/TPU, machines without a C++ compiler and
+`nj.kernels.use("reference")`. Under `vmap` the vmapped axis becomes more trials of one call
+on every path, as long as the step and the connectivity are shared (the weights may differ).
+On the COBA benchmark the kernel makes a step 4.5x faster (0.089 s against 0.396 s for 1 s of
+network activity, `benchmarks/RESULTS.md`).
 
 **Gradients.** The delivered values are exactly `sum_pre spike[pre] * w[pre, post]`, the same
-function the dense path computes; `deliver` has a custom JVP that differentiates that function
-over all synapses (one segment-sum over the synapses, built only under differentiation), so
+function the dense path computes (`_deliver_dense`); the entry's JVP differentiates that
+function over all synapses (one segment-sum over the synapses, built only under differentiation), so
 surrogate gradients reach every presynaptic neuron, not only those that spiked, and the
 event-driven and dense paths give the same gradients.
 """
@@ -48,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _kernel
+from ..kernels import Example, Kernel, Sequential, call, register
 
 __all__ = ["EventSpec", "EventArrays", "deliver", "buckets_for", "arrival_slot"]
 
@@ -202,14 +206,28 @@ def _deliver_impl(specs, s, step, arrays, ring):
     return run_bucketed(mask, fn, flat).reshape(ring.shape)
 
 
-def _kernel_call(specs, fresh, per_synapse, weights_batched, s, step, ring, *buffers):
-    """One call of the compiled kernel; the leading dimensions of `s` and `ring` are trials.
+def _deliver_reference(s, step, ring, weights, tables, *, specs, fresh):
+    """The pure-JAX delivery (the registry entry's reference): compaction, fan-out windows,
+    one scatter-add into the ring. Leading dimensions of `s` and `ring` are trials."""
+    specs = tuple(EventSpec(*sp) for sp in specs)
+    arrays = tuple(EventArrays(t[0], t[1], w, t[2]) for w, t in zip(weights, tables, strict=True))
+    return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring)
 
-    `per_synapse[p]`: projection `p` has per-synapse delays; `weights_batched[p]`: its
-    weights hold one row of nnz per trial.
+
+def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh):
+    """The same delivery through the compiled CPU kernel: one call for the whole group.
+
+    The kernel treats every leading dimension of the spikes and the ring as trials; a weight
+    vector with leading dimensions holds one row of nnz per trial. It adds the same terms in
+    the same order as the reference, so both give identical results.
     """
+    specs = tuple(EventSpec(*sp) for sp in specs)
+    buffers = []
+    for w, (indptr, indices, delays) in zip(weights, tables, strict=True):
+        delays = jnp.zeros((1,), jnp.int32) if delays is None else delays
+        buffers += [indptr, indices, w.astype(ring.dtype).reshape(-1), delays]
     call = jax.ffi.ffi_call(
-        _kernel.TARGET,
+        DELIVER_TARGET,
         jax.ShapeDtypeStruct(ring.shape, ring.dtype),
         input_output_aliases={2: 0},
         vmap_method="sequential",
@@ -231,102 +249,142 @@ def _kernel_call(specs, fresh, per_synapse, weights_batched, s, step, ring, *buf
         n_pre=attr("n_pre"),
         delay_steps=attr("delay_steps", lambda d: d or 0),
         target_offset=attr("target_offset"),
-        per_synapse=np.array(per_synapse, np.int64),
-        weights_batched=np.array(weights_batched, np.int64),
+        per_synapse=np.array([t[2] is not None for t in tables], np.int64),
+        weights_batched=np.array([w.ndim > 1 for w in weights], np.int64),
     )
 
 
-def _deliver_kernel(specs, s, step, arrays, ring, fresh):
-    """The same delivery through the compiled CPU kernel: one call for the whole group.
-
-    The kernel treats every leading dimension of the spikes and the ring as trials. Under
-    `vmap` (`nj.parallel.sweep`) the vmapped axis becomes one more trial dimension of a
-    single call, as long as the step and the connectivity are shared by the batch (the
-    weights may differ per trial); otherwise the trials are delivered one call each.
-    """
-    buffers = []
-    for arr in arrays:
-        delays = jnp.zeros((1,), jnp.int32) if arr.delays is None else arr.delays
-        buffers += [arr.indptr, arr.indices, arr.weights.astype(ring.dtype).reshape(-1), delays]
-    per_synapse = tuple(arr.delays is not None for arr in arrays)
-    weights_batched = tuple(arr.weights.ndim > 1 for arr in arrays)
-    call = functools.partial(_kernel_call, specs, fresh, per_synapse, weights_batched)
-
-    @jax.custom_batching.custom_vmap
-    def deliver(s, step, ring, *buffers):
-        return call(s, step, ring, *buffers)
-
-    @deliver.def_vmap
-    def _batched(axis_size, in_batched, s, step, ring, *buffers):
-        s_b, step_b, ring_b, *buf_b = in_batched
-        shared = not step_b and not any(b for i, b in enumerate(buf_b) if i % 4 != 2)
-        if not shared:  # one kernel call per trial of the vmapped axis
-            axes = [0 if b else None for b in in_batched]
-            return jax.vmap(call, in_axes=axes)(s, step, ring, *buffers), True
-        trials = s.shape[1:-1] if s_b else s.shape[:-1]
-        if not s_b:
-            s = jnp.broadcast_to(s, (axis_size, *s.shape))
-        if not ring_b:
-            ring = jnp.broadcast_to(ring, (axis_size, *ring.shape))
-        buffers, flags = list(buffers), []
-        for p, was_batched in enumerate(weights_batched):
-            w, w_b = buffers[4 * p + 2], buf_b[4 * p + 2]
-            if w_b or was_batched:
-                nnz = buffers[4 * p + 1].shape[0]
-                if not w_b:  # (trials * nnz,): the same rows for every vmapped trial
-                    w = jnp.broadcast_to(w, (axis_size, *w.shape))
-                elif not was_batched:  # (V, nnz): the same row for every inner trial
-                    w = jnp.broadcast_to(
-                        w.reshape(axis_size, 1, nnz), (axis_size, math.prod(trials), nnz)
-                    )
-                buffers[4 * p + 2] = w.reshape(-1)
-            flags.append(w_b or was_batched)
-        out = _kernel_call(specs, fresh, per_synapse, tuple(flags), s, step, ring, *buffers)
-        return out, True
-
-    return deliver(s, step, ring, *buffers)
+def _deliver_batching(axis_size, in_batched, args, apply):
+    """Fold a vmapped axis into the trials of one call (`nj.parallel.sweep`), as long as the
+    step and the connectivity are shared by the batch; the weights may differ per trial.
+    Otherwise one call per element of the vmapped axis."""
+    s, step, ring, weights, tables = args
+    s_b, step_b, ring_b, w_b, tables_b = in_batched
+    if step_b or any(jax.tree.leaves(tables_b)):
+        return Sequential()(axis_size, in_batched, args, apply)
+    trials = s.shape[1:-1] if s_b else s.shape[:-1]
+    if not s_b:
+        s = jnp.broadcast_to(s, (axis_size, *s.shape))
+    if not ring_b:
+        ring = jnp.broadcast_to(ring, (axis_size, *ring.shape))
+    folded = []
+    for w, batched in zip(weights, w_b, strict=True):
+        per_trial = w.ndim - batched > 1  # one row per inner trial already
+        if not batched and per_trial:  # the same rows for every vmapped trial
+            w = jnp.broadcast_to(w, (axis_size, *w.shape))
+        elif batched and not per_trial:  # one row per vmapped trial, shared by inner trials
+            w = jnp.broadcast_to(w[:, None], (axis_size, math.prod(trials), w.shape[-1]))
+        folded.append(w)
+    return apply(s, step, ring, tuple(folded), tables), True
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 5))
-def _deliver(specs, s, step, arrays, ring, fresh):
-    def jax_path(s, step, arrays, ring):
-        return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring)
-
-    if _kernel.available():
-        return lax.platform_dependent(
-            s,
-            step,
-            arrays,
-            ring,
-            cpu=functools.partial(_deliver_kernel, specs, fresh=fresh),
-            default=jax_path,
-        )
-    return jax_path(s, step, arrays, ring)
+def _dense_targets(spec, arr, step):
+    """Presynaptic neuron (in the group's spike vector) and flat ring target of every synapse."""
+    nnz = arr.indices.shape[0]
+    counts = arr.indptr[1:] - arr.indptr[:-1]
+    rows = jnp.repeat(jnp.arange(spec.n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
+    d = spec.delay_steps if arr.delays is None else arr.delays.astype(jnp.int32)
+    slot = arrival_slot(step, d, spec.n_slots)
+    return rows + spec.pre_offset, slot * spec.n_targets + spec.target_offset + arr.indices
 
 
 def _dense_equivalent(spec, arr, s, ds, dw, step, flat):
     """Add the tangent `sum_pre (ds w + s dw)` over every synapse into the flat ring `flat`."""
-    nnz = arr.indices.shape[0]
-    counts = arr.indptr[1:] - arr.indptr[:-1]
-    rows = jnp.repeat(jnp.arange(spec.n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
-    rows = rows + spec.pre_offset
+    rows, target = _dense_targets(spec, arr, step)
     contrib = ds[..., rows] * arr.weights + s[..., rows] * dw
-    d = spec.delay_steps if arr.delays is None else arr.delays.astype(jnp.int32)
-    slot = arrival_slot(step, d, spec.n_slots)
-    target = slot * spec.n_targets + spec.target_offset + arr.indices
     return flat.at[..., target].add(contrib.astype(flat.dtype))
 
 
-@_deliver.defjvp
-def _deliver_jvp(specs, fresh, primals, tangents):
-    s, step, arrays, ring = primals
-    ds, _, darrays, dring = tangents
-    out = _deliver(specs, s, step, arrays, ring, fresh)
+def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh):
+    """The delivery computed over every synapse (`ring + sum_pre s w` at each arrival slot):
+    the function whose derivative the delivery has."""
+    specs = tuple(EventSpec(*sp) for sp in specs)
+    batch = s.shape[:-1]
+    flat = (jnp.zeros_like(ring) if fresh else ring).reshape(batch + (-1,))
+    for spec, w, (indptr, indices, delays) in zip(specs, weights, tables, strict=True):
+        rows, target = _dense_targets(spec, EventArrays(indptr, indices, w, delays), step)
+        flat = flat.at[..., target].add((s[..., rows] * w).astype(flat.dtype))
+    return flat.reshape(ring.shape)
+
+
+def _deliver_tangent(out, primals, tangents, *, specs, fresh):
+    """`d ring + sum_pre (ds w + s dw)` over every synapse: the derivative of the dense
+    equivalent, so surrogate gradients reach every presynaptic neuron."""
+    s, step, ring, weights, tables = primals
+    ds, _, dring, dweights, _ = tangents
+    specs = tuple(EventSpec(*sp) for sp in specs)
     batch = s.shape[:-1]
     flat = (jnp.zeros_like(dring) if fresh else dring).reshape(batch + (-1,))
-    for spec, arr, darr in zip(specs, arrays, darrays, strict=True):
-        flat = _dense_equivalent(spec, arr, s, ds, darr.weights, step, flat)
-    return out, flat.reshape(ring.shape)
+    for spec, w, dw, (indptr, indices, delays) in zip(
+        specs, weights, dweights, tables, strict=True
+    ):
+        arr = EventArrays(indptr, indices, w, delays)
+        flat = _dense_equivalent(spec, arr, s, ds, dw, step, flat)
+    return flat.reshape(ring.shape)
+
+
+def _deliver_examples():
+    """Two groups: two projections (one with per-synapse delays and per-trial weights) out of
+    one group of seven neurons, two trials; one projection into a fresh one-slot ring."""
+    rng = np.random.default_rng(0)
+    f32 = jnp.float32
+
+    def csr(n_pre, n_post, p):
+        mask = rng.random((n_pre, n_post)) < p
+        indptr = np.concatenate([[0], np.cumsum(mask.sum(1))]).astype(np.int32)
+        return jnp.asarray(indptr), jnp.asarray(np.nonzero(mask)[1].astype(np.int32))
+
+    ip0, ix0 = csr(4, 3, 0.7)
+    ip1, ix1 = csr(3, 2, 0.8)
+    d1 = jnp.asarray(rng.integers(0, 3, ix1.shape[0]), jnp.int32)
+    specs = (
+        tuple(EventSpec(7, 0, 4, 3, int(np.diff(ip0).max()), 3, 1, 5, 0)),
+        tuple(EventSpec(7, 4, 3, 2, int(np.diff(ip1).max()), 3, None, 5, 3)),
+    )
+    s = jnp.asarray(rng.random((2, 7)) < 0.6, f32)
+    ring = jnp.asarray(rng.normal(size=(2, 3, 5)), f32)
+    weights = (
+        jnp.asarray(rng.uniform(0.1, 1.0, ix0.shape[0]), f32),
+        jnp.asarray(rng.uniform(0.1, 1.0, (2, ix1.shape[0])), f32),
+    )
+    tables = ((ip0, ix0, None), (ip1, ix1, d1))
+    step = jnp.asarray(4, jnp.int32)
+    yield Example(
+        (s, step, ring, weights, tables),
+        dict(specs=specs, fresh=False),
+        grad_argnums=(0, 2, 3),
+        label="two-projections-delays",
+    )
+    ip2, ix2 = csr(6, 4, 0.5)
+    spec = tuple(EventSpec(6, 0, 6, 4, int(np.diff(ip2).max()), 1, 0, 4, 0))
+    yield Example(
+        (
+            jnp.asarray(rng.random(6) < 0.5, f32),
+            jnp.asarray(0, jnp.int32),
+            jnp.asarray(rng.normal(size=(1, 4)), f32),
+            (jnp.asarray(rng.uniform(0.1, 1.0, ix2.shape[0]), f32),),
+            ((ip2, ix2, None),),
+        ),
+        dict(specs=(spec,), fresh=True),
+        grad_argnums=(0, 3),
+        label="fresh-ring",
+    )
+
+
+DELIVER_TARGET = "nj_csr_deliver"
+DELIVER = register(
+    Kernel(
+        name="csr_deliver",
+        reference=_deliver_reference,
+        cpu=_deliver_cpu,
+        ffi_targets=((DELIVER_TARGET, "NjCsrDeliver"),),
+        batching=_deliver_batching,
+        differentiable=_deliver_dense,
+        jvp=_deliver_tangent,
+        examples=_deliver_examples,
+        doc="Event-driven delivery of a group's spikes into its ring buffer (CSR rows).",
+    )
+)
 
 
 def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring, *, fresh: bool = False):
@@ -339,4 +397,7 @@ def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring, *, fresh: bool 
     `ring` is ignored and taken as zeros (a one-slot buffer that was just read), which spares
     the compiled kernel a fill.
     """
-    return _deliver(tuple(specs), s, step, tuple(arrays), ring, bool(fresh))
+    weights = tuple(arr.weights for arr in arrays)
+    tables = tuple((arr.indptr, arr.indices, arr.delays) for arr in arrays)
+    frozen = tuple(tuple(sp) for sp in specs)
+    return call(DELIVER, s, step, ring, weights, tables, specs=frozen, fresh=bool(fresh))

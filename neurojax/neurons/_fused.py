@@ -1,10 +1,15 @@
 """What the whole-run kernels of uncoupled populations share (`_lif_fused`, `_hh_fused`):
-the `simulate` configurations they serve and the shape of the spike record they return."""
+the `simulate` configurations they serve and the shape of the spike record they return.
+
+Models reach them through `NeuronModel.fused_run`, which `simulate` calls with the
+options of the run (`eligible`'s keyword arguments)."""
 
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+from .._recording import count_dtype
 
 __all__ = ["eligible", "spikes_struct"]
 
@@ -66,7 +71,5 @@ def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
 def spikes_struct(n_rec: int, every: int, v: jax.Array) -> jax.ShapeDtypeStruct:
     """The recorded spikes of `n_rec` records of a population shaped like `v`: the bool
     raster (`every == 1`) or counts per window in `simulate`'s count dtype."""
-    from .._simulate import _count_dtype
-
-    dtype = jnp.bool_ if every == 1 else _count_dtype(every)
+    dtype = jnp.bool_ if every == 1 else count_dtype(every)
     return jax.ShapeDtypeStruct((n_rec, *v.shape), dtype)

@@ -1,14 +1,16 @@
 """A whole `simulate` run of an uncoupled `HodgkinHuxley` population in one compiled CPU kernel.
 
-`nj.simulate` takes this path by itself for an `nj.HodgkinHuxley` (not a subclass) with no
+`nj.simulate` takes this path by itself, through `HodgkinHuxley.fused_run`, for an
+`nj.HodgkinHuxley` (or a subclass that keeps its `step`) with an `nj.HHState`, with no
 input or one constant float input, spikes recorded with the default `spike_dtype="bool"` (the
 bool raster, or counts per window with `record_every > 1`), no state field recorded, and
-none of `check`, `checkpoint` or `truncate_backprop`. On CPU, with the compiled kernels
-available (`neurojax.network._kernel`), one call of `nj_hh_run` (`_hh_kernel.cc`) then runs
-all steps: blocks of 256 neurons, each block's state in the L1 cache and each neuron-step in
-registers, the blocks shared between the threads of XLA's CPU thread pool. Elsewhere (GPU,
-TPU, no compiler, `NEUROJAX_CPU_KERNEL=0`) the run is the general path's `lax.scan` over
-`HodgkinHuxley.step`, with identical numbers.
+none of `check`, `checkpoint` or `truncate_backprop`. The run is the kernel `"hh_run"` of
+the registry (`neurojax.kernels`). On CPU, with the compiled library available, one call of
+`nj_hh_run` (`neurojax/kernels/hh_run.cc`) then runs all steps: blocks of 256 neurons,
+each block's state in the L1 cache and each neuron-step in registers, the blocks shared
+between the threads of XLA's CPU thread pool. Elsewhere (GPU, TPU, no compiler,
+`nj.kernels.use("reference")`, `NEUROJAX_CPU_KERNEL=0`) the run is the kernel's reference,
+the general path's `lax.scan` over `HodgkinHuxley.step`, with identical numbers.
 
 The kernel integrates the same equations with the same method, rate functions, update order
 and spike test as `HodgkinHuxley.step`, but not with XLA's operations one for one: its own
@@ -22,31 +24,34 @@ upstroke moves in a step, several mV). Their spike-time errors against a tight-t
 reference are the same (`benchmarks/RESULTS.md`). The run is deterministic and independent
 of the number of threads, so chunked and unchunked runs are identical.
 
-Derivatives go through the general path's scan (a custom JVP): `grad` of a loss on the final
-state is the general path's derivative at the kernel's inputs. The recorded spikes are
+Derivatives go through the general path's scan (the registry's JVP through the
+reference): `grad` of a loss on the final state is the general path's derivative at the
+kernel's inputs. The recorded spikes are
 booleans or integers and carry no gradient.
 """
 
-import functools
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
+from .. import kernels
+from . import _hodgkin_huxley as _hh
 from ._base import input_current
 from ._fused import eligible, spikes_struct
-from ._hodgkin_huxley import HHState, HodgkinHuxley
 
-__all__ = ["applies", "run"]
+__all__ = ["applies", "run", "HH_RUN"]
 
 _PARAMS = ("c_m", "g_na", "g_k", "g_l", "e_na", "e_k", "e_l", "v_spike")
 
 
 def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
     """Whether `simulate` can run this configuration through `run`."""
-    if type(model) is not HodgkinHuxley or type(state) is not HHState:
+    if not isinstance(model, _hh.HodgkinHuxley) or type(state) is not _hh.HHState:
+        return False
+    if type(model).step is not _hh.HodgkinHuxley.step:  # `run` integrates this `step`
         return False
     return eligible(
         (state.v, state.m, state.h, state.n),
@@ -57,8 +62,8 @@ def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
 
 
 def run(
-    model: HodgkinHuxley,
-    state: HHState,
+    model: "_hh.HodgkinHuxley",
+    state: "_hh.HHState",
     inputs: Any,
     dt: float,
     n_rec: int,
@@ -68,81 +73,135 @@ def run(
     bool raster `(n_rec, *shape)` with `record_every=1`, else the spike counts of each window
     of `record_every` steps, in `simulate`'s count dtype."""
     current = input_current(inputs, state.v)
-    return _hh_run(n_rec, record_every, float(dt), model, state, current)
+    v, m, h, n, spikes = kernels.call(
+        HH_RUN,
+        state.v,
+        state.m,
+        state.h,
+        state.n,
+        current,
+        *(getattr(model, name) for name in _PARAMS),
+        n_rec=n_rec,
+        every=record_every,
+        dt=float(dt),
+        method=model.method,
+        shape=state.v.shape,
+    )
+    return _hh.HHState(v=v, m=m, h=h, n=n), spikes
 
 
-def _hh_run_jax(n_rec, every, dt, model, state, current):
+# The kernel's arguments: the state (v, m, h, n), the input current and the parameters of
+# `_PARAMS`, each in its own shape (broadcastable to the population's). Static: n_rec,
+# every, dt, method and `shape`, the population's shape. Leading axes in front of `shape`
+# (vmap's, added by the batching rule) are independent runs, and the record puts them in
+# front of time: spikes `(*lead, n_rec, *shape)`.
+
+
+def _hh_run_jax(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
     """The general path: `lax.scan` over `HodgkinHuxley.step`, spikes as `simulate` keeps them."""
+    model = _hh.HodgkinHuxley(**dict(zip(_PARAMS, params, strict=True)), method=method)
 
     def step(st, _):
         st, out = model.step(st, current, dt)
         return st, out > 0
 
+    state = _hh.HHState(v=v, m=m, h=h, n=n)
     if every == 1:
-        return lax.scan(step, state, None, length=n_rec)
-    count_dtype = spikes_struct(n_rec, every, state.v).dtype
+        state, spikes = lax.scan(step, state, None, length=n_rec)
+    else:
+        count_dtype = spikes_struct(n_rec, every, v).dtype
 
-    def window(st, _):
-        def inner(c, _):
-            st, counts = c
-            st, spike = step(st, None)
-            return (st, counts + spike.astype(count_dtype)), None
+        def window(st, _):
+            def inner(c, _):
+                st, counts = c
+                st, spike = step(st, None)
+                return (st, counts + spike.astype(count_dtype)), None
 
-        (st, counts), _ = lax.scan(
-            inner, (st, jnp.zeros(state.v.shape, count_dtype)), None, length=every
-        )
-        return st, counts
+            (st, counts), _ = lax.scan(
+                inner, (st, jnp.zeros(v.shape, count_dtype)), None, length=every
+            )
+            return st, counts
 
-    return lax.scan(window, state, None, length=n_rec)
+        state, spikes = lax.scan(window, state, None, length=n_rec)
+    lead = v.ndim - len(shape)
+    spikes = jnp.moveaxis(spikes, 0, lead) if lead else spikes
+    return state.v, state.m, state.h, state.n, spikes
 
 
-def _hh_run_kernel(n_rec, every, dt, model, state, current):
-    from ..network import _kernel
-
-    v = state.v
-    dtype, shape = v.dtype, v.shape
-    params = [current] + [getattr(model, name) for name in _PARAMS]
-    full = [jnp.broadcast_to(jnp.asarray(p, dtype), shape) for p in params]
+def _hh_run_cpu(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
+    dtype = v.dtype
+    lead = v.shape[: v.ndim - len(shape)]
+    full = [jnp.broadcast_to(jnp.asarray(p, dtype), v.shape) for p in (current, *params)]
     call = jax.ffi.ffi_call(
-        _kernel.HH_RUN_TARGET,
+        "nj_hh_run",
         (
-            *(jax.ShapeDtypeStruct(shape, dtype) for _ in range(4)),
-            spikes_struct(n_rec, every, v),
+            *(jax.ShapeDtypeStruct(v.shape, dtype) for _ in range(4)),
+            jax.ShapeDtypeStruct((*lead, n_rec, *shape), spikes_struct(n_rec, every, v).dtype),
         ),
-        # Neurons are independent: under vmap every argument gets the batch axis and the
-        # kernel treats it as more neurons, with the record's batch axis in front of time.
-        vmap_method="broadcast_all",
     )
-    v, m, h, n, spikes = call(
-        state.v,
-        state.m,
-        state.h,
-        state.n,
+    # The kernel runs v.size neurons as runs of `inner` neurons each, and writes each run's
+    # record in front of time (`hh_run.cc`).
+    return call(
+        v,
+        m,
+        h,
+        n,
         *full,
         jnp.asarray([dt], dtype),
         n_steps=n_rec * every,
-        inner=int(v.size),
-        rk4=int(model.method == "rk4"),
+        inner=math.prod(shape),
+        rk4=int(method == "rk4"),
         every=every,
     )
-    return HHState(v=v, m=m, h=h, n=n), spikes
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _hh_run(n_rec, every, dt, model, state, current):
-    from ..network import _kernel
+def _batching(axis_size, in_batched, args, apply):
+    """Every run of the batch is more neurons of one call: the state gets the vmapped axis in
+    front; an input or parameter that has it keeps it, aligned with the state's axes (its own
+    shape broadcasts to the population's from the right), one that has not stays as it is."""
+    ndim = args[0].ndim - int(bool(in_batched[0]))  # the state's dimensions, unbatched
+    out = []
+    for i, (x, batched) in enumerate(zip(args, in_batched, strict=True)):
+        if i < 4:
+            if not batched:
+                x = jnp.broadcast_to(x, (axis_size, *x.shape))
+        elif batched:
+            x = jnp.reshape(x, (axis_size,) + (1,) * (ndim - (x.ndim - 1)) + x.shape[1:])
+        out.append(x)
+    results = apply(*out)
+    return results, jax.tree.map(lambda _: True, results)
 
-    jax_path = functools.partial(_hh_run_jax, n_rec, every, dt)
-    if _kernel.available():
-        kernel_path = functools.partial(_hh_run_kernel, n_rec, every, dt)
-        return lax.platform_dependent(model, state, current, cpu=kernel_path, default=jax_path)
-    return jax_path(model, state, current)
+
+def _examples():
+    n = 300  # more than one block of the kernel
+    hh = _hh.HodgkinHuxley()
+    rest = hh.resting_state(n)
+    # Below threshold: near a spike the kernel's rounding moves the upstroke (module docstring).
+    v = rest.v + jnp.linspace(0.0, 2.0, n, dtype=rest.v.dtype)
+    current = jnp.linspace(0.0, 1.0, n, dtype=v.dtype)
+    params = tuple(getattr(hh, name) for name in _PARAMS)
+    args = (v, rest.m, rest.h, rest.n, current, *params)
+    for every, method in ((1, "rk4"), (10, "exp_euler")):
+        yield kernels.Example(
+            args,
+            dict(n_rec=40, every=every, dt=0.01, method=method, shape=(n,)),
+            grad_argnums=(0, 4),
+            vmap_argnums=(0, 4),
+            label=f"every{every}-{method}",
+        )
 
 
-@_hh_run.defjvp
-def _hh_run_jvp(n_rec, every, dt, primals, tangents):
-    # The tangents of the general path's scan (reverse mode transposes them; the kernel is
-    # never differentiated). The recorded spikes are booleans or integers: no tangent.
-    _, (d_state, _) = jax.jvp(functools.partial(_hh_run_jax, n_rec, every, dt), primals, tangents)
-    spikes_tangent = np.zeros((n_rec, *primals[1].v.shape), dtype=jax.dtypes.float0)
-    return _hh_run(n_rec, every, dt, *primals), (d_state, spikes_tangent)
+HH_RUN = kernels.register(
+    kernels.Kernel(
+        name="hh_run",
+        reference=_hh_run_jax,
+        cpu=_hh_run_cpu,
+        ffi_targets=(("nj_hh_run", "NjHhRun"),),
+        batching=_batching,
+        # The kernel's own vectorised exp: equal to the scan to rounding (module docstring).
+        rtol=1e-4,
+        atol=1e-4,
+        examples=_examples,
+        doc="A whole run of an uncoupled Hodgkin-Huxley population (`fused_run`).",
+    )
+)

@@ -1,6 +1,7 @@
 """Hodgkin-Huxley neuron (classic squid giant axon, modern sign convention)."""
 
 import math
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -10,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._validation import as_float, check_choice, check_finite, check_nonnegative, check_positive
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
+from . import _hh_fused
 from ._base import NeuronModel, full, input_current
 
 __all__ = ["HodgkinHuxley", "HHState", "hh_rates"]
@@ -151,7 +153,7 @@ class HodgkinHuxley(NeuronModel):
     neuron and one exponential-Euler step 7 exponentials, 1 `expm1` and 7 divisions, all
     elementwise. On CPU, `nj.simulate` runs a population with no input or a constant input
     and only spikes recorded in one compiled kernel that takes blocks of neurons through all
-    steps on all of XLA's CPU threads (`neurojax.neurons._hh_fused`); it uses its own
+    steps on all of XLA's CPU threads (`fused_run`); it uses its own
     vectorised `exp`, so its numbers equal those of a scan over `step` to rounding (float32
     spike times within one step), not bit for bit.
 
@@ -356,3 +358,16 @@ class HodgkinHuxley(NeuronModel):
         above_new = self.surrogate((v - self.v_spike) * scale)
         above_old = self.surrogate((state.v - self.v_spike) * scale)
         return HHState(v=v, m=m, h=h, n=n), above_new * (1.0 - above_old)
+
+    def fused_run(
+        self, state: HHState, inputs: Any, dt: float, n_rec: int, record_every: int, **options
+    ) -> tuple[HHState, Any] | None:
+        """The whole run in one call, for an uncoupled population with no input or one
+        constant float input, spikes recorded as the bool raster or as counts, no state
+        field recorded and none of `check`, `checkpoint`, `truncate_backprop`
+        (`NeuronModel.fused_run` gives the arguments). On CPU one compiled kernel runs all
+        steps on XLA's CPU threads, equal to the scan over `step` to rounding (float32 spike
+        times within one step); elsewhere the scan itself. `None` for any other run."""
+        if not _hh_fused.applies(self, state, inputs, record_every=record_every, **options):
+            return None
+        return _hh_fused.run(self, state, inputs, dt, n_rec, record_every)

@@ -1,5 +1,7 @@
 """Leaky integrate-and-fire neuron with exact integration."""
 
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
@@ -14,6 +16,7 @@ from .._validation import (
     check_positive,
 )
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
+from . import _lif_fused
 from ._base import NeuronModel, full, input_current, refractory_clamped, refractory_next
 
 __all__ = ["LIF", "LIFState"]
@@ -132,3 +135,16 @@ class LIF(NeuronModel):
         v = jnp.where(s > 0, self.v_reset, v)
         refractory = refractory_next(state.refractory, clamped, s, self.t_ref, dt)
         return LIFState(v=v, refractory=refractory), s
+
+    def fused_run(
+        self, state: LIFState, inputs: Any, dt: float, n_rec: int, record_every: int, **options
+    ) -> tuple[LIFState, Any] | None:
+        """The whole run in one call, for the runs that `neurojax.simulate` can hand over
+        with identical results: an uncoupled population with no input or one constant float
+        input, spikes recorded as the bool raster or as counts, no state field recorded and
+        none of `check`, `checkpoint`, `truncate_backprop` (`NeuronModel.fused_run` gives the
+        arguments). On CPU one compiled kernel runs all steps, neuron block by neuron block;
+        elsewhere a pure-JAX scan of the same arithmetic. `None` for any other run."""
+        if not _lif_fused.applies(self, state, inputs, record_every=record_every, **options):
+            return None
+        return _lif_fused.run(self, state, inputs, dt, n_rec, record_every)

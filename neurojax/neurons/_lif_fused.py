@@ -1,13 +1,15 @@
 """A whole `simulate` run of an uncoupled `LIF` population in one compiled CPU kernel.
 
-`nj.simulate` takes this path by itself when it can give exactly the numbers of its general
-`lax.scan` over `LIF.step`: the model is an `nj.LIF` (not a subclass), the input is `None` or
+`nj.simulate` takes this path by itself, through `LIF.fused_run`, when it can give exactly the
+numbers of its general `lax.scan` over `LIF.step`: the model is an `nj.LIF` (or a subclass
+that keeps `LIF.step`) with an `nj.LIFState`, the input is `None` or
 one constant float array, spikes are recorded with the default `spike_dtype="bool"` (the
 bool raster, or counts per window with `record_every > 1`), no state field is recorded, and
-neither `check`, `checkpoint` nor `truncate_backprop` is asked for. On CPU, with the
-compiled kernels available (`neurojax.network._kernel`), one call of `nj_lif_run`
-(`_lif_kernel.cc`) then runs all steps, neuron block by neuron block, with each block's
-state in the L1 cache; elsewhere the same arithmetic runs as a pure-JAX scan.
+neither `check`, `checkpoint` nor `truncate_backprop` is asked for. The run is the kernel
+`"lif_run"` of the registry (`neurojax.kernels`): on CPU, with the compiled library
+available, one call of `nj_lif_run` (`neurojax/kernels/lif_run.cc`) runs all steps, neuron
+block by neuron block, with each block's state in the L1 cache; elsewhere, and in
+`nj.kernels.use("reference")`, its reference runs the same arithmetic as a pure-JAX scan.
 
 Both paths compute the same operations in the same order (`LIF.step`, with the parameters
 broadcast to the population and the loop-invariant `v_inf` and decay factor computed once),
@@ -18,30 +20,32 @@ arithmetic at compile time (without the fused multiply-add it uses at run time, 
 own `exp`), and it need not fold the same parts of the two programs, so they can then differ
 in the last bit. `nj.simulate` itself passes model and input as traced arguments.
 
-Derivatives go through the pure-JAX scan (a custom JVP), so `grad` of a loss on the final
-state is the general path's derivative, up to the rounding of the tangent arithmetic; the
-surrogate does not enter, because the bool raster (or the integer counts) carries no
-gradient and the reset is detached.
+Derivatives go through the pure-JAX scan (the registry's JVP through the reference), so
+`grad` of a loss on the final state is the general path's derivative, up to the rounding of
+the tangent arithmetic; the surrogate does not enter, because the bool raster (or the
+integer counts) carries no gradient and the reset is detached.
 """
 
-import functools
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
+from .. import kernels
+from . import _lif
 from ._base import input_current, refractory_clamped, refractory_next
 from ._fused import eligible, spikes_struct
-from ._lif import LIF, LIFState
 
-__all__ = ["applies", "run"]
+__all__ = ["applies", "run", "LIF_RUN"]
 
 
 def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
     """Whether `simulate` can run this configuration through `run` with identical results."""
-    if type(model) is not LIF or type(state) is not LIFState:
+    if not isinstance(model, _lif.LIF) or type(state) is not _lif.LIFState:
+        return False
+    if type(model).step is not _lif.LIF.step:  # `run` reproduces `LIF.step`, not an override
         return False
     return eligible(
         (state.v, state.refractory),
@@ -52,8 +56,8 @@ def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
 
 
 def run(
-    model: LIF,
-    state: LIFState,
+    model: "_lif.LIF",
+    state: "_lif.LIFState",
     inputs: Any,
     dt: float,
     n_rec: int,
@@ -77,13 +81,28 @@ def run(
     # `refractory_clamped` compares with 0.5 * dt and `refractory_next` subtracts dt, both
     # Python floats rounded to the state's dtype; the kernel takes the two rounded values.
     dts = jnp.asarray([dt, 0.5 * dt], dtype)
-    v_new, r_new, spikes = _lif_run(
-        n_rec, record_every, model.method == "euler", v, state.refractory, *full, dts
+    v_new, r_new, spikes = kernels.call(
+        LIF_RUN,
+        v,
+        state.refractory,
+        *full,
+        dts,
+        n_rec=n_rec,
+        every=record_every,
+        euler=model.method == "euler",
+        shape=shape,
     )
-    return LIFState(v=v_new, refractory=r_new), spikes
+    return _lif.LIFState(v=v_new, refractory=r_new), spikes
 
 
-def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
+# The kernel's arguments: the state (v, refractory), the loop invariants v_inf and c and the
+# parameters v_reset, v_th, t_ref, all of the population's shape, then (dt, dt / 2). Static:
+# n_rec, every, euler and `shape`, the population's shape. Leading axes in front of `shape`
+# (vmap's, folded in by the batching rule) are independent runs, and the record puts them in
+# front of time: spikes `(*lead, n_rec, *shape)`.
+
+
+def _lif_run_jax(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape):
     dt = dts[0]  # 0.5 * dt inside refractory_clamped is exact: it equals dts[1]
 
     def step(carry, _):
@@ -99,38 +118,38 @@ def _lif_run_jax(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts)
 
     if every == 1:
         (v, r), spikes = lax.scan(step, (v, r), None, length=n_rec)
-        return v, r, spikes
-    count_dtype = spikes_struct(n_rec, every, v).dtype
+    else:
+        count_dtype = spikes_struct(n_rec, every, v).dtype
 
-    def window(carry, _):
-        def inner(c, _):
-            vr, counts = c
-            vr, spike = step(vr, None)
-            return (vr, counts + spike.astype(count_dtype)), None
+        def window(carry, _):
+            def inner(c, _):
+                vr, counts = c
+                vr, spike = step(vr, None)
+                return (vr, counts + spike.astype(count_dtype)), None
 
-        (carry, counts), _ = lax.scan(
-            inner, (carry, jnp.zeros(v.shape, count_dtype)), None, length=every
-        )
-        return carry, counts
+            (carry, counts), _ = lax.scan(
+                inner, (carry, jnp.zeros(v.shape, count_dtype)), None, length=every
+            )
+            return carry, counts
 
-    (v, r), spikes = lax.scan(window, (v, r), None, length=n_rec)
-    return v, r, spikes
+        (v, r), spikes = lax.scan(window, (v, r), None, length=n_rec)
+    lead = v.ndim - len(shape)
+    return v, r, jnp.moveaxis(spikes, 0, lead) if lead else spikes
 
 
-def _lif_run_kernel(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
-    from ..network import _kernel
-
+def _lif_run_cpu(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape):
+    lead = v.shape[: v.ndim - len(shape)]
+    record = spikes_struct(n_rec, every, v)
     call = jax.ffi.ffi_call(
-        _kernel.LIF_RUN_TARGET,
+        "nj_lif_run",
         (
             jax.ShapeDtypeStruct(v.shape, v.dtype),
             jax.ShapeDtypeStruct(r.shape, r.dtype),
-            spikes_struct(n_rec, every, v),
+            jax.ShapeDtypeStruct((*lead, n_rec, *shape), record.dtype),
         ),
-        # Neurons are independent: under vmap every argument gets the batch axis and the
-        # kernel treats it as more neurons, with the record's batch axis in front of time.
-        vmap_method="broadcast_all",
     )
+    # The kernel runs v.size neurons as runs of `inner` neurons each, and writes each run's
+    # record in front of time (`lif_run.cc`).
     return call(
         v,
         r,
@@ -141,30 +160,44 @@ def _lif_run_kernel(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, d
         t_ref,
         dts,
         n_steps=n_rec * every,
-        inner=int(v.size),
+        inner=math.prod(shape),
         euler=int(euler),
         every=every,
     )
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _lif_run(n_rec, every, euler, v, r, v_inf, c, v_reset, v_th, t_ref, dts):
-    from ..network import _kernel
+def _examples():
+    n = 37  # more than one block of the kernel, and a remainder
+    v = jnp.linspace(-70.0, -56.0, n, dtype=jnp.float32)
+    r = jnp.where(jnp.arange(n) % 5 == 0, 1.0, 0.0).astype(jnp.float32)
+    v_inf = jnp.linspace(-60.0, -20.0, n, dtype=jnp.float32)
+    decay = jnp.full((n,), math.exp(-0.1 / 10.0), jnp.float32)
+    v_reset = jnp.full((n,), -70.0, jnp.float32)
+    v_th = jnp.full((n,), -55.0, jnp.float32)
+    t_ref = jnp.full((n,), 2.0, jnp.float32)
+    dts = jnp.asarray([0.1, 0.05], jnp.float32)
+    args = (v, r, v_inf, decay, v_reset, v_th, t_ref, dts)
+    for every, euler in ((1, False), (7, True)):
+        yield kernels.Example(
+            args,
+            dict(n_rec=14, every=every, euler=euler, shape=(n,)),
+            grad_argnums=(0, 2),
+            vmap_argnums=(0, 2),
+            label=f"every{every}-{'euler' if euler else 'exact'}",
+        )
 
-    args = (v, r, v_inf, c, v_reset, v_th, t_ref, dts)
-    jax_path = functools.partial(_lif_run_jax, n_rec, every, euler)
-    if _kernel.available():
-        kernel_path = functools.partial(_lif_run_kernel, n_rec, every, euler)
-        return lax.platform_dependent(*args, cpu=kernel_path, default=jax_path)
-    return jax_path(*args)
 
-
-@_lif_run.defjvp
-def _lif_run_jvp(n_rec, every, euler, primals, tangents):
-    # The tangents of the pure-JAX scan (reverse mode transposes them; the kernel is never
-    # differentiated). The recorded spikes are booleans or integers: no tangent.
-    _, (dv, dr, _) = jax.jvp(
-        functools.partial(_lif_run_jax, n_rec, every, euler), primals, tangents
+LIF_RUN = kernels.register(
+    kernels.Kernel(
+        name="lif_run",
+        reference=_lif_run_jax,
+        cpu=_lif_run_cpu,
+        ffi_targets=(("nj_lif_run", "NjLifRun"),),
+        # Neurons are independent: vmap's axis becomes more runs of one call.
+        batching=kernels.Fold(trial=(0, 1, 2, 3, 4, 5, 6), shared=(7,)),
+        rtol=0.0,
+        atol=0.0,
+        examples=_examples,
+        doc="A whole run of an uncoupled LIF population (`LIF.fused_run`); bit-identical.",
     )
-    spikes_tangent = np.zeros((n_rec, *primals[0].shape), dtype=jax.dtypes.float0)
-    return _lif_run(n_rec, every, euler, *primals), (dv, dr, spikes_tangent)
+)

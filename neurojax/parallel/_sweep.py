@@ -21,9 +21,6 @@ from .._validation import check_positive_int
 
 __all__ = ["sweep"]
 
-# Traces of the chunk program; tests use it to prove that new values reuse the compiled code.
-_TRACE_COUNT = 0
-
 
 def _batch_size_of(params: Any) -> int:
     leaves = jtu.tree_leaves(params)
@@ -59,8 +56,6 @@ def _mesh_axes(mesh: Mesh | None, axis: str | tuple[str, ...] | None) -> tuple[s
 
 
 def _run(fn, chunk, sharding):
-    global _TRACE_COUNT
-    _TRACE_COUNT += 1
     if sharding is None:
         return jax.vmap(fn)(chunk)
     # shard_map rather than sharding annotations: each device vmaps fn over its own slice

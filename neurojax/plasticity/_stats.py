@@ -6,18 +6,17 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import sparse
 
+from ._base import PlasticState
+
 __all__ = ["weight_stats"]
 
 
 def _weights_of(x: Any) -> jax.Array:
-    from ..network import Projection
-    from ..network._plastic import STDPState
-
     if isinstance(x, sparse.BCOO):
         return x.data
-    if isinstance(x, STDPState):
+    if isinstance(x, PlasticState):
         return x.weights
-    if isinstance(x, Projection):
+    if hasattr(x, "conn") and hasattr(x, "weights"):  # a projection, read by its fields
         if x.weights is not None:
             return x.weights
         return x.conn.data

@@ -25,20 +25,50 @@ et al. 2000), which keep the weight inside the bounds by themselves; the clip is
 rounding.
 """
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._validation import as_float, check_choice, check_less, check_nonnegative, check_positive
+from ._base import PairKernel, PlasticityRule, PlasticState
 
-__all__ = ["STDP"]
+__all__ = ["STDP", "STDPState"]
 
 _MODES = ("additive", "multiplicative")
 _PAIRINGS = ("all_to_all", "nearest")
 
 
-class STDP(eqx.Module):
+class STDPState(PlasticState):
+    """The plastic state of a projection under `nj.STDP`: a `PlasticState` whose one
+    presynaptic and one postsynaptic trace are also named `x` and `y`.
+
+    Attributes:
+        weights: current weights, `(*batch, nnz)` in the projection's CSR order.
+        pre_traces: `(x,)`, the trace of the presynaptic arrivals, `(*batch, n_pre)`.
+        post_traces: `(y,)`, the postsynaptic trace, `(*batch, n_post)`.
+        history: presynaptic spikes of the last `d` steps for a delay of `d` steps,
+            `(*batch, d, n_pre)`, or None without delay.
+    """
+
+    @property
+    def x(self) -> Float[Array, "*batch n_pre"]:
+        """The presynaptic trace, `pre_traces[0]`."""
+        return self.pre_traces[0]
+
+    @property
+    def y(self) -> Float[Array, "*batch n_post"]:
+        """The postsynaptic trace, `post_traces[0]`."""
+        return self.post_traces[0]
+
+
+class STDP(PlasticityRule):
     """Trace-based pair STDP, used as `nj.Projection(..., plasticity=nj.STDP(...))`.
+
+    The first concrete `PlasticityRule`: one presynaptic trace `x` and one postsynaptic
+    trace `y`, depression on an arrival (`on_pre`), potentiation on a postsynaptic spike
+    (`on_post`). On CPU it runs in the compiled pair-STDP kernel (`pair_kernel`).
 
     Args:
         a_plus: potentiation amplitude (weight units), >= 0.
@@ -69,6 +99,10 @@ class STDP(eqx.Module):
     mode: str = eqx.field(default="additive", static=True)
     pairing: str = eqx.field(default="all_to_all", static=True)
 
+    n_pre_traces: ClassVar[int] = 1
+    n_post_traces: ClassVar[int] = 1
+    state_class: ClassVar[type[PlasticState]] = STDPState
+
     def __check_init__(self):
         check_choice("STDP", "mode", self.mode, _MODES)
         check_choice("STDP", "pairing", self.pairing, _PAIRINGS)
@@ -91,10 +125,6 @@ class STDP(eqx.Module):
         """Weight dependence of depression."""
         return jnp.ones_like(w) if self.mode == "additive" else w - self.w_min
 
-    def clip(self, w):
-        """`w` clipped to `[w_min, w_max]` (the hard bounds, also applied in soft mode)."""
-        return jnp.clip(w, self.w_min, self.w_max)
-
     def trace(self, trace, spikes):
         """Trace after this step's events (the trace is already decayed to the step's end)."""
         if self.pairing == "nearest":
@@ -105,13 +135,55 @@ class STDP(eqx.Module):
         """Per-step decay factors of the presynaptic and postsynaptic traces."""
         return jnp.exp(-dt / self.tau_plus), jnp.exp(-dt / self.tau_minus)
 
-    def dense_update(self, w, x, y, s_arr, s_post, pre, post):
-        """The update of every synapse at once: the definition the event path implements.
+    def trace_decays(self, dt: float):
+        """`((exp(-dt / tau_plus),), (exp(-dt / tau_minus),))`: the decay of `x` and `y`."""
+        decay_x, decay_y = self.decays(dt)
+        return (decay_x,), (decay_y,)
 
-        `w` (*batch, nnz); `x`, `y` the traces decayed to the step's end (before this step's
-        events); `s_arr` the presynaptic arrivals, `s_post` the postsynaptic spikes;
-        `pre`, `post` the neuron of each synapse.
-        """
-        w = self.clip(w - self.a_minus * self.f_minus(w) * y[..., post] * s_arr[..., pre])
-        x_new = self.trace(x, s_arr)
-        return self.clip(w + self.a_plus * self.f_plus(w) * x_new[..., pre] * s_post[..., post])
+    def update_pre_traces(self, traces, spikes):
+        """`x` after this step's arrivals: +1 per arrival, or set to 1 (`nearest`)."""
+        return (self.trace(traces[0], spikes),)
+
+    def update_post_traces(self, traces, spikes):
+        """`y` after this step's postsynaptic spikes: +1 per spike, or set to 1 (`nearest`)."""
+        return (self.trace(traces[0], spikes),)
+
+    def on_pre(self, w, pre, post, s):
+        """Depression on an arrival: `w - a_minus f_-(w) y`, clipped to the bounds."""
+        return self.clip(w - self.a_minus * self.f_minus(w) * post[0] * s)
+
+    def on_post(self, w, pre, post, s):
+        """Potentiation on a postsynaptic spike: `w + a_plus f_+(w) x`, clipped to the
+        bounds (`x` includes this step's arrivals)."""
+        return self.clip(w + self.a_plus * self.f_plus(w) * pre[0] * s)
+
+    def pair_kernel(self) -> PairKernel | None:
+        """This rule's parameters for the compiled pair-STDP kernel. A subclass that
+        redefines an event or trace method gets None (the generic event path), so the kernel
+        never runs a rule it does not implement."""
+        for name in _KERNEL_METHODS:
+            if getattr(type(self), name) is not getattr(STDP, name):
+                return None
+        return PairKernel(
+            a_plus=self.a_plus,
+            a_minus=self.a_minus,
+            w_min=self.w_min,
+            w_max=self.w_max,
+            multiplicative=self.mode == "multiplicative",
+            nearest=self.pairing == "nearest",
+        )
+
+
+_KERNEL_METHODS = (
+    "f_plus",
+    "f_minus",
+    "clip",
+    "trace",
+    "decays",
+    "trace_decays",
+    "update_pre_traces",
+    "update_post_traces",
+    "on_pre",
+    "on_post",
+    "dense_update",
+)

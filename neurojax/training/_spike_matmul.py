@@ -3,13 +3,15 @@ cost proportional to the input's non-zero entries.
 
 A dense layer fed with spikes multiplies a matrix that is mostly zeros: at an input rate of
 10 % a dense product spends nine tenths of its operations on zeros, in the forward pass and
-again in the weight gradient `x^T @ g`. On CPU, with the compiled kernels available
-(`neurojax.network._kernel`), `spike_matmul` adds, for every row of `x`, the weight rows of its
-non-zero entries only (`nj_spike_matmul` in `_spike_kernel.cc`), and forms the weight gradient
-the same way from the columns of `x` (`nj_spike_matmul_t`). The gradient with respect to `x`
-(needed when `x` comes from an earlier spiking layer) is the dense `g @ w^T`, since `g` has no
-zeros to skip. Other platforms (GPU, TPU), and CPUs without the kernels, use XLA's dense
-products, which their matrix units run faster than any gather.
+again in the weight gradient `x^T @ g`. The two products are the kernels `"spike_matmul"`
+and `"spike_matmul_t"` of the registry (`neurojax.kernels`). On CPU, with the compiled
+library available, `spike_matmul` adds, for every row of `x`, the weight rows of its non-zero
+entries only (`nj_spike_matmul` in `neurojax/kernels/spike_matmul.cc`), and forms the weight
+gradient the same way from the columns of `x` (`nj_spike_matmul_t`). The gradient with
+respect to `x` (needed when `x` comes from an earlier spiking layer) is the dense
+`g @ w^T`, since `g` has no zeros to skip. Other platforms (GPU, TPU), CPUs without the
+library and `nj.kernels.use("reference")` use the kernels' references, XLA's dense products,
+which the matrix units of accelerators run faster than any gather.
 
 Values equal the dense product up to rounding: the kernel sums in ascending input position,
 a dense product in an order of its own (for 0/1 inputs and integer-valued weights both are
@@ -18,11 +20,13 @@ exact). The kernel's results do not depend on the number of threads.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
-from jax.custom_batching import custom_vmap
 from jaxtyping import Array, ArrayLike, Float
 
-__all__ = ["spike_matmul"]
+from .. import kernels
+
+__all__ = ["spike_matmul", "SPIKE_MATMUL", "SPIKE_MATMUL_T"]
 
 
 def spike_matmul(x: ArrayLike, w: ArrayLike) -> Float[Array, "... n_out"]:
@@ -82,61 +86,101 @@ def _dense_t(x, g):
     return jnp.matmul(x.T, g, precision=lax.Precision.HIGHEST)
 
 
-def _on_cpu(target, out_shape, dense_fn, a, b):
-    """`dense_fn(a, b)`, computed on CPU by the kernel `target` when it is available."""
-    from ..network import _kernel
-
-    if (
-        a.size == 0
-        or b.size == 0
-        or a.dtype not in (jnp.float32, jnp.float64)
-        or not _kernel.available()
-    ):
-        return dense_fn(a, b)
-    # No vmap rule on the call: `_forward` and `_forward_t` batch themselves (custom_vmap).
-    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, b.dtype))
-    return lax.platform_dependent(a, b, cpu=call, default=dense_fn)
+def _compiled(a, b) -> bool:
+    """Whether the compiled kernels handle these operands (float32/float64, not empty)."""
+    return a.size > 0 and b.size > 0 and a.dtype in (jnp.float32, jnp.float64)
 
 
-@custom_vmap
-def _forward(x, w):
-    """`x @ w` for x (M, K), w (K, N)."""
-    from ..network import _kernel
-
-    return _on_cpu(_kernel.SPIKE_MATMUL_TARGET, (x.shape[0], w.shape[1]), _dense, x, w)
+def _forward_cpu(x, w):
+    return jax.ffi.ffi_call(
+        "nj_spike_matmul", jax.ShapeDtypeStruct((x.shape[0], w.shape[1]), w.dtype)
+    )(x, w)
 
 
-@_forward.def_vmap
-def _forward_vmap(axis_size, in_batched, x, w):
-    x_batched, w_batched = in_batched
-    if not w_batched:
+def _forward_t_cpu(x, g):
+    return jax.ffi.ffi_call(
+        "nj_spike_matmul_t", jax.ShapeDtypeStruct((x.shape[1], g.shape[1]), g.dtype)
+    )(x, g)
+
+
+def _forward_batching(axis_size, in_batched, args, apply):
+    x, w = args
+    if not in_batched[1]:
         # Shared weights: the batch's rows are more rows of one product.
         b, m, k = x.shape
-        return _forward(x.reshape(b * m, k), w).reshape(b, m, w.shape[-1]), True
-    if not x_batched:
-        x = jnp.broadcast_to(x, (axis_size, *x.shape))
-    return lax.map(lambda xw: _forward(*xw), (x, w)), True
+        return apply(x.reshape(b * m, k), w).reshape(b, m, w.shape[-1]), True
+    return kernels.Sequential()(axis_size, in_batched, args, apply)
 
 
-@custom_vmap
-def _forward_t(x, g):
-    """`x^T @ g` for x (M, K), g (M, N)."""
-    from ..network import _kernel
-
-    return _on_cpu(_kernel.SPIKE_MATMUL_T_TARGET, (x.shape[1], g.shape[1]), _dense_t, x, g)
-
-
-@_forward_t.def_vmap
-def _forward_t_vmap(axis_size, in_batched, x, g):
-    x_batched, g_batched = in_batched
-    if not x_batched:
+def _forward_t_batching(axis_size, in_batched, args, apply):
+    x, g = args
+    if not in_batched[0]:
         # Shared inputs: the batch's cotangents are more columns of one product.
         b, m, n = g.shape
-        d = _forward_t(x, jnp.moveaxis(g, 0, 1).reshape(m, b * n))
+        d = apply(x, jnp.moveaxis(g, 0, 1).reshape(m, b * n))
         return jnp.moveaxis(d.reshape(x.shape[1], b, n), 1, 0), True
-    if not g_batched:
-        g = jnp.broadcast_to(g, (axis_size, *g.shape))
-    return lax.map(lambda xg: _forward_t(*xg), (x, g)), True
+    return kernels.Sequential()(axis_size, in_batched, args, apply)
+
+
+def _operands(m: int, k: int, n: int, seed: int, rate: float = 0.1):
+    rng = np.random.default_rng(seed)
+    x = (rng.random((m, k)) < rate).astype(np.float32)
+    return jnp.asarray(x), jnp.asarray(rng.normal(size=(k, n)).astype(np.float32))
+
+
+def _forward_examples():
+    x, w = _operands(24, 70, 33, seed=0)
+    yield kernels.Example((x, w), grad_argnums=(0, 1), vmap_argnums=(0,), label="shared-w")
+    yield kernels.Example((x, w), grad_argnums=(1,), label="batched-both")
+
+
+def _forward_t_examples():
+    x, _ = _operands(24, 70, 33, seed=1)
+    g = jnp.asarray(np.random.default_rng(2).normal(size=(24, 33)).astype(np.float32))
+    yield kernels.Example((x, g), grad_argnums=(1,), vmap_argnums=(1,), label="shared-x")
+    yield kernels.Example((x, g), label="batched-both")
+
+
+# The kernels sum in ascending input position, a dense product in an order of its own: equal
+# to rounding (exactly for 0/1 inputs and integer-valued weights).
+SPIKE_MATMUL = kernels.register(
+    kernels.Kernel(
+        name="spike_matmul",
+        reference=_dense,
+        cpu=_forward_cpu,
+        ffi_targets=(("nj_spike_matmul", "NjSpikeMatmul"),),
+        batching=_forward_batching,
+        supports=_compiled,
+        rtol=1e-5,
+        atol=1e-5,
+        examples=_forward_examples,
+        doc="`x @ w` for x (M, K) mostly zeros, w (K, N): the rows of w of the non-zeros.",
+    )
+)
+SPIKE_MATMUL_T = kernels.register(
+    kernels.Kernel(
+        name="spike_matmul_t",
+        reference=_dense_t,
+        cpu=_forward_t_cpu,
+        ffi_targets=(("nj_spike_matmul_t", "NjSpikeMatmulT"),),
+        batching=_forward_t_batching,
+        supports=_compiled,
+        rtol=1e-5,
+        atol=1e-5,
+        examples=_forward_t_examples,
+        doc="`x^T @ g` for x (M, K) mostly zeros, g (M, N): the weight gradient.",
+    )
+)
+
+
+def _forward(x, w):
+    """`x @ w` for x (M, K), w (K, N)."""
+    return kernels.call(SPIKE_MATMUL, x, w)
+
+
+def _forward_t(x, g):
+    """`x^T @ g` for x (M, K), g (M, N)."""
+    return kernels.call(SPIKE_MATMUL_T, x, g)
 
 
 @jax.custom_vjp

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "../neurons/_run_kernel.h"
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;

@@ -1,12 +1,12 @@
 // Shared by the compiled kernels: how a block of neurons of a whole-run kernel of an uncoupled
-// population (_lif_kernel.cc, _hh_kernel.cc) writes its spike record, the huge-page advice on
+// population (lif_run.cc, hh_run.cc) writes its spike record, the huge-page advice on
 // a fresh output buffer, the sharing of a kernel's independent tasks between the threads
-// of XLA's intra-op pool (_hh_kernel.cc, neurojax/training/_spike_kernel.cc), and the
-// software prefetch of a byte range (the STDP and assembly kernels). Part of the
-// compiled library's source hash (neurojax.network._kernel._HEADERS).
+// of XLA's intra-op pool (hh_run.cc, spike_matmul.cc), and the software prefetch of a byte
+// range (the STDP and assembly kernels). Part of the compiled library's source hash
+// (neurojax.kernels._build).
 
-#ifndef NEUROJAX_NEURONS_RUN_KERNEL_H_
-#define NEUROJAX_NEURONS_RUN_KERNEL_H_
+#ifndef NEUROJAX_KERNELS_COMMON_H_
+#define NEUROJAX_KERNELS_COMMON_H_
 
 #include <algorithm>
 #include <atomic>
@@ -115,4 +115,4 @@ void RunTasks(int64_t total, Pool& pool, Task task) {
 
 }  // namespace nj_run
 
-#endif  // NEUROJAX_NEURONS_RUN_KERNEL_H_
+#endif  // NEUROJAX_KERNELS_COMMON_H_

@@ -32,7 +32,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "_run_kernel.h"
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;

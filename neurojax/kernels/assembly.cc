@@ -40,7 +40,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../neurons/_run_kernel.h"
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "../neurons/_run_kernel.h"
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;

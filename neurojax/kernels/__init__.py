@@ -1,0 +1,24 @@
+"""neurojax's kernel layer: one registry of operations with a pure-JAX reference and faster
+implementations per platform, one dispatch function, one build of the compiled CPU library,
+and the public switch that chooses between them.
+
+- `nj.kernels.use(mode)` / `set_mode(mode)` / `mode()`: `"auto"` (each platform's
+  implementation where there is one) or `"reference"` (pure JAX everywhere); part of
+  `jax.jit`'s cache key. `NEUROJAX_CPU_KERNEL=0` sets `"reference"` as a process's default.
+- `nj.kernels.registry()`: every registered `Kernel` by name.
+- `Kernel`, `call`, `register`, `Fold`, `Sequential`, `Example`: how a kernel is declared and
+  run (see the Architecture page of the docs).
+"""
+
+from ._config import mode as mode
+from ._config import set_mode as set_mode
+from ._config import use as use
+from ._registry import Batching as Batching
+from ._registry import Example as Example
+from ._registry import Fold as Fold
+from ._registry import Kernel as Kernel
+from ._registry import Sequential as Sequential
+from ._registry import call as call
+from ._registry import implementations as implementations
+from ._registry import register as register
+from ._registry import registry as registry

@@ -1,0 +1,168 @@
+"""The one compiled CPU library of neurojax's kernels: every `*.cc` file of this folder (with
+the headers they include, `*.h`), built on first use into one shared library.
+
+XLA:CPU pays a few microseconds per operation per step; the kernels do a step's work (event
+delivery, plasticity, assembly synapses, whole runs of uncoupled populations, spike-input
+products) in one call each through XLA's FFI. The library is compiled once per machine and
+JAX version with the system C++ compiler (`$CXX`, else `c++`/`g++`/`clang++`) against the FFI
+headers that ship with jaxlib, for this CPU's instruction set (`-march=native`; set
+`NEUROJAX_MARCH` to another target, or to an empty string for the compiler's default),
+without fused multiply-add contraction, and cached in `$NEUROJAX_CACHE_DIR` (default
+`~/.cache/neurojax`) under a name that hashes the sources, the JAX version, the flags and the
+CPU's feature flags, so a cache shared between machines never hands one CPU code built for
+another.
+
+It is built only when a registered kernel is about to run its CPU implementation (see
+`neurojax.kernels.call`): a process that only runs on a GPU or TPU, or in
+`nj.kernels.use("reference")` mode, never compiles it. Each kernel entry registers its own FFI
+targets with XLA the first time it is dispatched. When no compiler is found or the build
+fails, neurojax warns once and every kernel runs its pure-JAX reference, which gives the same
+results (within each entry's stated tolerance).
+"""
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import jax
+
+__all__ = ["library", "register_targets"]
+
+_HERE = Path(__file__).parent
+_LOCK = threading.Lock()
+_REGISTERED: set[str] = set()  # FFI targets registered with XLA in this process
+
+
+def _sources() -> tuple[Path, ...]:
+    return tuple(sorted(_HERE.glob("*.cc")))
+
+
+def _headers() -> tuple[Path, ...]:
+    # Included by relative path: part of the library's tag, not compiled on their own.
+    return tuple(sorted(_HERE.glob("*.h")))
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("NEUROJAX_CACHE_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "neurojax"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _cpu_flags() -> bytes:
+    """The instruction-set flags of this machine's CPU (Linux), part of the library's tag."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            for line in f:
+                if line.startswith((b"flags", b"Features")):
+                    return line
+    except OSError:
+        pass
+    return b""
+
+
+def _build() -> Path:
+    include = jax.ffi.include_dir()
+    sources = _sources()
+    source = b"".join(path.read_bytes() for path in sources + _headers())
+    march = os.environ.get("NEUROJAX_MARCH", "native")
+    tag = hashlib.sha256(
+        source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
+    ).hexdigest()[:16]
+    out = _cache_dir() / f"libneurojax_{tag}.so"
+    if out.exists():
+        return out
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set CXX)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+
+    def command(march_flags: list[str]) -> list[str]:
+        return [
+            cxx,
+            "-O3",
+            *march_flags,
+            # No implicit fused multiply-add contraction: each kernel writes std::fma where
+            # the XLA program it must match has one (XLA:CPU contracts a multiply feeding an
+            # add on CPUs with FMA, as in the LIF run) and separate operations elsewhere.
+            "-ffp-contract=off",
+            # Lets the compiler evaluate both sides of a select and so vectorise branch-free
+            # loops (the LIF run); no floating-point exception is trapped, no value changes.
+            "-fno-trapping-math",
+            "-shared",
+            "-fPIC",
+            "-std=c++17",
+            "-w",
+            f"-I{include}",
+            *map(str, sources),
+            "-o",
+            tmp,
+        ]
+
+    # This CPU's vector instructions (AVX2 on current x86) where the compiler knows them;
+    # a compiler that rejects -march gets the portable build.
+    attempts = [[f"-march={march}"], []] if march else [[]]
+    for flags in attempts:
+        cmd = command(flags)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == 0:
+            break
+    else:
+        os.unlink(tmp)
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    os.replace(tmp, out)  # atomic: concurrent builders never see a half-written library
+    return out
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The compiled library, built (once per process) and loaded; None, with one warning,
+    when it cannot be built or loaded."""
+    try:
+        return ctypes.cdll.LoadLibrary(str(_build()))
+    except Exception as err:  # any build or load failure falls back to the references
+        warnings.warn(
+            "neurojax: the compiled CPU kernels (event-driven delivery, plasticity, assembly "
+            "synapses, LIF and Hodgkin-Huxley population runs, spike-input products) are "
+            f"unavailable ({type(err).__name__}: {err}); every kernel takes the pure-JAX path "
+            "(its reference), which gives the same results more slowly. Set NEUROJAX_CPU_KERNEL=0 "
+            "(or nj.kernels.set_mode('reference')) to silence this.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+
+
+def register_targets(targets: tuple[tuple[str, str], ...]) -> bool:
+    """Register the FFI `(target, symbol)` pairs of one kernel with XLA (once each), building
+    the library first if needed; False when the library is unavailable."""
+    if all(t in _REGISTERED for t, _ in targets):
+        return True
+    lib = library()
+    if lib is None:
+        return False
+    with _LOCK:
+        for target, symbol in targets:
+            if target not in _REGISTERED:
+                jax.ffi.register_ffi_target(
+                    target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu"
+                )
+                _REGISTERED.add(target)
+    return True
