@@ -655,13 +655,12 @@ def test_state_fields_the_network_reads_are_checked_at_construction():
     cond = nj.Projection("src", "C", conn, output=nj.ConductanceOutput(0.0))
     with pytest.raises(
         ValueError,
-        match=r"Network: projections\[0\] \(src -> C, output ConductanceOutput\) needs the "
-        r"membrane potential field 'v' of population 'C', but its model _Counter has a state "
-        r"_ChargeState without a field 'v'",
+        match=r"_Counter: the state \(_ChargeState\) has no field 'v'; projections\[0\] "
+        r"\(src -> C, output ConductanceOutput\) of the Network \(population 'C'\) needs it",
     ):
         nj.Network(pops, [cond])
     gap = nj.GapJunction(nj.connect.from_arrays(jnp.array([0]), jnp.array([1]), 1.0, 4, 4))
-    with pytest.raises(ValueError, match=r"gap_junctions\['C'\] needs the membrane potential"):
+    with pytest.raises(ValueError, match=r"no field 'v'; gap_junctions\['C'\] of the Network"):
         nj.Network(pops, gap_junctions={"C": gap})
     # Current outputs do not read v: such a model runs in a network.
     net = nj.Network(pops, [nj.Projection("src", "C", conn)], inputs={"C": 2.0})

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._validation import as_float, check_dt, default_float, is_concrete, normalize_shape
-from ..neurons import NeuronModel
+from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
 from . import _phases
 from ._plastic import plastic_init, plastic_weights
@@ -64,28 +64,24 @@ def _check_state_fields(models, sizes, projections, gaps) -> None:
     """Raise when a population lacks a state field that a projection or gap junction reads.
 
     Conductance outputs (`output(g, v)` that depends on `v`) and gap junctions read the
-    membrane potential `v` of their population's state; the state's structure comes from
-    `init_state` traced abstractly (nothing is allocated).
+    membrane potential `v` of their population's state (`NeuronModel.required_state_fields`);
+    the state's structure comes from `init_state` traced abstractly (nothing is allocated).
     """
     needs: dict[str, str] = {}
     for i, proj in enumerate(projections):
         if proj.post not in needs and _reads_v(proj.output, proj.n_post):
             needs[proj.post] = (
-                f"projections[{i}] ({proj.pre} -> {proj.post}, output {type(proj.output).__name__})"
+                f"projections[{i}] ({proj.pre} -> {proj.post}, output "
+                f"{type(proj.output).__name__}) of the Network"
             )
     for name in gaps:
-        needs.setdefault(name, f"gap_junctions[{name!r}]")
+        needs.setdefault(name, f"gap_junctions[{name!r}] of the Network")
     for name, who in needs.items():
         model = models[name]
         state = eqx.filter_eval_shape(
             lambda m, n=sizes[name]: m.init_state(n, key=jr.key(0)), model
         )
-        if not hasattr(state, "v"):
-            raise ValueError(
-                f"Network: {who} needs the membrane potential field 'v' of population "
-                f"{name!r}, but its model {type(model).__name__} has a state "
-                f"{type(state).__name__} without a field 'v'"
-            )
+        check_state_fields(model, state, ("v",), needed_by=f"{who} (population {name!r})")
 
 
 def _mergeable(a: Any, b: Any) -> bool:
