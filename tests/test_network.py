@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import chex
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -630,3 +631,85 @@ def test_populations_view_and_with_population():
         net.with_population("I", nj.Izhikevich())
     with pytest.raises(KeyError, match="no population 'Z'"):
         net.with_population("Z", nj.LIF())
+
+
+class _ChargeState(eqx.Module):
+    charge: jax.Array
+
+
+class _Counter(nj.neurons.NeuronModel):
+    """A neuron model of this test only whose state has no membrane potential `v`."""
+
+    def init_state(self, shape, *, key=None):
+        return _ChargeState(jnp.zeros(shape, jnp.float32))
+
+    def step(self, state, current, dt):
+        charge = state.charge + (0.0 if current is None else current) * dt
+        spikes = (charge >= 1.0).astype(jnp.float32)
+        return _ChargeState(charge * (1.0 - spikes)), spikes
+
+
+def test_state_fields_the_network_reads_are_checked_at_construction():
+    conn = nj.connect.fixed_prob(jax.random.key(0), 5, 4, 0.5, weight=0.5)
+    pops = {"src": (nj.PoissonSource(100.0), 5), "C": (_Counter(), 4)}
+    cond = nj.Projection("src", "C", conn, output=nj.ConductanceOutput(0.0))
+    with pytest.raises(
+        ValueError,
+        match=r"_Counter: the state \(_ChargeState\) has no field 'v'; projections\[0\] "
+        r"\(src -> C, output ConductanceOutput\) of the Network \(population 'C'\) needs it",
+    ):
+        nj.Network(pops, [cond])
+    gap = nj.GapJunction(nj.connect.from_arrays(jnp.array([0]), jnp.array([1]), 1.0, 4, 4))
+    with pytest.raises(ValueError, match=r"no field 'v'; gap_junctions\['C'\] of the Network"):
+        nj.Network(pops, gap_junctions={"C": gap})
+    # Current outputs do not read v: such a model runs in a network.
+    net = nj.Network(pops, [nj.Projection("src", "C", conn)], inputs={"C": 2.0})
+    _, rec = nj.simulate(net, net.init_state(jax.random.key(1)), dt=DT, n_steps=200)
+    assert rec.spikes["C"].sum() > 0
+    # Two such populations stepped as one group read their batch shape without v.
+    two = nj.Network(
+        {**pops, "D": (_Counter(), 3)}, [nj.Projection("src", "C", conn)], inputs={"C": 2.0}
+    )
+    assert two.groups == (("src",), ("C", "D"))
+    _, rec2 = nj.simulate(two, two.init_state(jax.random.key(1), batch=2), dt=DT, n_steps=200)
+    assert rec2.spikes["C"].shape == (200, 2, 4) and rec2.spikes["D"].sum() == 0
+
+
+class _Clock(nj.network.SpikeSource):
+    """A spike source of this test only: every source spikes once every `period` steps,
+    source `i` first at step `i mod period`."""
+
+    period: int = eqx.field(static=True)
+
+    def init_state(self, shape, *, key=None):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        return jnp.broadcast_to(jnp.arange(shape[-1], dtype=jnp.int32), shape)
+
+    def step(self, state, current=None, dt=0.1):
+        return state + 1, (state % self.period == 0).astype(jnp.float32)
+
+    def step_block(self, state, dt, *, size, padded_size, block, axis_name):
+        return self.step(state, None, dt)
+
+
+def test_a_new_spike_source_runs_in_networks_without_other_changes():
+    conn = nj.connect.fixed_prob(jax.random.key(2), 7, 30, 0.5, weight=3.0)
+    lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0)
+    net = nj.Network(
+        {"clock": (_Clock(50), 7), "E": (lif, 30)},
+        [nj.Projection("clock", "E", conn, synapse=nj.Exponential(5.0), method="event")],
+        inputs={"E": 9.0},
+    )
+    with pytest.raises(ValueError, match="spike source, which takes no input"):
+        nj.Network({"clock": (_Clock(50), 7)}, [nj.Projection("clock", "clock", conn[:, :7])])
+    with pytest.raises(ValueError, match="needs a key"):
+        net.init_state()
+    state = net.init_state(jax.random.key(0))
+    _, rec = nj.simulate(net, state, dt=DT, n_steps=500)
+    clock = np.asarray(rec.spikes["clock"])
+    np.testing.assert_array_equal(clock.sum(axis=0), np.full(7, 10))
+    assert np.asarray(rec.spikes["E"]).sum() > 0
+    # The sharded network steps each device's block with the source's own step_block.
+    sharded = nj.parallel.shard_network(net, jax.make_mesh((1,), ("neurons",)))
+    _, got = sharded.run(sharded.shard_state(state), dt=DT, n_steps=500)
+    chex.assert_trees_all_equal(sharded.to_host(got.spikes), jax.tree.map(np.asarray, rec.spikes))

@@ -1,13 +1,20 @@
 """Networks: projections between populations, event-driven propagation, delays, spike sources.
 
 - `Projection`: synapses from one population onto another (kinetics, output, delays), stored
-  in a compressed-row layout and propagated event by event (or densely for small networks).
+  in a `Layout` chosen at construction: `EventLayout` (compressed rows, propagated event by
+  event), `DenseLayout` (a matrix product, for small networks) or `BCOOLayout` (a reference).
 - `Network`: populations, projections, inputs and gap junctions stepped as one pure function.
-- `PoissonSource`: independent Poisson spike trains, usable as a population.
+- `SpikeSource`: the interface of populations that emit spikes without an input;
+  `PoissonSource` draws independent Poisson spike trains.
 """
 
+from ._layout import BCOOLayout as BCOOLayout
+from ._layout import DenseLayout as DenseLayout
+from ._layout import EventLayout as EventLayout
+from ._layout import Layout as Layout
 from ._network import Network as Network
 from ._network import NetworkState as NetworkState
 from ._projection import Projection as Projection
 from ._sources import PoissonSource as PoissonSource
 from ._sources import PoissonState as PoissonState
+from ._sources import SpikeSource as SpikeSource

@@ -10,16 +10,15 @@ import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
-from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._validation import as_float, check_dt, default_float, is_concrete, normalize_shape
-from ..neurons import NeuronModel
+from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
-from ._plastic import plastic_init, plastic_step, plastic_weights
+from . import _phases
+from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
-from ._propagation import EventArrays, EventSpec, arrival_slot, deliver
-from ._sources import PoissonSource
+from ._sources import SpikeSource
 
 __all__ = ["Network", "NetworkState"]
 
@@ -47,7 +46,42 @@ class NetworkState(eqx.Module):
 
 
 def _is_source(model: Any) -> bool:
-    return isinstance(model, PoissonSource)
+    return isinstance(model, SpikeSource)
+
+
+def _reads_v(output: Any, n: int) -> bool:
+    """Whether the synaptic output `output(g, v)` depends on `v` (traced abstractly once)."""
+    dyn, static = eqx.partition(output, eqx.is_array)
+    avals = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), dyn)
+    x = jax.ShapeDtypeStruct((n,), default_float())
+    closed = jax.make_jaxpr(lambda d, g, v: eqx.combine(d, static)(g, v))(avals, x, x)
+    v = closed.jaxpr.invars[-1]
+    used = [var for eqn in closed.jaxpr.eqns for var in eqn.invars]
+    return any(var is v for var in used + list(closed.jaxpr.outvars))
+
+
+def _check_state_fields(models, sizes, projections, gaps) -> None:
+    """Raise when a population lacks a state field that a projection or gap junction reads.
+
+    Conductance outputs (`output(g, v)` that depends on `v`) and gap junctions read the
+    membrane potential `v` of their population's state (`NeuronModel.required_state_fields`);
+    the state's structure comes from `init_state` traced abstractly (nothing is allocated).
+    """
+    needs: dict[str, str] = {}
+    for i, proj in enumerate(projections):
+        if proj.post not in needs and _reads_v(proj.output, proj.n_post):
+            needs[proj.post] = (
+                f"projections[{i}] ({proj.pre} -> {proj.post}, output "
+                f"{type(proj.output).__name__}) of the Network"
+            )
+    for name in gaps:
+        needs.setdefault(name, f"gap_junctions[{name!r}] of the Network")
+    for name, who in needs.items():
+        model = models[name]
+        state = eqx.filter_eval_shape(
+            lambda m, n=sizes[name]: m.init_state(n, key=jr.key(0)), model
+        )
+        check_state_fields(model, state, ("v",), needed_by=f"{who} (population {name!r})")
 
 
 def _mergeable(a: Any, b: Any) -> bool:
@@ -99,8 +133,11 @@ class Network(eqx.Module):
        evaluated with the membrane potential `v` at `t`, and emits its spikes (dated `t + dt`);
     3. plastic projections update their weights from this step's presynaptic arrivals and
        postsynaptic spikes (see `nj.STDP`);
-    4. the spikes are delivered into the ring buffers of the outgoing projections, with the
-       weights after step 3, to be read `1 + round(delay / dt)` steps later.
+    4. the spikes are delivered into the ring buffers of the outgoing projections, each through
+       its layout (`nj.network.Layout`), with the weights after step 3, to be read
+       `1 + round(delay / dt)` steps later.
+    These are the phases of `neurojax.network._phases`, which the sharded network of
+    `nj.parallel.shard_network` runs too.
     A spike therefore acts on its targets from the next step on (after its delay), and all
     populations update synchronously from the same state.
 
@@ -109,7 +146,9 @@ class Network(eqx.Module):
 
     Args:
         populations: `{name: (model, size)}` where `model` is a neuron model (`nj.LIF`, ...)
-            or a spike source (`nj.PoissonSource`) and `size` the number of neurons.
+            or a spike source (an `nj.network.SpikeSource` such as `nj.PoissonSource`) and
+            `size` the number of neurons. A population that a conductance output or a gap
+            junction reads needs a state with a field `v` (checked here).
         projections: a sequence of `nj.Projection` between named populations.
         inputs: `{name: current}` added to a population's input every step: a constant
             (scalar or one value per neuron), or a function `t_ms -> current` traced inside the
@@ -249,6 +288,8 @@ class Network(eqx.Module):
                 )
             if _is_source(models[name]):
                 raise ValueError(f"Network: gap_junctions[{name!r}]: a spike source has no v")
+
+        _check_state_fields(models, sizes, projections, gaps)
 
         if dt is not None:
             dt = check_dt("Network", dt)
@@ -457,39 +498,17 @@ class Network(eqx.Module):
                         f"of the network ({list(self.sizes)})"
                     )
 
-    def _current(self, name: str, state: NetworkState, g: list, ext: Any, t: Any) -> Any:
-        """The total input current of population `name` for this step (None if none)."""
-        v = state.populations[name].v
-        terms = [
-            proj.output(g[i], v) for i, proj in enumerate(self.projections) if proj.post == name
-        ]
-        if name in self.inputs:
-            value = self.inputs[name]
-            terms.append(value(t) if callable(value) else value)
-        if ext is not None and name in ext:
-            terms.append(ext[name])
-        if name in self.gap_junctions:
-            terms.append(self.gap_junctions[name].current(v))
-        current = None
-        for term in terms:
-            current = term if current is None else current + term
-        return current
-
-    def _plasticity_step(self, i: int, ps: Any, group_spikes: list, k, dt: float) -> Any:
-        proj = self.projections[i]
-        # The rule reads this step's spikes out of the whole group's spike vector (the one
-        # delivery reads too) at the population's offset, so that XLA computes them once.
-        pre_group, pre_offset = self._where(proj.pre)
-        post_group, post_offset = self._where(proj.post)
-        return plastic_step(
-            proj,
-            ps,
-            group_spikes[pre_group],
-            pre_offset,
-            group_spikes[post_group],
-            post_offset,
-            k,
-            dt,
+    @property
+    def _plan(self) -> _phases.Plan:
+        """The static structure a step walks over (see `neurojax.network._phases`)."""
+        return _phases.Plan(
+            groups=self.groups,
+            sizes=self.sizes,
+            pre=tuple(p.pre for p in self.projections),
+            post=tuple(p.post for p in self.projections),
+            ring_of=self.ring_of,
+            senders=self.senders,
+            delay_steps=self.homogeneous_delay_steps,
         )
 
     def step(
@@ -497,126 +516,54 @@ class Network(eqx.Module):
     ) -> tuple[NetworkState, dict[str, Float[Array, "*batch n"]]]:
         """Advance by `dt` ms in the order of the class docstring."""
         self._check_step(state, ext, dt)
+        plan = self._plan
         k = state.step
         t = k.astype(default_float()) * dt
+        projs = self.projections
 
         # 1. arrivals and kinetics
-        buffers, rows, fresh = [], [], []
-        for buf in state.buffers:
-            fresh.append(buf.shape[-2] == 1)
-            if buf.shape[-2] == 1:
-                # Read, then handed to delivery as "fresh": its content no longer counts.
-                rows.append(buf[..., 0, :])
-                buffers.append(buf)
-            else:
-                slot = k % buf.shape[-2]
-                row = lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False)
-                rows.append(row)
-                buffers.append(
-                    lax.dynamic_update_index_in_dim(buf, jnp.zeros_like(row), slot, buf.ndim - 2)
-                )
-        synapses, g = [], []
-        for i, proj in enumerate(self.projections):
-            si, off = self.ring_of[i]
-            arrivals = rows[si][..., off : off + proj.n_post]
-            syn_state, g_i = proj.synapse.step(state.synapses[i], arrivals, dt)
-            synapses.append(syn_state)
-            g.append(g_i)
+        buffers, fresh, synapses, g = _phases.arrivals(
+            plan, [p.synapse for p in projs], state.synapses, state.buffers, k, dt
+        )
 
         # 2. populations, group by group
-        pops, spikes, group_spikes = {}, {}, []
-        for names, model in zip(self.groups, self.group_models, strict=True):
-            if _is_source(model):
-                (name,) = names
-                pops[name], spikes[name] = model.step(state.populations[name], None, dt)
-                group_spikes.append(spikes[name])
-                continue
-            currents = [self._current(name, state, g, ext, t) for name in names]
-            if len(names) == 1:
-                (name,) = names
-                pops[name], spikes[name] = model.step(state.populations[name], currents[0], dt)
-                group_spikes.append(spikes[name])
-                continue
-            members = [state.populations[n] for n in names]
-            batch = members[0].v.shape[:-1]
-            joined = jtu.tree_map(lambda *xs: jnp.concatenate(xs, axis=-1), *members)
-            if all(c is None for c in currents):
-                current = None
-            else:
-                dtype = members[0].v.dtype
-                current = jnp.concatenate(
-                    [
-                        jnp.broadcast_to(
-                            jnp.zeros((), dtype) if c is None else jnp.asarray(c, dtype),
-                            batch + (self.sizes[n],),
-                        )
-                        for c, n in zip(currents, names, strict=True)
-                    ],
-                    axis=-1,
-                )
-            new, s_group = model.step(joined, current, dt)
-            group_spikes.append(s_group)
-            off = 0
-            for n in names:
-                size = self.sizes[n]
-                pops[n] = jtu.tree_map(lambda x, o=off, m=size: x[..., o : o + m], new)
-                spikes[n] = s_group[..., off : off + size]
-                off += size
+        outputs = [p.output for p in projs]
+
+        def current(name):
+            pop = state.populations[name]
+            return _phases.total_current(
+                plan, name, pop, outputs, g, self.inputs, ext, self.gap_junctions, t
+            )
+
+        pops, spikes, group_spikes = _phases.integrate(
+            plan,
+            self.group_models,
+            state.populations,
+            current,
+            dt,
+            source_step=lambda name, source, st: source.step(st, None, dt),
+        )
 
         # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
         # then deliver this step's spikes (updating first lets the compiled kernel work on the
         # weights in place; with delivery first XLA would copy them every step)
-        plastic = list(state.plastic)
-        for i, proj in enumerate(self.projections):
-            if proj.plasticity is not None:
-                plastic[i] = self._plasticity_step(i, state.plastic[i], group_spikes, k, dt)
+        plastic = _phases.plasticity(plan, projs, state.plastic, group_spikes, k, dt)
 
-        # 4. delivery: dense paths per projection, event paths once per sending group
-        for si, (gi, idx) in enumerate(self.senders):
-            n_slots, width = self.ring_shape[si]
-            specs, arrays = [], []
-            fresh_si = fresh[si]
-            if fresh_si and any(self.projections[i].method != "event" for i in idx):
-                buffers[si] = jnp.zeros_like(buffers[si])  # dense paths add into it
-                fresh_si = False
-            for i in idx:
-                proj = self.projections[i]
-                off = self.ring_of[i][1]
-                if proj.method != "event":
-                    x = proj.deliver_dense(spikes[proj.pre])
-                    slot = arrival_slot(k, self.homogeneous_delay_steps[i], n_slots)
-                    buf = buffers[si]
-                    start = (jnp.zeros((), jnp.int32),) * (buf.ndim - 2)
-                    cur = lax.dynamic_slice(
-                        buf, start + (slot, jnp.int32(off)), buf.shape[:-2] + (1, proj.n_post)
-                    )
-                    buffers[si] = lax.dynamic_update_slice(
-                        buf, cur + x[..., None, :], start + (slot, jnp.int32(off))
-                    )
-                    continue
-                specs.append(
-                    EventSpec(
-                        group_spikes[gi].shape[-1],
-                        self._where(proj.pre)[1],
-                        proj.n_pre,
-                        proj.n_post,
-                        proj.max_fan_out,
-                        n_slots,
-                        self.homogeneous_delay_steps[i],
-                        width,
-                        off,
-                    )
-                )
-                weights = proj.weights
-                if proj.plasticity is not None:
-                    weights = plastic_weights(plastic[i])
-                arrays.append(EventArrays(proj.indptr, proj.indices, weights, self.delay_steps[i]))
-            if specs:
-                buffers[si] = deliver(
-                    specs, group_spikes[gi], k, arrays, buffers[si], fresh=fresh_si
-                )
-            elif fresh_si:
-                buffers[si] = jnp.zeros_like(buffers[si])
+        # 4. delivery, each projection through its layout
+        buffers = _phases.delivery(
+            plan,
+            [p.layout for p in projs],
+            buffers,
+            fresh,
+            [group_spikes[gi] for gi, _ in self.senders],
+            k,
+            pre_offsets=[plan.offset(p.pre) for p in projs],
+            delays=self.delay_steps,
+            weights=[
+                None if p.plasticity is None else plastic_weights(plastic[i])
+                for i, p in enumerate(projs)
+            ],
+        )
 
-        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, tuple(plastic))
+        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic)
         return new, spikes

@@ -9,16 +9,14 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
-from .._validation import _fmt, as_float, check_choice
+from .._validation import _fmt
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
+from ._layout import DENSE_AUTO_MAX as DENSE_AUTO_MAX
+from ._layout import Layout, layout_class
 from ._plastic import check_initial_weights, check_rule
 
 __all__ = ["Projection", "delay_steps"]
-
-_METHODS = ("auto", "event", "dense", "bcoo")
-# `method="auto"` takes the dense path up to this many (n_pre x n_post) entries.
-DENSE_AUTO_MAX = 1 << 16
 
 
 def delay_steps(delay_ms: Any, dt: float) -> np.ndarray:
@@ -56,43 +54,6 @@ def _check_conn(conn: Any) -> sparse.BCOO:
     return conn
 
 
-def _csr(conn: sparse.BCOO, delay: Any):
-    """CSR arrays (sorted by presynaptic neuron, stable) and the delays in the same order."""
-    n_pre, n_post = (int(d) for d in conn.shape)
-    idx = np.asarray(conn.indices)
-    pre, post = idx[:, 0], idx[:, 1]
-    if idx.shape[0] and (
-        pre.min() < 0 or pre.max() >= n_pre or post.min() < 0 or post.max() >= n_post
-    ):
-        raise ValueError(
-            f"Projection: conn has indices outside its shape {conn.shape} "
-            f"(pre in [{pre.min()}, {pre.max()}], post in [{post.min()}, {post.max()}])"
-        )
-    weights = as_float(conn.data)
-    order = None
-    if idx.shape[0] > 1 and np.any(pre[1:] < pre[:-1]):
-        order = np.argsort(pre, kind="stable")
-        pre, post = pre[order], post[order]
-        weights = weights[jnp.asarray(order)]
-        if isinstance(delay, np.ndarray):
-            delay = delay[order]
-    counts = np.bincount(pre, minlength=n_pre)
-    indptr = np.zeros(n_pre + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    if indptr[-1] >= 2**31:
-        raise ValueError(
-            f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per projection);"
-            " split the projection"
-        )
-    return (
-        jnp.asarray(indptr.astype(np.int32)),
-        jnp.asarray(post.astype(np.int32)),
-        weights,
-        delay,
-        int(counts.max()) if counts.size else 0,
-    )
-
-
 class Projection(eqx.Module):
     r"""Synapses from population `pre` onto population `post` of a `nj.Network`.
 
@@ -106,16 +67,20 @@ class Projection(eqx.Module):
     from that step on. `delay = 0` is therefore the shortest causal delay on the grid, the same
     order as Brian2's default schedule; a delay of `d` ms acts `round(d / dt)` steps later.
 
-    **Propagation** (`method`):
-    - `"event"`: event-driven over a compressed-row layout built here; the cost per step grows
-      with spikes x maximum fan-out, never with the number of synapses (see
-      `neurojax.network._propagation`). 8 bytes per synapse, plus the delay when it varies.
-    - `"dense"`: a dense `(n_pre, n_post)` weight matrix and one matrix product per step, for
-      small networks and gradient training; homogeneous delay only.
-    - `"bcoo"`: `spikes @ conn` with JAX's BCOO kernels; a reference, slow in a loop.
-    - `"auto"` (default): `"dense"` when `n_pre * n_post <= 65536` and the delay is
-      homogeneous, else `"event"`.
-    All paths deliver the same values and, through `jax.grad`, the same gradients.
+    **Storage and propagation** (`method`, kept in `layout`, an `nj.network.Layout`):
+    - `"event"` (`nj.network.EventLayout`): event-driven over a compressed-row layout; the
+      cost per step grows with spikes x maximum fan-out, never with the number of synapses
+      (see `neurojax.network._propagation`). 8 bytes per synapse, plus the delay when it
+      varies.
+    - `"dense"` (`nj.network.DenseLayout`): a dense `(n_pre, n_post)` weight matrix and one
+      matrix product per step, for small networks and gradient training; homogeneous delay
+      only.
+    - `"bcoo"` (`nj.network.BCOOLayout`): `spikes @ conn` with JAX's BCOO kernels; a
+      reference, slow in a loop.
+    - `"auto"` (default): `"dense"` when `n_pre * n_post <= 65536`, the delay is homogeneous
+      and the weights static, else `"event"`.
+    - a subclass of `nj.network.Layout`: a layout of your own (see its docstring).
+    All built-in layouts deliver the same values and, through `jax.grad`, the same gradients.
 
     Args:
         pre: name of the presynaptic population in the network.
@@ -134,7 +99,16 @@ class Projection(eqx.Module):
             for all synapses; initial weights must lie within the rule's bounds). A plastic
             projection also stores its synapses by postsynaptic neuron (8 more bytes per
             synapse) so that potentiation costs spikes x fan-in.
-        method: `"auto"`, `"event"`, `"dense"` or `"bcoo"` (see Propagation).
+        method: `"auto"`, `"event"`, `"dense"`, `"bcoo"` or a `nj.network.Layout` subclass
+            (see Storage and propagation).
+
+    Attributes:
+        layout: the synapses in the chosen layout; `method` is its name.
+        conn: the synapses as a BCOO (rebuilt from the layout).
+        indptr, indices, weights, col_ptr, col_syn, col_pre, max_fan_out, max_fan_in: the
+            event layout's tables (None, or 0 for the fan sizes, with another layout);
+            `matrix` the dense layout's matrix and `conn_bcoo` the BCOO layout's (None
+            otherwise). Replace weights with `eqx.tree_at(lambda p: p.weights, proj, w)`.
 
     Example:
     ```python
@@ -148,23 +122,11 @@ class Projection(eqx.Module):
     post: str = eqx.field(static=True)
     synapse: SynapseDynamics
     output: SynapseOutput
-    method: str = eqx.field(static=True)
-    n_pre: int = eqx.field(static=True)
-    n_post: int = eqx.field(static=True)
+    layout: Layout
     n_synapses: int = eqx.field(static=True)
-    max_fan_out: int = eqx.field(static=True)
-    delay: float | Float[Array, " nnz"] | None  # ms: static float, or per synapse (CSR order)
+    delay: float | Float[Array, " nnz"] | None  # ms: static float, or per synapse (layout order)
     max_delay: float = eqx.field(static=True)
-    indptr: Int[Array, " n_pre_plus_1"] | None
-    indices: Int[Array, " nnz"] | None
-    weights: Float[Array, " nnz"] | None
-    matrix: Float[Array, "n_pre n_post"] | None
-    conn_bcoo: sparse.BCOO | None
     plasticity: Any
-    col_ptr: Int[Array, " n_post_plus_1"] | None
-    col_syn: Int[Array, " nnz"] | None
-    col_pre: Int[Array, " nnz"] | None
-    max_fan_in: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -176,7 +138,7 @@ class Projection(eqx.Module):
         delay: Any = 0.0,
         plasticity: Any = None,
         *,
-        method: str = "auto",
+        method: str | type[Layout] = "auto",
     ):
         for name, value in (("pre", pre), ("post", post)):
             if not isinstance(value, str) or not value:
@@ -197,11 +159,6 @@ class Projection(eqx.Module):
                 f"got {type(output).__name__}"
             )
         check_rule("Projection", plasticity)
-        check_choice("Projection", "method", method, _METHODS)
-        if plasticity is not None and method not in ("auto", "event"):
-            raise ValueError(
-                f"Projection: plastic weights need method='event' (or 'auto'), got {method!r}"
-            )
         conn = _check_conn(conn)
         n_pre, n_post = (int(d) for d in conn.shape)
         nnz = int(conn.nse)
@@ -232,85 +189,118 @@ class Projection(eqx.Module):
                 "presynaptic spike reaches every synapse at the same time); got per-synapse "
                 "delays"
             )
-        if method == "auto":
-            dense_ok = n_pre * n_post <= DENSE_AUTO_MAX and d_arr is None and plasticity is None
-            method = "dense" if dense_ok else "event"
-        if method in ("dense", "bcoo") and d_arr is not None:
+        cls = layout_class(
+            method,
+            n_pre=n_pre,
+            n_post=n_post,
+            per_synapse_delays=d_arr is not None,
+            plastic=plasticity is not None,
+        )
+        if plasticity is not None and not cls.plastic:
             raise ValueError(
-                f"Projection: method={method!r} needs one delay for all synapses; per-synapse "
+                f"Projection: plastic weights need method='event' (or 'auto'), got {method!r} "
+                f"(the {cls.__name__} layout does not support plasticity)"
+            )
+        if d_arr is not None and not cls.per_synapse_delays:
+            raise ValueError(
+                f"Projection: method={cls.name!r} needs one delay for all synapses; per-synapse "
                 "delays need method='event' (or 'auto')"
             )
+        layout, d_arr = cls.from_bcoo(conn, delay=d_arr, plastic=plasticity is not None)
+        if not isinstance(layout, Layout) or (layout.n_pre, layout.n_post) != (n_pre, n_post):
+            raise TypeError(
+                f"Projection: {cls.__name__}.from_bcoo must return a Layout of shape "
+                f"({n_pre}, {n_post}) and the delays, got {type(layout).__name__}"
+            )
+        if plasticity is not None:
+            check_initial_weights("Projection", plasticity, layout.weights)
 
         self.pre, self.post = pre, post
         self.synapse, self.output = synapse, output
-        self.method = method
-        self.n_pre, self.n_post, self.n_synapses = n_pre, n_post, nnz
+        self.layout = layout
+        self.n_synapses = nnz
         self.max_delay = float(d.max()) if d.size else 0.0
-        self.indptr = self.indices = self.weights = self.matrix = self.conn_bcoo = None
-        self.max_fan_out = self.max_fan_in = 0
-        self.col_ptr = self.col_syn = self.col_pre = None
         self.plasticity = plasticity
-        if method == "event":
-            indptr, indices, weights, d_arr, fmax = _csr(conn, d_arr)
-            self.indptr, self.indices, self.weights = indptr, indices, weights
-            self.max_fan_out = fmax
-            if plasticity is not None:
-                check_initial_weights("Projection", plasticity, weights)
-                self._build_columns()
-        elif method == "dense":
-            self.matrix = as_float(conn.todense())
-        else:
-            self.conn_bcoo = sparse.BCOO(
-                (as_float(conn.data), conn.indices),
-                shape=conn.shape,
-                indices_sorted=conn.indices_sorted,
-                unique_indices=conn.unique_indices,
-            )
         self.delay = homogeneous if d_arr is None else jnp.asarray(d_arr, jnp.float32)
 
-    def _build_columns(self) -> None:
-        """The CSC view used by plasticity: synapse ids grouped by postsynaptic neuron."""
-        post = np.asarray(self.indices)
-        counts = np.diff(np.asarray(self.indptr))
-        pre = np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
-        order = np.argsort(post, kind="stable").astype(np.int32)
-        col_counts = np.bincount(post, minlength=self.n_post)
-        col_ptr = np.zeros(self.n_post + 1, np.int64)
-        np.cumsum(col_counts, out=col_ptr[1:])
-        self.col_ptr = jnp.asarray(col_ptr.astype(np.int32))
-        self.col_syn = jnp.asarray(order)
-        self.col_pre = jnp.asarray(pre[order])
-        self.max_fan_in = int(col_counts.max()) if col_counts.size else 0
+    # ------------------------------------------------------------------ the layout's view
+
+    @property
+    def method(self) -> str:
+        """The name of the layout (`"event"`, `"dense"`, `"bcoo"` or a custom layout's)."""
+        return self.layout.name
+
+    @property
+    def n_pre(self) -> int:
+        """Number of presynaptic neurons."""
+        return self.layout.n_pre
+
+    @property
+    def n_post(self) -> int:
+        """Number of postsynaptic neurons."""
+        return self.layout.n_post
+
+    @property
+    def indptr(self) -> Int[Array, " n_pre_plus_1"] | None:
+        """Row pointers of the event layout (None with another layout)."""
+        return getattr(self.layout, "indptr", None)
+
+    @property
+    def indices(self) -> Int[Array, " nnz"] | None:
+        """Postsynaptic neuron of each synapse in the event layout (None otherwise)."""
+        return getattr(self.layout, "indices", None)
+
+    @property
+    def weights(self) -> Float[Array, " nnz"] | None:
+        """Weights in the event layout's synapse order (None with another layout)."""
+        return getattr(self.layout, "weights", None)
+
+    @property
+    def col_ptr(self) -> Int[Array, " n_post_plus_1"] | None:
+        """Column pointers of a plastic event layout (None otherwise)."""
+        return getattr(self.layout, "col_ptr", None)
+
+    @property
+    def col_syn(self) -> Int[Array, " nnz"] | None:
+        """Synapse ids grouped by postsynaptic neuron, plastic event layout (None otherwise)."""
+        return getattr(self.layout, "col_syn", None)
+
+    @property
+    def col_pre(self) -> Int[Array, " nnz"] | None:
+        """Presynaptic neuron of each `col_syn` entry, plastic event layout (None otherwise)."""
+        return getattr(self.layout, "col_pre", None)
+
+    @property
+    def max_fan_out(self) -> int:
+        """Largest number of synapses leaving one neuron, event layout (0 otherwise)."""
+        return getattr(self.layout, "max_fan_out", 0)
+
+    @property
+    def max_fan_in(self) -> int:
+        """Largest number of synapses reaching one neuron, plastic event layout (0 otherwise)."""
+        return getattr(self.layout, "max_fan_in", 0)
+
+    @property
+    def matrix(self) -> Float[Array, "n_pre n_post"] | None:
+        """The dense layout's weight matrix (None with another layout)."""
+        return getattr(self.layout, "matrix", None)
+
+    @property
+    def conn_bcoo(self) -> sparse.BCOO | None:
+        """The BCOO layout's connectivity (None with another layout)."""
+        return getattr(self.layout, "conn", None)
 
     @property
     def conn(self) -> sparse.BCOO:
-        """The synapses as a BCOO `(n_pre, n_post)` (rebuilt from the internal layout)."""
-        if self.conn_bcoo is not None:
-            return self.conn_bcoo
-        if self.matrix is not None:
-            return sparse.BCOO.fromdense(self.matrix)
-        counts = np.diff(np.asarray(self.indptr))
-        pre = np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
-        idx = np.stack([pre, np.asarray(self.indices)], axis=1)
-        return sparse.BCOO((self.weights, jnp.asarray(idx)), shape=(self.n_pre, self.n_post))
+        """The synapses as a BCOO `(n_pre, n_post)` (rebuilt from the layout)."""
+        return self.layout.to_bcoo()
 
     def nbytes(self) -> int:
         """Bytes held by the synapse arrays of this projection (layout, weights, delays)."""
-        leaves = [self.indptr, self.indices, self.weights, self.matrix]
-        leaves += [self.col_ptr, self.col_syn, self.col_pre]
-        if self.conn_bcoo is not None:
-            leaves += [self.conn_bcoo.indices, self.conn_bcoo.data]
-        if isinstance(self.delay, jax.Array):
-            leaves.append(self.delay)
-        return int(sum(x.nbytes for x in leaves if x is not None))
+        extra = int(self.delay.nbytes) if isinstance(self.delay, jax.Array) else 0
+        return self.layout.nbytes() + extra
 
     def deliver_dense(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
-        """`s @ W` through the dense or BCOO path (homogeneous delay)."""
-        if self.matrix is not None:
-            # Full float32 precision on every backend: JAX's default lets recent NVIDIA GPUs
-            # round the weights to TF32 (a 10-bit mantissa), which would make a GPU run's
-            # synaptic input differ from the CPU's by ~1e-3 relative.
-            return jnp.matmul(s, self.matrix.astype(s.dtype), precision=jax.lax.Precision.HIGHEST)
-        flat = s.reshape(-1, self.n_pre)
-        out = (self.conn_bcoo.T @ flat.T).T
-        return out.reshape(s.shape[:-1] + (self.n_post,)).astype(s.dtype)
+        """`s @ W`, the weight each postsynaptic neuron receives from the spikes `s` (one delay
+        for all synapses), through the layout's product."""
+        return self.layout.product(s)

@@ -1,16 +1,85 @@
 """Spike sources: populations that emit spikes without integrating an input."""
 
+import abc
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jax import lax
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._validation import as_float, check_nonnegative, default_float, normalize_shape
 from ..neurons._base import check_broadcast
 
-__all__ = ["PoissonSource", "PoissonState"]
+__all__ = ["SpikeSource", "PoissonSource", "PoissonState"]
+
+
+class SpikeSource(eqx.Module):
+    r"""A population that emits spikes without integrating an input.
+
+    A network steps a spike source like a neuron model but hands it no current, lets no
+    projection target it, and makes its state from a PRNG key (`Network.init_state` refuses
+    to start one without a key). `nj.parallel.shard_network` steps each device's block of it
+    with `step_block`.
+
+    A subclass implements:
+
+    - `init_state(shape, *, key)`: the state for `shape` sources (batch dimensions first);
+    - `step(state, current, dt) -> (state, spikes)`: this step's 0/1 spikes (`current` is
+      ignored);
+    - `step_block(state, dt, *, size, padded_size, block, axis_name)`: the same step on one
+      device of a sharded network, which holds the sources
+      `[d * block, (d + 1) * block)` of a population of `size` sources padded to
+      `padded_size` (`d = lax.axis_index(axis_name)`); per-source leaves of `state` have
+      `block` entries and its spikes must be those of the unsharded `step`, whatever the
+      number of devices;
+
+    and may override `check_dt(dt)`, which raises when `dt` does not suit the source
+    (called once before a sharded run, and by `step`).
+
+    Example:
+    ```python
+    class Regular(nj.network.SpikeSource):
+        # Every source spikes once every `period` steps, all in phase.
+        period: int = eqx.field(static=True)
+
+        def init_state(self, shape, *, key=None):
+            return jnp.zeros(shape, jnp.int32)
+
+        def step(self, state, current=None, dt=0.1):
+            return state + 1, (state % self.period == 0).astype(jnp.float32)
+
+        def step_block(self, state, dt, *, size, padded_size, block, axis_name):
+            return self.step(state, None, dt)
+
+    net = nj.Network(
+        {"clock": (Regular(100), 10), "E": (nj.LIF(), 10)},
+        [nj.Projection("clock", "E", nj.connect.one_to_one(10, weight=200.0))],
+    )
+    _, rec = nj.simulate(net, net.init_state(jax.random.key(0)), dt=0.1, n_steps=1000)
+    rec.spikes["E"].sum()   # 100: each clock spike makes its target fire
+    ```
+    """
+
+    @abc.abstractmethod
+    def init_state(self, shape: int | tuple[int, ...], *, key: PRNGKeyArray | None = None) -> Any:
+        """A state for `shape` sources, batch dimensions first."""
+
+    @abc.abstractmethod
+    def step(self, state: Any, current: Any = None, dt: float = 0.1) -> tuple[Any, Any]:
+        """This step's state and 0/1 spikes; `current` is ignored."""
+
+    @abc.abstractmethod
+    def step_block(
+        self, state: Any, dt: float, *, size: int, padded_size: int, block: int, axis_name: Any
+    ) -> tuple[Any, Any]:
+        """One device's block of `step` inside `nj.parallel.shard_network` (see above)."""
+
+    def check_dt(self, dt: float) -> None:
+        """Raise `ValueError` when `dt` [ms] does not suit the source (by default any does)."""
 
 
 class PoissonState(eqx.Module):
@@ -20,7 +89,7 @@ class PoissonState(eqx.Module):
     spikes: Float[Array, "*batch n"]
 
 
-class PoissonSource(eqx.Module):
+class PoissonSource(SpikeSource):
     r"""Independent Poisson spike trains at a given rate.
 
     In each step of `dt` ms every neuron spikes with probability `rate * dt / 1000`
@@ -77,5 +146,28 @@ class PoissonSource(eqx.Module):
         key, sub = jr.split(state.key)
         p = self.rate * (dt * 1e-3)
         u = jr.uniform(sub, state.spikes.shape, dtype=state.spikes.dtype)
+        spikes = (u < p).astype(state.spikes.dtype)
+        return PoissonState(key=key, spikes=spikes), spikes
+
+    def step_block(
+        self,
+        state: PoissonState,
+        dt: float,
+        *,
+        size: int,
+        padded_size: int,
+        block: int,
+        axis_name: Any,
+    ) -> tuple[PoissonState, Float[Array, " block"]]:
+        """One device's block of `step`: the uniform numbers of the whole population are
+        drawn from the (replicated) key and the device keeps its block, so the spikes are
+        those of the unsharded run on any number of devices (padding sources never spike)."""
+        key, sub = jr.split(state.key)
+        u = jr.uniform(sub, (size,), dtype=state.spikes.dtype)
+        if padded_size > size:
+            u = jnp.concatenate([u, jnp.ones((padded_size - size,), u.dtype)])
+        start = lax.axis_index(axis_name).astype(jnp.int32) * block
+        u = lax.dynamic_slice_in_dim(u, start, block)
+        p = self.rate * (dt * 1e-3)
         spikes = (u < p).astype(state.spikes.dtype)
         return PoissonState(key=key, spikes=spikes), spikes

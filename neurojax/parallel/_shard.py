@@ -12,11 +12,15 @@ the neuron axis, the real neurons first, in their global order: `x[..., :n]` dro
 for every projection, the synapses whose postsynaptic neuron is local, as a compressed-row
 table over the global presynaptic ids (`indptr` over all `n_pre` ids, local postsynaptic
 indices, weights), in the projection's own order (ascending presynaptic id, then the
-connectivity's order within a row). The tables of the devices are padded to the longest and
-stacked along a leading device axis. Connectivity is thus built once, with global ids, by the
-ordinary builders, and only cut here: it cannot depend on the number of devices.
+connectivity's order within a row). The projection's layout builds these tables
+(`nj.network.Layout.local_tables`, an event layout per device); the tables of the devices
+are padded to the longest and stacked along a leading device axis. Connectivity is thus
+built once, with global ids, by the ordinary builders, and only cut here: it cannot depend on
+the number of devices.
 
-**One step** (inside `jax.shard_map`, each device on its block; the order of `nj.Network`):
+**One step** (inside `jax.shard_map`, each device on its block): the phases of
+`nj.Network.step` (`neurojax.network._phases`), called with the local blocks, the local
+tables, the padding mask and each spike source's `step_block`, plus the spike exchange:
 1. read the ring buffers of the local postsynaptic neurons, advance the synaptic kinetics;
 2. integrate the local neurons (same grouping of populations as the network);
 3. exchange: the local spikes of every sending population are bit-packed into `uint32`
@@ -74,14 +78,10 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._simulate import Recording
 from .._validation import check_dt, check_positive_int, default_float
-from ..network import Network, NetworkState, PoissonSource
-from ..network._propagation import EventArrays, EventSpec, deliver
+from ..network import Layout, Network, NetworkState, SpikeSource, _phases
 from ..neurons import NeuronModel
 
 __all__ = ["shard_network", "ShardedNetwork", "ShardedNetworkState"]
-
-# Traces of the sharded run and step; tests use it to prove that new values reuse the program.
-_TRACE_COUNT = 0
 
 _EXCHANGES = ("bits", "bool", "none")
 
@@ -116,9 +116,9 @@ class _Local(eqx.Module):
     synapses: tuple[Any, ...]  # kinetics per projection, per-neuron leaves (n_pad_post,)
     outputs: tuple[Any, ...]
     inputs: dict[str, Float[Array, "..."]]  # scalar or (n_pad,)
-    indptr: tuple[Int[Array, "dev n_pre_plus_1"], ...]
-    indices: tuple[Int[Array, "dev nnz"], ...]  # local postsynaptic index
-    weights: tuple[Float[Array, "dev nnz"], ...]
+    # Per projection, the local tables of every device stacked along a leading axis (see
+    # `Layout.local_tables`): rows over the global presynaptic ids, local targets.
+    layouts: tuple[Layout, ...]
 
 
 def _is_key(x: Any) -> bool:
@@ -187,7 +187,6 @@ class ShardedNetwork(eqx.Module):
     ring_shape: tuple[tuple[int, int], ...] = eqx.field(static=True)  # local (D, W)
     senders: tuple[tuple[int, tuple[int, ...]], ...] = eqx.field(static=True)
     delay_steps: tuple[int, ...] = eqx.field(static=True)
-    max_fan_out: tuple[int, ...] = eqx.field(static=True)  # over the local tables
     net_ring_shape: tuple[tuple[int, int], ...] = eqx.field(static=True)
     net_ring_of: tuple[tuple[int, int], ...] = eqx.field(static=True)
     dt: float | None = eqx.field(static=True)
@@ -372,7 +371,7 @@ class ShardedNetwork(eqx.Module):
         pops = {}
         for name, k in zip(self.names, keys, strict=True):
             model = self.models[name]
-            if k is None and isinstance(model, PoissonSource):
+            if k is None and isinstance(model, SpikeSource):
                 raise ValueError(
                     f"ShardedNetwork.init_state: population {name!r} is a spike source and needs"
                     " a key; pass key=jax.random.key(seed)"
@@ -410,147 +409,94 @@ class ShardedNetwork(eqx.Module):
 
     # ------------------------------------------------------------------ the local step
 
-    def _current(self, name: str, state, g: list, ext: Any) -> Any:
-        """Total input of population `name` on this device, summed in the network's order."""
-        v = state.populations[name].v
-        terms = [
-            self.local.outputs[i](g[i], v)
-            for i, (_, post) in enumerate(self.proj_ends)
-            if post == name
-        ]
-        if name in self.local.inputs:
-            terms.append(self.local.inputs[name])
-        if ext is not None and name in ext:
-            terms.append(ext[name])
-        current = None
-        for term in terms:
-            current = term if current is None else current + term
-        return current
+    def _plan(self) -> _phases.Plan:
+        """The network's step structure over this device's blocks."""
+        return _phases.Plan(
+            groups=self.groups,
+            sizes=dict(zip(self.names, self.blocks, strict=True)),
+            pre=tuple(pre for pre, _ in self.proj_ends),
+            post=tuple(post for _, post in self.proj_ends),
+            ring_of=self.ring_of,
+            senders=self.senders,
+            delay_steps=self.delay_steps,
+        )
 
     def _local_step(self, state: ShardedNetworkState, ext: Any, dt: float, exchange: str):
-        """One step of this device's block (called inside `shard_map`, local shapes)."""
+        """One step of this device's block (called inside `shard_map`, local shapes): the
+        phases of `nj.Network.step` on the local blocks, with the spike exchange before the
+        delivery."""
+        plan = self._plan()
         k = state.step
         loc = self.local
 
         # 1. arrivals and kinetics (local targets)
-        buffers, rows, fresh = [], [], []
-        for buf in state.buffers:
-            buf = buf[0]
-            fresh.append(buf.shape[0] == 1)
-            if buf.shape[0] == 1:
-                rows.append(buf[0])
-                buffers.append(buf)
-            else:
-                slot = k % buf.shape[0]
-                row = lax.dynamic_index_in_dim(buf, slot, axis=0, keepdims=False)
-                rows.append(row)
-                buffers.append(lax.dynamic_update_index_in_dim(buf, jnp.zeros_like(row), slot, 0))
-        synapses, g = [], []
-        for i, (_, post) in enumerate(self.proj_ends):
-            si, off = self.ring_of[i]
-            arrivals = rows[si][off : off + self.block(post)]
-            syn_state, g_i = loc.synapses[i].step(state.synapses[i], arrivals, dt)
-            synapses.append(syn_state)
-            g.append(g_i)
+        buffers, fresh, synapses, g = _phases.arrivals(
+            plan, loc.synapses, state.synapses, [b[0] for b in state.buffers], k, dt
+        )
 
-        # 2. populations, group by group
-        pops, spikes, group_spikes = {}, {}, []
-        for gi, names in enumerate(self.groups):
-            model = loc.group_models[gi]
-            if self.sources[gi]:
-                (name,) = names
-                pops[name], s_group = self._source_step(name, model, state.populations[name], dt)
-            else:
-                currents = [self._current(name, state, g, ext) for name in names]
-                if len(names) == 1:
-                    (name,) = names
-                    pops[name], s_group = model.step(state.populations[name], currents[0], dt)
-                else:
-                    members = [state.populations[n] for n in names]
-                    joined = jtu.tree_map(lambda *xs: jnp.concatenate(xs, axis=-1), *members)
-                    if all(c is None for c in currents):
-                        current = None
-                    else:
-                        dtype = members[0].v.dtype
-                        current = jnp.concatenate(
-                            [
-                                jnp.broadcast_to(
-                                    jnp.zeros((), dtype) if c is None else jnp.asarray(c, dtype),
-                                    (self.block(n),),
-                                )
-                                for c, n in zip(currents, names, strict=True)
-                            ]
-                        )
-                    new, s_group = model.step(joined, current, dt)
-                    off = 0
-                    for n in names:
-                        b = self.block(n)
-                        pops[n] = jtu.tree_map(lambda x, o=off, m=b: x[o : o + m], new)
-                        off += b
-            # padding neurons never spike
-            s_group = jnp.where(loc.valid[gi], s_group, jnp.zeros((), s_group.dtype))
-            group_spikes.append(s_group)
-            off = 0
-            for n in names:
-                spikes[n] = s_group[off : off + self.block(n)]
-                off += self.block(n)
+        # 2. populations, group by group; padding neurons never spike
+        def current(name):
+            pop = state.populations[name]
+            return _phases.total_current(plan, name, pop, loc.outputs, g, loc.inputs, ext, {}, None)
 
-        # 3. exchange the sending groups' spikes: every device gets the whole network's
+        def source_step(name, source, st):
+            return source.step_block(
+                st,
+                dt,
+                size=self.size(name),
+                padded_size=self.padded_size(name),
+                block=self.block(name),
+                axis_name=self.axes,
+            )
+
+        pops, spikes, group_spikes = _phases.integrate(
+            plan,
+            loc.group_models,
+            state.populations,
+            current,
+            dt,
+            source_step=source_step,
+            valid=loc.valid,
+        )
+
+        # 3. exchange the sending groups' spikes: every device gets the whole network's, each
+        # group's in ascending global id (the order the unsharded network delivers them in)
+        sending, pre_offsets = [], [0] * len(self.proj_ends)
         if self.senders:
             send = [group_spikes[gi] > 0 for gi in self._sending_groups]
             gathered = _exchange(
                 jnp.concatenate(send) if len(send) > 1 else send[0], self, exchange
             )
-
-        # 4. delivery into the local ring buffers, in ascending global presynaptic id
         off_send = 0
-        for si, (gi, idx) in enumerate(self.senders):
-            names = self.groups[gi]
-            parts, pre_offset, off = [], {}, 0
-            for n in names:
+        for gi, idx in self.senders:
+            parts, start, off = [], {}, 0
+            for n in self.groups[gi]:
                 b = self.block(n)
                 parts.append(gathered[:, off_send : off_send + b].reshape(-1))
-                pre_offset[n] = off
+                start[n] = off
                 off += self.padded_size(n)
                 off_send += b
             s_global = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
-            s_global = s_global.astype(group_spikes[gi].dtype)
-            n_slots, width = self.ring_shape[si]
-            specs, arrays = [], []
+            sending.append(s_global.astype(group_spikes[gi].dtype))
             for i in idx:
-                pre, post = self.proj_ends[i]
-                specs.append(
-                    EventSpec(
-                        s_global.shape[0],
-                        pre_offset[pre],
-                        self.padded_size(pre),
-                        self.block(post),
-                        self.max_fan_out[i],
-                        n_slots,
-                        self.delay_steps[i],
-                        width,
-                        self.ring_of[i][1],
-                    )
-                )
-                arrays.append(
-                    EventArrays(loc.indptr[i][0], loc.indices[i][0], loc.weights[i][0], None)
-                )
-            buffers[si] = deliver(specs, s_global, k, arrays, buffers[si], fresh=fresh[si])
+                pre_offsets[i] = start[self.proj_ends[i][0]]
+
+        # 4. delivery into the local ring buffers through the local tables
+        n_proj = len(self.proj_ends)
+        buffers = _phases.delivery(
+            plan,
+            [jtu.tree_map(lambda x: x[0], lay) for lay in loc.layouts],
+            buffers,
+            fresh,
+            sending,
+            k,
+            pre_offsets=pre_offsets,
+            delays=[None] * n_proj,
+            weights=[None] * n_proj,
+        )
 
         new = ShardedNetworkState(pops, tuple(synapses), tuple(b[None] for b in buffers), k + 1)
         return new, spikes
-
-    def _source_step(self, name: str, model: PoissonSource, state, dt: float):
-        """A Poisson source: the whole population's numbers from the key, this block kept."""
-        key, sub = jr.split(state.key)
-        n, n_pad, b = self.size(name), self.padded_size(name), self.block(name)
-        u = jr.uniform(sub, (n,), dtype=state.spikes.dtype)
-        u = jnp.concatenate([u, jnp.ones((n_pad - n,), u.dtype)]) if n_pad > n else u
-        start = lax.axis_index(self.axes).astype(jnp.int32) * b
-        u = lax.dynamic_slice_in_dim(u, start, b)
-        p = model.rate * (dt * 1e-3)
-        spikes = (u < p).astype(state.spikes.dtype)
-        return type(state)(key=key, spikes=spikes), spikes
 
     # ------------------------------------------------------------------ public stepping
 
@@ -617,8 +563,6 @@ class ShardedNetwork(eqx.Module):
         `ext` is `None` or `{population: current}` with a scalar or one value per neuron
         (`(n,)` or `(n_pad,)`), added to the population's input as in `nj.Network.step`.
         """
-        global _TRACE_COUNT
-        _TRACE_COUNT += 1
         dt = self._check_dt(dt, "step")
         self._check_state(state, "step")
         ext = self._ext(ext, "step")
@@ -704,8 +648,6 @@ def _run(net: ShardedNetwork, state, ext, *, dt: float, n_steps: int, exchange: 
     """The scan of `n_steps` local steps inside one `shard_map`. `exchange`: `"bits"` (the
     default of `run`), `"bool"` (one byte per neuron) or `"none"` (no communication, wrong
     results: the benchmark's measure of the collective's cost)."""
-    global _TRACE_COUNT
-    _TRACE_COUNT += 1
     if exchange not in _EXCHANGES:
         raise ValueError(f"exchange must be one of {_EXCHANGES}, got {exchange!r}")
     spec = _spec_of(net.axes)
@@ -772,10 +714,11 @@ def _check_supported(network: Network) -> None:
                 f"only); {where} has per-synapse delays"
             )
     for name, model in network.populations.items():
-        if not isinstance(model, (NeuronModel, PoissonSource)):
+        if not isinstance(model, (NeuronModel, SpikeSource)):
             raise ValueError(
                 f"shard_network: population {name!r} is a {type(model).__name__}; only neuron "
-                "models (nj.NeuronModel) and nj.PoissonSource populations are supported"
+                "models (nj.NeuronModel) and spike sources (nj.network.SpikeSource, such as "
+                "nj.PoissonSource) are supported"
             )
     for name, value in network.inputs.items():
         if callable(value) and not isinstance(value, jax.Array):
@@ -815,40 +758,6 @@ def _interleave(parts: list[jax.Array], blocks: list[int], n_dev: int) -> jax.Ar
     """Group layout: device `d`'s slice holds block `d` of every member, side by side."""
     tiles = [p.reshape(n_dev, b) for p, b in zip(parts, blocks, strict=True)]
     return jnp.concatenate(tiles, axis=1).reshape(-1) if len(tiles) > 1 else tiles[0].reshape(-1)
-
-
-def _local_tables(proj, n_dev: int, b_post: int, n_pad_pre: int):
-    """Per device, the CSR table of the synapses onto its block of the postsynaptic
-    population, rows = global presynaptic ids, in the projection's own synapse order."""
-    conn = proj.conn
-    idx = np.asarray(conn.indices)
-    w = np.asarray(conn.data)
-    pre, post = idx[:, 0].astype(np.int64), idx[:, 1].astype(np.int64)
-    if pre.size > 1 and np.any(pre[1:] < pre[:-1]):
-        order = np.argsort(pre, kind="stable")  # the order of the event path's CSR
-        pre, post, w = pre[order], post[order], w[order]
-    dev = post // b_post
-    indptrs, indices, weights, fan = [], [], [], 0
-    for d in range(n_dev):
-        sel = dev == d
-        p_d = pre[sel]
-        counts = np.bincount(p_d, minlength=n_pad_pre)
-        fan = max(fan, int(counts.max()) if counts.size else 0)
-        ptr = np.zeros(n_pad_pre + 1, np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        indptrs.append(ptr)
-        indices.append((post[sel] - d * b_post).astype(np.int32))
-        weights.append(w[sel])
-    nnz = max(1, max(len(x) for x in indices))
-    if max(int(p[-1]) for p in indptrs) >= 2**31:
-        raise ValueError("shard_network: more than 2**31 synapses per device in one projection")
-    ind = np.zeros((n_dev, nnz), np.int32)
-    wts = np.zeros((n_dev, nnz), w.dtype)
-    for d in range(n_dev):
-        ind[d, : len(indices[d])] = indices[d]
-        wts[d, : len(weights[d])] = weights[d]
-    ptr = np.stack(indptrs).astype(np.int32)
-    return jnp.asarray(ptr), jnp.asarray(ind), jnp.asarray(wts), max(fan, 1)
 
 
 def shard_network(
@@ -935,19 +844,15 @@ def shard_network(
         group_models.append(jtu.tree_map(lay, model))
         masks = [jnp.arange(pad_of[n]) < size_of[n] for n in names_g]
         valid.append(_interleave(masks, [block_of[n] for n in names_g], n_dev))
-        sources.append(isinstance(model, PoissonSource))
+        sources.append(isinstance(model, SpikeSource))
 
-    synapses, outputs, indptr, indices, weights, fan = [], [], [], [], [], []
+    synapses, outputs, layouts = [], [], []
     for i, proj in enumerate(network.projections):
         owner = f"projections[{i}] ({proj.pre} -> {proj.post})"
         n_post, n_pad_post = size_of[proj.post], pad_of[proj.post]
         synapses.append(_lay_params(owner, proj.synapse, n_post, n_pad_post))
         outputs.append(_lay_params(owner, proj.output, n_post, n_pad_post))
-        ptr, ind, wts, f = _local_tables(proj, n_dev, block_of[proj.post], pad_of[proj.pre])
-        indptr.append(ptr)
-        indices.append(ind)
-        weights.append(wts)
-        fan.append(f)
+        layouts.append(proj.layout.local_tables(n_dev, block_of[proj.post], pad_of[proj.pre]))
 
     inputs = {}
     for name, value in network.inputs.items():
@@ -969,9 +874,7 @@ def shard_network(
         synapses=tuple(synapses),
         outputs=tuple(outputs),
         inputs=inputs,
-        indptr=tuple(indptr),
-        indices=tuple(indices),
-        weights=tuple(weights),
+        layouts=tuple(layouts),
     )
     split, rep = NamedSharding(mesh, _spec_of(axes)), NamedSharding(mesh, P())
     local = jtu.tree_map(lambda x: jax.device_put(x, split if x.ndim >= 1 else rep), local)
@@ -992,7 +895,6 @@ def shard_network(
         ring_shape=tuple(ring_shape),
         senders=network.senders,
         delay_steps=tuple(int(d) for d in network.homogeneous_delay_steps),
-        max_fan_out=tuple(fan),
         net_ring_shape=network.ring_shape,
         net_ring_of=network.ring_of,
         dt=network.dt,

@@ -1,0 +1,208 @@
+"""The interface every storage layout of a projection's synapses implements."""
+
+import abc
+from collections.abc import Sequence
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import sparse
+from jaxtyping import Array, Float
+
+from .._propagation import arrival_slot
+
+__all__ = ["Layout", "Delivery"]
+
+
+class Delivery(NamedTuple):
+    """What one projection delivers in one step, in the ring buffer of its sending group.
+
+    The spikes handed to `Layout.deliver_group` are those of the whole sending group of
+    populations; the projection's presynaptic population is `[pre_offset, pre_offset + n_pre)`
+    of them, and its postsynaptic neurons own the ring's columns
+    `[target_offset, target_offset + n_post)`.
+
+    Attributes:
+        layout: the projection's layout.
+        pre_offset: where the presynaptic population starts in the group's spike vector.
+        target_offset: where the projection's columns start in the group's ring buffer.
+        delay_steps: the delay in steps when all synapses share it, else None.
+        delays: per-synapse delays in steps (in the layout's synapse order), or None.
+        weights: the current weights `(*batch, n_synapses)` of a plastic projection (in the
+            layout's synapse order), or None to use the layout's own.
+    """
+
+    layout: "Layout"
+    pre_offset: int
+    target_offset: int
+    delay_steps: int | None
+    delays: jax.Array | None
+    weights: jax.Array | None
+
+
+class Layout(eqx.Module):
+    r"""How a projection stores its synapses and turns spikes into arriving weight.
+
+    A layout is chosen once, when the projection is built (`nj.Projection(method=...)`), and
+    the network only ever asks it the questions below; it never tests which layout it holds.
+    A new storage scheme (procedural connectivity, blocked or quantised weights) is one new
+    subclass, usable as `nj.Projection(..., method=MyLayout)`.
+
+    A subclass implements:
+
+    - `from_bcoo(conn, *, delay=None, plastic=False)` (class method): the layout of the
+      connectivity `conn` (a 2-D BCOO whose data are the weights) and the per-synapse delays
+      `delay` reordered to the layout's synapse order;
+    - `to_bcoo()`: the synapses back as a BCOO `(n_pre, n_post)`;
+    - `nbytes()`: bytes of the arrays it holds;
+    - `product(s)`: `s @ W`, the summed weight each postsynaptic neuron receives from the 0/1
+      spikes `s` `(*batch, n_pre)`.
+
+    and may override:
+
+    - `deliver_group(deliveries, s, step, ring, *, fresh)` (class method): add this step's
+      spikes of a sending group into its ring buffer for every projection of this layout
+      class in the group at once. The default adds `product` at each projection's arrival
+      slot; the event layout overrides it with one compacted, scattered pass for all of them;
+    - `local_tables(n_devices, block_post, n_pre_padded)`: the synapses onto each device's
+      block of postsynaptic neurons for `nj.parallel.shard_network` (the default reads
+      `to_bcoo()`).
+
+    Class attributes (capabilities the projection asks before building):
+
+    - `name`: what `nj.Projection.method` reports;
+    - `per_synapse_delays`: whether synapses may have different delays;
+    - `plastic`: whether the weights may be plastic (the rules of `neurojax.network._plastic`
+      read the event layout's row and column tables).
+
+    Example:
+    ```python
+    class Transposed(nj.network.Layout):
+        # Stores W^T; spikes reach the targets through W^T's rows.
+        name: ClassVar[str] = "transposed"
+        n_pre: int = eqx.field(static=True)
+        n_post: int = eqx.field(static=True)
+        w_t: jax.Array
+
+        @classmethod
+        def from_bcoo(cls, conn, *, delay=None, plastic=False):
+            return cls(conn.shape[0], conn.shape[1], conn.todense().T), delay
+
+        def to_bcoo(self):
+            return jax.experimental.sparse.BCOO.fromdense(self.w_t.T)
+
+        def nbytes(self):
+            return int(self.w_t.nbytes)
+
+        def product(self, s):
+            return s @ self.w_t.T
+
+    proj = nj.Projection("A", "B", conn, method=Transposed)
+    ```
+    """
+
+    name: eqx.AbstractClassVar[str]
+    per_synapse_delays: ClassVar[bool] = False
+    plastic: ClassVar[bool] = False
+
+    n_pre: eqx.AbstractVar[int]
+    n_post: eqx.AbstractVar[int]
+
+    @classmethod
+    @abc.abstractmethod
+    def from_bcoo(
+        cls, conn: sparse.BCOO, *, delay: np.ndarray | None = None, plastic: bool = False
+    ) -> tuple["Layout", np.ndarray | None]:
+        """The layout of `conn` and the per-synapse `delay` (or None) in its synapse order."""
+
+    @abc.abstractmethod
+    def to_bcoo(self) -> sparse.BCOO:
+        """The synapses as a BCOO `(n_pre, n_post)` whose data are the weights."""
+
+    @abc.abstractmethod
+    def nbytes(self) -> int:
+        """Bytes held by the layout's arrays."""
+
+    @abc.abstractmethod
+    def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ W`: the weight each postsynaptic neuron receives from the spikes `s`."""
+
+    @classmethod
+    def deliver_group(
+        cls,
+        deliveries: Sequence[Delivery],
+        s: Float[Array, "*batch n_source"],
+        step: jax.Array,
+        ring: Float[Array, "*batch d w"],
+        *,
+        fresh: bool,
+    ) -> Float[Array, "*batch d w"]:
+        """Add the weight the group's spikes `s` send through each delivery into `ring`.
+
+        `ring` `(*batch, D, W)` holds the next `D` steps of arriving weight; a spike emitted
+        during `step` with a delay of `d` steps lands in slot `arrival_slot(step, d, D)`.
+        With `fresh=True` the content of `ring` is taken as zeros (a one-slot ring that
+        has just been read).
+        """
+        if fresh:
+            ring = jnp.zeros_like(ring)
+        n_slots = ring.shape[-2]
+        start = (jnp.zeros((), jnp.int32),) * (ring.ndim - 2)
+        for dl in deliveries:
+            lay = dl.layout
+            x = lay.product(s[..., dl.pre_offset : dl.pre_offset + lay.n_pre])
+            at = start + (arrival_slot(step, dl.delay_steps, n_slots), jnp.int32(dl.target_offset))
+            cur = lax.dynamic_slice(ring, at, ring.shape[:-2] + (1, lay.n_post))
+            ring = lax.dynamic_update_slice(ring, cur + x[..., None, :], at)
+        return ring
+
+    def local_tables(self, n_devices: int, block_post: int, n_pre_padded: int) -> "Layout":
+        """Per device, the compressed-row table of the synapses onto its block of
+        postsynaptic neurons (`[d * block_post, (d + 1) * block_post)`), with rows over the
+        global presynaptic ids `0 .. n_pre_padded - 1`, in ascending presynaptic id and then
+        the order of `to_bcoo()` within a row.
+
+        Returns an event layout whose arrays carry a leading device axis (padded to the
+        device with most synapses) and whose `n_pre` is `n_pre_padded`, `n_post` is
+        `block_post` and `max_fan_out` the largest over the devices: slicing device `d` out
+        of every array gives that device's layout.
+        """
+        from ._event import EventLayout
+
+        conn = self.to_bcoo()
+        idx = np.asarray(conn.indices)
+        w = np.asarray(conn.data)
+        pre, post = idx[:, 0].astype(np.int64), idx[:, 1].astype(np.int64)
+        if pre.size > 1 and np.any(pre[1:] < pre[:-1]):
+            order = np.argsort(pre, kind="stable")  # the order of the event layout's rows
+            pre, post, w = pre[order], post[order], w[order]
+        dev = post // block_post
+        indptrs, indices, weights, fan = [], [], [], 0
+        for d in range(n_devices):
+            sel = dev == d
+            counts = np.bincount(pre[sel], minlength=n_pre_padded)
+            fan = max(fan, int(counts.max()) if counts.size else 0)
+            ptr = np.zeros(n_pre_padded + 1, np.int64)
+            np.cumsum(counts, out=ptr[1:])
+            indptrs.append(ptr)
+            indices.append((post[sel] - d * block_post).astype(np.int32))
+            weights.append(w[sel])
+        nnz = max(1, max(len(x) for x in indices))
+        if max(int(p[-1]) for p in indptrs) >= 2**31:
+            raise ValueError("shard_network: more than 2**31 synapses per device in one projection")
+        ind = np.zeros((n_devices, nnz), np.int32)
+        wts = np.zeros((n_devices, nnz), w.dtype)
+        for d in range(n_devices):
+            ind[d, : len(indices[d])] = indices[d]
+            wts[d, : len(weights[d])] = weights[d]
+        return EventLayout(
+            n_pre=n_pre_padded,
+            n_post=block_post,
+            max_fan_out=max(fan, 1),
+            indptr=jnp.asarray(np.stack(indptrs).astype(np.int32)),
+            indices=jnp.asarray(ind),
+            weights=jnp.asarray(wts),
+        )

@@ -1,0 +1,180 @@
+"""The compressed-row layout of event-driven propagation."""
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse
+from jaxtyping import Array, Float, Int
+
+from ..._validation import as_float
+from .._propagation import EventArrays, EventSpec, deliver
+from ._base import Delivery, Layout
+
+__all__ = ["EventLayout"]
+
+
+class EventLayout(Layout):
+    r"""Synapses sorted by presynaptic neuron (compressed rows), delivered event by event.
+
+    `indptr` (`n_pre + 1`, int32) delimits the rows, `indices` (int32) holds each synapse's
+    postsynaptic neuron and `weights` its weight: 8 bytes per synapse. Each step only the rows
+    of the neurons that spiked are read (see `neurojax.network._propagation`), so the cost
+    grows with spikes x maximum fan-out, never with the number of synapses. It is the only
+    built-in layout with per-synapse delays and plastic weights; for plasticity it also holds
+    the synapses grouped by postsynaptic neuron (`col_ptr`, `col_syn`, `col_pre`: 8 more
+    bytes per synapse) so that potentiation costs spikes x fan-in.
+
+    Synapses keep the order of the connectivity within a row (a stable sort by presynaptic
+    neuron), which fixes the order in which the arrivals at a neuron are summed.
+
+    Chosen by `nj.Projection(..., method="event")`, and by `method="auto"` above 65536
+    (pre, post) pairs or with per-synapse delays or plasticity.
+
+    Example:
+    ```python
+    conn = nj.connect.fixed_prob(jax.random.key(0), 1000, 1000, 0.02, weight=0.5)
+    proj = nj.Projection("E", "E", conn, method="event")
+    proj.layout.max_fan_out, proj.nbytes()   # widest row, 8 bytes per synapse + 4004
+    ```
+    """
+
+    name: ClassVar[str] = "event"
+    per_synapse_delays: ClassVar[bool] = True
+    plastic: ClassVar[bool] = True
+
+    n_pre: int = eqx.field(static=True)
+    n_post: int = eqx.field(static=True)
+    max_fan_out: int = eqx.field(static=True)
+    indptr: Int[Array, " n_pre_plus_1"]
+    indices: Int[Array, " nnz"]
+    weights: Float[Array, " nnz"]
+    col_ptr: Int[Array, " n_post_plus_1"] | None = None
+    col_syn: Int[Array, " nnz"] | None = None
+    col_pre: Int[Array, " nnz"] | None = None
+    max_fan_in: int = eqx.field(static=True, default=0)
+
+    @classmethod
+    def from_bcoo(
+        cls, conn: sparse.BCOO, *, delay: np.ndarray | None = None, plastic: bool = False
+    ) -> tuple["EventLayout", np.ndarray | None]:
+        """The rows of `conn` (stable order within a row); `plastic` adds the columns."""
+        n_pre, n_post = (int(d) for d in conn.shape)
+        idx = np.asarray(conn.indices)
+        pre, post = idx[:, 0], idx[:, 1]
+        if idx.shape[0] and (
+            pre.min() < 0 or pre.max() >= n_pre or post.min() < 0 or post.max() >= n_post
+        ):
+            raise ValueError(
+                f"Projection: conn has indices outside its shape {conn.shape} "
+                f"(pre in [{pre.min()}, {pre.max()}], post in [{post.min()}, {post.max()}])"
+            )
+        weights = as_float(conn.data)
+        if idx.shape[0] > 1 and np.any(pre[1:] < pre[:-1]):
+            order = np.argsort(pre, kind="stable")
+            pre, post = pre[order], post[order]
+            weights = weights[jnp.asarray(order)]
+            if delay is not None:
+                delay = delay[order]
+        counts = np.bincount(pre, minlength=n_pre)
+        indptr = np.zeros(n_pre + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        if indptr[-1] >= 2**31:
+            raise ValueError(
+                f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
+                "projection); split the projection"
+            )
+        layout = cls(
+            n_pre=n_pre,
+            n_post=n_post,
+            max_fan_out=int(counts.max()) if counts.size else 0,
+            indptr=jnp.asarray(indptr.astype(np.int32)),
+            indices=jnp.asarray(post.astype(np.int32)),
+            weights=weights,
+        )
+        return (layout.with_columns() if plastic else layout), delay
+
+    def with_columns(self) -> "EventLayout":
+        """The same layout plus the synapse ids grouped by postsynaptic neuron (for STDP)."""
+        post = np.asarray(self.indices)
+        counts = np.diff(np.asarray(self.indptr))
+        pre = np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
+        order = np.argsort(post, kind="stable").astype(np.int32)
+        col_counts = np.bincount(post, minlength=self.n_post)
+        col_ptr = np.zeros(self.n_post + 1, np.int64)
+        np.cumsum(col_counts, out=col_ptr[1:])
+        return EventLayout(
+            n_pre=self.n_pre,
+            n_post=self.n_post,
+            max_fan_out=self.max_fan_out,
+            indptr=self.indptr,
+            indices=self.indices,
+            weights=self.weights,
+            col_ptr=jnp.asarray(col_ptr.astype(np.int32)),
+            col_syn=jnp.asarray(order),
+            col_pre=jnp.asarray(pre[order]),
+            max_fan_in=int(col_counts.max()) if col_counts.size else 0,
+        )
+
+    def _rows(self) -> np.ndarray:
+        counts = np.diff(np.asarray(self.indptr))
+        return np.repeat(np.arange(self.n_pre, dtype=np.int32), counts)
+
+    def to_bcoo(self) -> sparse.BCOO:
+        """The synapses as a BCOO `(n_pre, n_post)` in row order (its data are the
+        layout's weights, so gradients flow through)."""
+        idx = np.stack([self._rows(), np.asarray(self.indices)], axis=1)
+        return sparse.BCOO((self.weights, jnp.asarray(idx)), shape=(self.n_pre, self.n_post))
+
+    def nbytes(self) -> int:
+        """Bytes of the rows (`8 nnz + 4 (n_pre + 1)`) and, when plastic, of the columns
+        (`8 nnz + 4 (n_post + 1)`)."""
+        leaves = (self.indptr, self.indices, self.weights, self.col_ptr, self.col_syn, self.col_pre)
+        return int(sum(x.nbytes for x in leaves if x is not None))
+
+    def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ W` as one segment sum over all synapses (the function that the event
+        delivery computes, and differentiates)."""
+        rows = jnp.repeat(
+            jnp.arange(self.n_pre, dtype=jnp.int32),
+            self.indptr[1:] - self.indptr[:-1],
+            total_repeat_length=self.indices.shape[0],
+        )
+        contrib = s[..., rows] * self.weights.astype(s.dtype)
+        out = jnp.zeros(s.shape[:-1] + (self.n_post,), s.dtype)
+        return out.at[..., self.indices].add(contrib)
+
+    @classmethod
+    def deliver_group(
+        cls,
+        deliveries: Sequence[Delivery],
+        s: Float[Array, "*batch n_source"],
+        step: jax.Array,
+        ring: Float[Array, "*batch d w"],
+        *,
+        fresh: bool,
+    ) -> Float[Array, "*batch d w"]:
+        """All projections of the group in one compaction of `s` and one scatter (or one
+        call of the compiled CPU kernel), through `neurojax.network._propagation.deliver`."""
+        specs, arrays = [], []
+        for dl in deliveries:
+            lay = dl.layout
+            specs.append(
+                EventSpec(
+                    s.shape[-1],
+                    dl.pre_offset,
+                    lay.n_pre,
+                    lay.n_post,
+                    lay.max_fan_out,
+                    ring.shape[-2],
+                    dl.delay_steps,
+                    ring.shape[-1],
+                    dl.target_offset,
+                )
+            )
+            weights = lay.weights if dl.weights is None else dl.weights
+            arrays.append(EventArrays(lay.indptr, lay.indices, weights, dl.delays))
+        return deliver(specs, s, step, arrays, ring, fresh=fresh)

@@ -1,0 +1,281 @@
+r"""The phases of one network step, shared by `nj.Network` and the sharded network.
+
+A step is four phases, called in this order by `Network.step` and by the local step of
+`nj.parallel.shard_network` (which adds the exchange of spikes between devices before the
+last one):
+
+1. `arrivals`: read the weight arriving now from every ring buffer and advance every
+   projection's synaptic kinetics;
+2. `integrate`: step every group of populations with its total input current
+   (`total_current`), spike sources with their own step;
+3. `plasticity`: update the plastic weights from this step's arrivals and spikes;
+4. `delivery`: add this step's spikes into the ring buffers of the outgoing projections,
+   each projection through its layout (`neurojax.network._layout`).
+
+What a phase needs of the network's structure is a `Plan` (static: groups, sizes, who
+projects where, ring offsets); what differs between the single-device and the sharded
+network (the sizes of the local blocks, the layouts and parameters each device holds, the
+padding mask, the per-device step of a spike source) is handed in by the caller.
+"""
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+from jax import lax
+
+from ._layout import Delivery, Layout
+from ._plastic import plastic_step
+from ._sources import SpikeSource
+
+__all__ = ["Plan", "arrivals", "total_current", "integrate", "plasticity", "delivery"]
+
+
+class Plan(NamedTuple):
+    """The static structure one step walks over.
+
+    Attributes:
+        groups: names of the populations stepped together, per group.
+        sizes: neurons per population in the arrays of this step (on a device of a sharded
+            network, its block).
+        pre, post: presynaptic and postsynaptic population of every projection.
+        ring_of: per projection, `(ring index, column offset)` of its targets.
+        senders: per ring, `(sending group index, projection indices)`.
+        delay_steps: per projection, its delay in steps when homogeneous, else None.
+    """
+
+    groups: tuple[tuple[str, ...], ...]
+    sizes: Mapping[str, int]
+    pre: tuple[str, ...]
+    post: tuple[str, ...]
+    ring_of: tuple[tuple[int, int], ...]
+    senders: tuple[tuple[int, tuple[int, ...]], ...]
+    delay_steps: tuple[int | None, ...]
+
+    def offset(self, name: str) -> int:
+        """Where population `name` starts in the spike vector of its group."""
+        for names in self.groups:
+            if name in names:
+                return sum(self.sizes[n] for n in names[: names.index(name)])
+        raise KeyError(name)
+
+    def group_of(self, name: str) -> int:
+        """Index of the group that holds population `name`."""
+        return next(gi for gi, names in enumerate(self.groups) if name in names)
+
+
+def arrivals(
+    plan: Plan,
+    kinetics: Sequence[Any],
+    synapse_states: Sequence[Any],
+    buffers: Sequence[jax.Array],
+    step: jax.Array,
+    dt: float,
+) -> tuple[list[jax.Array], list[bool], list[Any], list[jax.Array]]:
+    """Phase 1: read slot `step mod D` of every ring `(*batch, D, W)`, clear it, and advance
+    the kinetics of every projection with the weight that arrives for its targets.
+
+    Returns the rings, per ring whether it has one slot (read and handed to delivery as
+    "fresh": its content no longer counts), the new kinetics states and `g` per projection.
+    """
+    rings, rows, fresh = [], [], []
+    for buf in buffers:
+        fresh.append(buf.shape[-2] == 1)
+        if buf.shape[-2] == 1:
+            rows.append(buf[..., 0, :])
+            rings.append(buf)
+        else:
+            slot = step % buf.shape[-2]
+            row = lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False)
+            rows.append(row)
+            rings.append(
+                lax.dynamic_update_index_in_dim(buf, jnp.zeros_like(row), slot, buf.ndim - 2)
+            )
+    synapses, g = [], []
+    for i, (syn, syn_state) in enumerate(zip(kinetics, synapse_states, strict=True)):
+        si, off = plan.ring_of[i]
+        x = rows[si][..., off : off + plan.sizes[plan.post[i]]]
+        syn_state, g_i = syn.step(syn_state, x, dt)
+        synapses.append(syn_state)
+        g.append(g_i)
+    return rings, fresh, synapses, g
+
+
+def total_current(
+    plan: Plan,
+    name: str,
+    state: Any,
+    outputs: Sequence[Any],
+    g: Sequence[jax.Array],
+    inputs: Mapping[str, Any],
+    ext: Mapping[str, Any] | None,
+    gaps: Mapping[str, Any],
+    t: jax.Array,
+) -> Any:
+    """The input current of population `name` (None if nothing reaches it), summed in a fixed
+    order: projections onto it (in the network's order), constant or `t -> current` input,
+    external current, gap junctions. Only the terms that need it read the state's `v` (the
+    network checks at construction that those populations have one)."""
+    v = getattr(state, "v", None)
+    terms = [outputs[i](g[i], v) for i, post in enumerate(plan.post) if post == name]
+    if name in inputs:
+        value = inputs[name]
+        terms.append(value(t) if callable(value) else value)
+    if ext is not None and name in ext:
+        terms.append(ext[name])
+    if name in gaps:
+        terms.append(gaps[name].current(v))
+    current = None
+    for term in terms:
+        current = term if current is None else current + term
+    return current
+
+
+def _neuron_leaf(state: Any) -> jax.Array:
+    """A per-neuron float leaf of a state (its `v` when it has one): batch shape and dtype."""
+    v = getattr(state, "v", None)
+    if v is not None:
+        return v
+    return next(
+        x for x in jtu.tree_leaves(state) if jnp.issubdtype(x.dtype, jnp.floating) and x.ndim
+    )
+
+
+def integrate(
+    plan: Plan,
+    group_models: Sequence[Any],
+    populations: Mapping[str, Any],
+    current: Callable[[str], Any],
+    dt: float,
+    *,
+    source_step: Callable[[str, SpikeSource, Any], tuple[Any, jax.Array]],
+    valid: Sequence[jax.Array] | None = None,
+) -> tuple[dict[str, Any], dict[str, jax.Array], list[jax.Array]]:
+    """Phase 2: step every group of populations.
+
+    A group of several populations is stepped as one concatenated population. `current(name)`
+    gives a population's input (see `total_current`); `source_step(name, source, state)`
+    steps a spike source; `valid[g]` (optional) masks the spikes of group `g` (padding
+    neurons of a sharded network never spike).
+
+    Returns the new population states, the spikes per population and per group.
+    """
+    pops, spikes, group_spikes = {}, {}, []
+    for gi, (names, model) in enumerate(zip(plan.groups, group_models, strict=True)):
+        if isinstance(model, SpikeSource):
+            (name,) = names
+            pops[name], s_group = source_step(name, model, populations[name])
+        elif len(names) == 1:
+            (name,) = names
+            pops[name], s_group = model.step(populations[name], current(name), dt)
+        else:
+            currents = [current(n) for n in names]
+            members = [populations[n] for n in names]
+            joined = jtu.tree_map(lambda *xs: jnp.concatenate(xs, axis=-1), *members)
+            if all(c is None for c in currents):
+                joined_current = None
+            else:
+                like = _neuron_leaf(members[0])
+                batch, dtype = like.shape[:-1], like.dtype
+                joined_current = jnp.concatenate(
+                    [
+                        jnp.broadcast_to(
+                            jnp.zeros((), dtype) if c is None else jnp.asarray(c, dtype),
+                            batch + (plan.sizes[n],),
+                        )
+                        for c, n in zip(currents, names, strict=True)
+                    ],
+                    axis=-1,
+                )
+            new, s_group = model.step(joined, joined_current, dt)
+            off = 0
+            for n in names:
+                size = plan.sizes[n]
+                pops[n] = jtu.tree_map(lambda x, o=off, m=size: x[..., o : o + m], new)
+                off += size
+        if valid is not None:
+            s_group = jnp.where(valid[gi], s_group, jnp.zeros((), s_group.dtype))
+        group_spikes.append(s_group)
+        if len(names) == 1 and valid is None:
+            spikes[names[0]] = s_group
+            continue
+        off = 0
+        for n in names:
+            spikes[n] = s_group[..., off : off + plan.sizes[n]]
+            off += plan.sizes[n]
+    return pops, spikes, group_spikes
+
+
+def plasticity(
+    plan: Plan,
+    projections: Sequence[Any],
+    plastic_states: Sequence[Any],
+    group_spikes: Sequence[jax.Array],
+    step: jax.Array,
+    dt: float,
+) -> tuple[Any, ...]:
+    """Phase 3: the plastic states after this step's arrivals and spikes.
+
+    The rule reads this step's spikes out of the whole group's spike vector (the one that
+    delivery reads too) at the population's offset, so that XLA computes them once.
+    """
+    out = list(plastic_states)
+    for i, proj in enumerate(projections):
+        if proj.plasticity is None:
+            continue
+        out[i] = plastic_step(
+            proj,
+            plastic_states[i],
+            group_spikes[plan.group_of(plan.pre[i])],
+            plan.offset(plan.pre[i]),
+            group_spikes[plan.group_of(plan.post[i])],
+            plan.offset(plan.post[i]),
+            step,
+            dt,
+        )
+    return tuple(out)
+
+
+def delivery(
+    plan: Plan,
+    layouts: Sequence[Layout],
+    buffers: Sequence[jax.Array],
+    fresh: Sequence[bool],
+    sending: Sequence[jax.Array],
+    step: jax.Array,
+    *,
+    pre_offsets: Sequence[int],
+    delays: Sequence[jax.Array | None],
+    weights: Sequence[jax.Array | None],
+) -> list[jax.Array]:
+    """Phase 4: add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
+
+    Every projection delivers through its layout; the projections of one layout class in a
+    group are handed to that class's `deliver_group` together (the event layout compacts the
+    spikes once for all of them). Each projection owns its columns of the ring, so the order
+    of the classes does not change any value. `pre_offsets[i]` locates projection `i`'s
+    presynaptic population in its group's spike vector; `delays[i]` and `weights[i]` are its
+    per-synapse delays in steps and its current plastic weights (or None).
+    """
+    rings = list(buffers)
+    for si, (_, idx) in enumerate(plan.senders):
+        by_class: dict[type, list[Delivery]] = {}
+        for i in idx:
+            by_class.setdefault(type(layouts[i]), []).append(
+                Delivery(
+                    layouts[i],
+                    pre_offsets[i],
+                    plan.ring_of[i][1],
+                    plan.delay_steps[i],
+                    delays[i],
+                    weights[i],
+                )
+            )
+        ring, first = rings[si], fresh[si]
+        for cls, group in by_class.items():
+            ring = cls.deliver_group(group, sending[si], step, ring, fresh=first)
+            first = False
+        rings[si] = ring
+    return rings
