@@ -13,21 +13,23 @@ import pytest
 from helpers import ffi_output_shapes
 
 import neurojax as nj
-from neurojax.network import _kernel, _propagation
+from neurojax.kernels import _build
+from neurojax.network import _propagation
 
 DT = 0.1
 
 
+def _cpu_kernels() -> bool:
+    return nj.kernels.mode() == "auto" and _build.library() is not None
+
+
 @pytest.fixture(params=["kernel", "jax"])
-def path(request, monkeypatch):
+def path(request):
     """Run a test through the compiled CPU kernel and through the pure-JAX event path."""
-    if request.param == "kernel" and not _kernel.available():
+    if request.param == "kernel" and not _cpu_kernels():
         pytest.skip("the compiled CPU kernel could not be built here")
-    if request.param == "jax":
-        monkeypatch.setattr(_kernel, "available", lambda: False)
-    jax.clear_caches()
-    yield request.param
-    jax.clear_caches()
+    with nj.kernels.use("auto" if request.param == "kernel" else "reference"):
+        yield request.param
 
 
 def arrivals_of(net, state, n_steps, proj_index=0):
@@ -546,28 +548,25 @@ def test_cli_run_coba_json():
     assert bad.returncode == 2 and "argument --threads: must be an integer >= 0" in bad.stderr
 
 
-def test_kernel_and_jax_paths_give_identical_spikes(monkeypatch):
+def test_kernel_and_jax_paths_give_identical_spikes():
     """Both paths add the same terms in the same order: bit-identical COBA over 200 ms."""
-    if not _kernel.available():
+    if not _cpu_kernels():
         pytest.skip("the compiled CPU kernel could not be built here")
     net, state = nj.models.coba(jax.random.key(3), n_exc=800, n_inh=200, p=0.05)
-    jax.clear_caches()
     fin_k, rec_k = nj.simulate(net, state, dt=DT, n_steps=2000)
-    monkeypatch.setattr(_kernel, "available", lambda: False)
-    jax.clear_caches()
-    fin_j, rec_j = nj.simulate(net, state, dt=DT, n_steps=2000)
-    jax.clear_caches()
+    with nj.kernels.use("reference"):
+        fin_j, rec_j = nj.simulate(net, state, dt=DT, n_steps=2000)
     assert rec_k.spikes["E"].sum() > 1000
     for pop in ("E", "I"):
         np.testing.assert_array_equal(rec_k.spikes[pop], rec_j.spikes[pop])
         np.testing.assert_array_equal(fin_k.populations[pop].v, fin_j.populations[pop].v)
 
 
-def test_kernel_and_jax_paths_give_identical_plastic_weights(monkeypatch):
+def test_kernel_and_jax_paths_give_identical_plastic_weights():
     """COBA with STDP on E->E, E->I and I->E: the compiled and pure-JAX STDP updates agree to
     rounding. E and I are stepped as one group, so the kernel reads the arrivals and the
     postsynaptic spikes out of the group's spike vector at offsets 0 (E) and 400 (I)."""
-    if not _kernel.available():
+    if not _cpu_kernels():
         pytest.skip("the compiled CPU kernel could not be built here")
     net, state = nj.models.coba(jax.random.key(4), n_exc=400, n_inh=100, p=0.1)
     ee = net.projections[0]
@@ -587,13 +586,9 @@ def test_kernel_and_jax_paths_give_identical_plastic_weights(monkeypatch):
         pstate = eqx.tree_at(
             lambda s: (s.populations["E"].v, s.populations["I"].v), pnet.init_state(batch=2), v0
         )
-        jax.clear_caches()
         fin_k, rec_k = nj.simulate(pnet, pstate, dt=DT, n_steps=1500)
-        with monkeypatch.context() as m:
-            m.setattr(_kernel, "available", lambda: False)
-            jax.clear_caches()
+        with nj.kernels.use("reference"):
             fin_j, rec_j = nj.simulate(pnet, pstate, dt=DT, n_steps=1500)
-        jax.clear_caches()
         for i in range(3):
             w_k, w_j = fin_k.plastic[i].weights, fin_j.plastic[i].weights
             moved = float(jnp.abs(w_k - pstate.plastic[i].weights).max())
