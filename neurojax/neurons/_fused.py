@@ -8,10 +8,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .._recording import count_dtype
 
-__all__ = ["eligible", "spikes_struct"]
+__all__ = ["eligible", "spikes_struct", "scan_spikes"]
 
 
 def eligible(
@@ -73,3 +74,26 @@ def spikes_struct(n_rec: int, every: int, v: jax.Array) -> jax.ShapeDtypeStruct:
     raster (`every == 1`) or counts per window in `simulate`'s count dtype."""
     dtype = jnp.bool_ if every == 1 else count_dtype(every)
     return jax.ShapeDtypeStruct((n_rec, *v.shape), dtype)
+
+
+def scan_spikes(step, carry: Any, n_rec: int, every: int, like: jax.Array) -> tuple[Any, jax.Array]:
+    """Run `step(carry, None) -> (carry, spike)` for `n_rec * every` steps: the final carry and
+    the record of `spikes_struct(n_rec, every, like)` (the bool raster, or counts per window of
+    `every` steps), the record's time axis first. The pure-JAX references of the whole-run
+    kernels share it."""
+    if every == 1:
+        return lax.scan(step, carry, None, length=n_rec)
+    count_dtype = spikes_struct(n_rec, every, like).dtype
+
+    def window(c, _):
+        def inner(c_counts, _):
+            c_, counts = c_counts
+            c_, spike = step(c_, None)
+            return (c_, counts + spike.astype(count_dtype)), None
+
+        (c, counts), _ = lax.scan(
+            inner, (c, jnp.zeros(like.shape, count_dtype)), None, length=every
+        )
+        return c, counts
+
+    return lax.scan(window, carry, None, length=n_rec)

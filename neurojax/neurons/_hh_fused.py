@@ -35,12 +35,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from .. import kernels
 from . import _hodgkin_huxley as _hh
 from ._base import input_current
-from ._fused import eligible, spikes_struct
+from ._fused import eligible, scan_spikes, spikes_struct
 
 __all__ = ["applies", "run", "HH_RUN"]
 
@@ -106,23 +105,7 @@ def _hh_run_jax(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
         return st, out > 0
 
     state = _hh.HHState(v=v, m=m, h=h, n=n)
-    if every == 1:
-        state, spikes = lax.scan(step, state, None, length=n_rec)
-    else:
-        count_dtype = spikes_struct(n_rec, every, v).dtype
-
-        def window(st, _):
-            def inner(c, _):
-                st, counts = c
-                st, spike = step(st, None)
-                return (st, counts + spike.astype(count_dtype)), None
-
-            (st, counts), _ = lax.scan(
-                inner, (st, jnp.zeros(v.shape, count_dtype)), None, length=every
-            )
-            return st, counts
-
-        state, spikes = lax.scan(window, state, None, length=n_rec)
+    state, spikes = scan_spikes(step, state, n_rec, every, v)
     lead = v.ndim - len(shape)
     spikes = jnp.moveaxis(spikes, 0, lead) if lead else spikes
     return state.v, state.m, state.h, state.n, spikes

@@ -31,12 +31,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from .. import kernels
 from . import _lif
 from ._base import input_current, refractory_clamped, refractory_next
-from ._fused import eligible, spikes_struct
+from ._fused import eligible, scan_spikes, spikes_struct
 
 __all__ = ["applies", "run", "LIF_RUN"]
 
@@ -116,23 +115,7 @@ def _lif_run_jax(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, eul
         r2 = refractory_next(r, clamped, spike.astype(r.dtype), t_ref, dt)  # 0.0/1.0 spikes
         return (v2, r2), spike
 
-    if every == 1:
-        (v, r), spikes = lax.scan(step, (v, r), None, length=n_rec)
-    else:
-        count_dtype = spikes_struct(n_rec, every, v).dtype
-
-        def window(carry, _):
-            def inner(c, _):
-                vr, counts = c
-                vr, spike = step(vr, None)
-                return (vr, counts + spike.astype(count_dtype)), None
-
-            (carry, counts), _ = lax.scan(
-                inner, (carry, jnp.zeros(v.shape, count_dtype)), None, length=every
-            )
-            return carry, counts
-
-        (v, r), spikes = lax.scan(window, (v, r), None, length=n_rec)
+    (v, r), spikes = scan_spikes(step, (v, r), n_rec, every, v)
     lead = v.ndim - len(shape)
     return v, r, jnp.moveaxis(spikes, 0, lead) if lead else spikes
 
