@@ -75,7 +75,7 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     import neurojax as nj
     from neurojax.cli import RunError, _steps
 
-    from .network._sources import PoissonSource
+    from .network import SpikeSource
 
     t0 = time.perf_counter()
     net, state = _build(name, args)
@@ -120,7 +120,7 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
             )
     seconds = n_steps * args.dt / 1000.0
     rates = {k: float(c.sum(axis=0).mean() / seconds) for k, c in counts.items()}
-    sources = [k for k, m in net.populations.items() if isinstance(m, PoissonSource)]
+    sources = [k for k, m in net.populations.items() if isinstance(m, SpikeSource)]
     neurons = {k: n for k, n in net.sizes.items() if k not in sources}
     first = {k: (c if args.batch == 1 else c[:, 0]) for k, c in counts.items()}
     return {
