@@ -2,7 +2,7 @@
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -202,25 +202,133 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
     return kind, n_steps
 
 
+class _PopulationFields(tuple):
+    """A normalised per-population record: `((field, population, selector), ...)`, where the
+    selector is None (every neuron), `("slice", start, stop, step)` or `("index", ints)`.
+    Hashable, so that it is part of the compiled run's static configuration."""
+
+
+def _selector(owner: str, sel: Any, n: int) -> Any:
+    """A hashable form of a neuron subset of a population of `n` neurons."""
+    if sel is None:
+        return None
+    if isinstance(sel, slice):
+        start, stop, step = sel.indices(n)
+        if len(range(start, stop, step)) == 0:
+            raise ValueError(f"{owner}: the slice {sel} selects no neuron of {n}")
+        return ("slice", start, stop, step)
+    if isinstance(sel, (int, np.integer)) and not isinstance(sel, bool):
+        sel = [sel]
+    if isinstance(sel, jax.core.Tracer):
+        raise TypeError(f"{owner}: a neuron subset must be concrete, got a traced value")
+    idx = np.asarray(sel)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(
+            f"{owner}: a neuron subset must be a slice, an int or a non-empty 1-D sequence of "
+            f"ints, got {sel!r}"
+        )
+    if idx.min() < -n or idx.max() >= n:
+        raise ValueError(
+            f"{owner}: neuron indices must lie in [{-n}, {n}) for a population of {n}, got "
+            f"indices in [{idx.min()}, {idx.max()}]"
+        )
+    return ("index", tuple(int(i) % n for i in idx))
+
+
+def _population_record(record: Any, state: Any) -> _PopulationFields:
+    """Normalise `record` for a state with per-population states (`state.populations`)."""
+    pops = state.populations
+    if isinstance(record, (tuple, list)):  # the fields of every population that has them
+        entries = []
+        for name in record:
+            having = [p for p, st in pops.items() if name in _state_fields(st)]
+            if not having:
+                raise ValueError(
+                    f"simulate: record names {name!r}, a field of no population; their fields "
+                    f"are {{{', '.join(f'{p!r}: {_state_fields(st)}' for p, st in pops.items())}}}"
+                )
+            entries += [(name, p, None) for p in having]
+        return _PopulationFields(entries)
+    entries = []
+    for pop, fields in record.items():
+        if pop not in pops:
+            raise ValueError(
+                f"simulate: record names population {pop!r}; the populations are {list(pops)}"
+            )
+        if isinstance(fields, str):
+            fields = (fields,)
+        if isinstance(fields, Mapping):
+            items = list(fields.items())
+        elif isinstance(fields, (tuple, list)):
+            items = [(f, None) for f in fields]
+        else:
+            raise TypeError(
+                f"simulate: record[{pop!r}] must be a tuple of field names or a dict "
+                f"{{field: neuron subset}}, got {fields!r}"
+            )
+        have = _state_fields(pops[pop])
+        for field, sel in items:
+            if not isinstance(field, str) or field not in have:
+                raise ValueError(
+                    f"simulate: record[{pop!r}] names unknown state field {field!r}; population "
+                    f"{pop!r} has {have}"
+                )
+            n = int(np.shape(_get_field(pops[pop], field))[-1])
+            entries.append((field, pop, _selector(f"simulate: record[{pop!r}][{field!r}]", sel, n)))
+    if len({(f, p) for f, p, _ in entries}) != len(entries):
+        raise ValueError("simulate: record lists a population's field twice")
+    return _PopulationFields(entries)
+
+
 def _record_spec(record: Any, state: Any) -> Any:
     if record is None or callable(record):
         return record
     if isinstance(record, str):
         record = (record,)
+    per_population = hasattr(state, "populations") and isinstance(state.populations, Mapping)
+    if isinstance(record, Mapping):
+        if not per_population:
+            raise TypeError(
+                "simulate: record as a dict {population: fields} needs a network state (with "
+                f"per-population states); this state is a {type(state).__name__}: pass a tuple "
+                "of its field names"
+            )
+        return _population_record(record, state)
     if not isinstance(record, (tuple, list)) or not all(isinstance(r, str) for r in record):
         raise TypeError(
-            "simulate: record must be None, a tuple of state field names or a function "
-            f"(state, outputs) -> PyTree, got {record!r}"
+            "simulate: record must be None, a tuple of state field names, a dict {population: "
+            f"fields}} (networks) or a function (state, outputs) -> PyTree, got {record!r}"
         )
+    if len(set(record)) != len(record):
+        raise ValueError(f"simulate: record lists a field twice: {tuple(record)}")
     fields = _state_fields(state)
+    if per_population and not any(name in fields for name in record):
+        return _population_record(record, state)
     for name in record:
         if name not in fields:
             raise ValueError(
                 f"simulate: record names unknown state field {name!r}; the state has {fields}"
             )
-    if len(set(record)) != len(record):
-        raise ValueError(f"simulate: record lists a field twice: {tuple(record)}")
     return tuple(record)
+
+
+def _recorded_values(record: Any, st: Any, out: Any) -> Any:
+    """What one recorded step stores, for a normalised `record`."""
+    if record is None:
+        return {}
+    if callable(record):
+        return record(st, out)
+    if isinstance(record, _PopulationFields):
+        values: dict[str, dict[str, Any]] = {}
+        for field, pop, sel in record:
+            x = _get_field(st.populations[pop], field)
+            if sel is not None and sel[0] == "slice":
+                x = x[..., sel[1] : sel[2] : sel[3]]
+            elif sel is not None:
+                x = x[..., jnp.asarray(sel[1], jnp.int32)]
+            values.setdefault(field, {})[pop] = x
+        return values
+    return {name: _get_field(st, name) for name in record}
 
 
 def _nonfinite_index(state: Any) -> jax.Array:
@@ -360,14 +468,7 @@ def _run_chunk(
             (carry, spikes, out), _ = jax.lax.scan(
                 inner, (carry, acc0, last0), xs, length=record_every, unroll=unroll
             )
-        st = carry[0]
-        if record is None:
-            values = {}
-        elif callable(record):
-            values = record(st, out)
-        else:
-            values = {name: _get_field(st, name) for name in record}
-        return carry, (spikes, values)
+        return carry, (spikes, _recorded_values(record, carry[0], out))
 
     xs = None
     if kind == "series":
@@ -435,7 +536,12 @@ def simulate(
         n_steps: number of steps (positive int).
         record: `None` records only the step outputs (spikes); a tuple of state field names
             (`("v",)`) also records those fields; a function `(state, outputs) -> PyTree`
-            records whatever it returns (available as `recording.values`).
+            records whatever it returns (available as `recording.values`). On a network, a
+            tuple of field names records them for every population that has them, and a dict
+            chooses per population and, optionally, a subset of its neurons:
+            `{"E": ("v",), "I": ("v",)}` or `{"E": {"v": slice(0, 10)}}` (a slice, an int
+            or a sequence of neuron indices); the recording then has one dict per field,
+            `recording.v["E"]` of shape `(n_rec, *batch, neurons recorded)`.
         record_every: record every `record_every`-th step (state after that step); spikes
             are then summed over each window so that none is lost. Must divide `n_steps`.
         chunk_size: run the scan in jitted chunks of this many steps and move each chunk's

@@ -273,3 +273,64 @@ def test_the_driver_imports_no_model_module():
         elif isinstance(node, ast.Import):
             imported += [a.name for a in node.names]
     assert imported and not [m for m in imported if "neurons" in m or "_fused" in m], imported
+
+
+# -- recording the state fields of a network's populations -------------------------------------
+
+
+def _small_coba():
+    return nj.models.coba(jax.random.key(0), n_exc=80, n_inh=20, p=0.1)
+
+
+def test_network_records_population_fields_by_name():
+    """`record={"E": ("v",), "I": ("v",)}` and `record=("v",)` give `rec.v[pop]`, time first,
+    equal to what a record function reads from the state."""
+    net, st = _small_coba()
+    _, ref = nj.simulate(
+        net, st, dt=0.1, n_steps=40, record=lambda s, o: {p: s.populations[p].v for p in "EI"}
+    )
+    _, by_pop = nj.simulate(net, st, dt=0.1, n_steps=40, record={"E": ("v",), "I": ("v",)})
+    _, by_name = nj.simulate(net, st, dt=0.1, n_steps=40, record=("v",))
+    for rec in (by_pop, by_name):
+        assert sorted(rec.v) == ["E", "I"]
+        assert rec.v["E"].shape == (40, 80) and rec.v["I"].shape == (40, 20)
+        for p in "EI":
+            np.testing.assert_array_equal(rec.v[p], ref.values[p])
+    assert not bool(jnp.all(ref.values["E"][0] == ref.values["E"][-1]))  # v does move
+
+
+def test_network_records_neuron_subsets_chunked_and_batched():
+    net, st = _small_coba()
+    _, full = nj.simulate(net, st, dt=0.1, n_steps=40, record={"E": ("v",), "I": ("v",)})
+    spec = {"E": {"v": slice(0, 10)}, "I": {"v": [3, 1], "refractory": 5}}
+    _, sub = nj.simulate(net, st, dt=0.1, n_steps=40, record=spec, chunk_size=20, record_every=4)
+    np.testing.assert_array_equal(sub.v["E"], np.asarray(full.v["E"])[3::4, :10])
+    np.testing.assert_array_equal(sub.v["I"], np.asarray(full.v["I"])[3::4][:, [3, 1]])
+    assert sub.refractory["I"].shape == (10, 1)
+    batch = net.init_state(jax.random.key(1), batch=3)
+    _, rec = nj.simulate(net, batch, dt=0.1, n_steps=10, record={"E": {"v": slice(70, None)}})
+    assert rec.v["E"].shape == (10, 3, 10)
+
+
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        ({"X": ("v",)}, r"record names population 'X'; the populations are \['E', 'I'\]"),
+        ({"E": ("q",)}, r"record\['E'\] names unknown state field 'q'; population 'E' has"),
+        ({"E": {"v": slice(90, 95)}}, r"the slice slice\(90, 95, None\) selects no neuron of 80"),
+        ({"E": {"v": [100]}}, r"indices must lie in \[-80, 80\) for a population of 80"),
+        ({"E": 3}, r"record\['E'\] must be a tuple of field names or a dict"),
+        ({"E": {"v": [1.5]}}, r"a neuron subset must be a slice, an int or a non-empty"),
+        (("q",), r"record names 'q', a field of no population"),
+    ],
+)
+def test_network_record_errors_name_the_population_and_field(record, match):
+    net, st = _small_coba()
+    with pytest.raises((ValueError, TypeError), match=match):
+        nj.simulate(net, st, dt=0.1, n_steps=5, record=record)
+
+
+def test_record_dict_on_a_single_population_is_refused():
+    lif = nj.LIF()
+    with pytest.raises(TypeError, match=r"record as a dict \{population: fields\} needs a network"):
+        nj.simulate(lif, lif.init_state(3), 1.0, dt=0.1, n_steps=5, record={"E": ("v",)})
