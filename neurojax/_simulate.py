@@ -512,7 +512,7 @@ def simulate(
     """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
 
     `model` is any object with `step(state, inputs, dt) -> (state, outputs)`: a neuron
-    model, and later a synapse, network or brain.
+    model (`nj.LIF`, ...), a spike source, synaptic kinetics or an `nj.Network`.
 
     Args:
         model: the steppable object (an `equinox.Module`; its array leaves are traced, so

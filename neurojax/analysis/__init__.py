@@ -3,7 +3,8 @@
 - Statistics of time-major rasters `(t, *batch, n)` (bool or counts, a `Recording`, or a
   dict of populations), computed on the host with NumPy: `firing_rates`,
   `time_binned_rates`, `population_rate`, `isi`, `cv_isi`, `fano_factor`, `synchrony`
-  (Golomb's chi), `psth`; results `BinnedRate` and `CVResult`.
+  (Golomb's chi, over bins of `bin_ms`: the time scale at which coincidences count), `psth`;
+  results `BinnedRate` and `CVResult`.
 - Plots that return their matplotlib Axes and draw into `ax=` when given: `raster`,
   `voltage_traces`, `rate_histogram`, `weight_histogram`, `fi_curve`, `assembly_overlap`.
 """
