@@ -413,9 +413,13 @@ def _hh_run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     model = nj.HodgkinHuxley(method=args.method)
     currents = np.linspace(args.i_min, args.i_max, args.batch)
     state = model.init_state(args.batch)
-    sim = _timed_simulate(
-        model, state, _ConstantInput(jnp.asarray(currents, state.v.dtype)), args, progress
-    )
+    drive = jnp.asarray(currents, state.v.dtype)
+    # A constant array lets an uncoupled population take its fused run (one compiled kernel
+    # for the whole run on CPU). Only when the batch equals a chunk's number of steps could
+    # simulate read the array as a time series; then the input goes as a function.
+    chunk, rem = _chunking(_steps(args.duration, args.dt), args.batch)
+    inputs = _ConstantInput(drive) if args.batch in (chunk, rem) else drive
+    sim = _timed_simulate(model, state, inputs, args, progress)
     spikes = sim["spikes"]
     n_steps = sim["n_steps"]
     # Spikes are dated at the end of their step, so step i belongs to the window when it

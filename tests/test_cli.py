@@ -362,3 +362,22 @@ def test_devices_bad_combinations_exit_2(argv, message, capsys):
         cli.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_run_hh_takes_the_fused_run(monkeypatch, capsys):
+    """`neurojax run hh` passes its constant currents as an array, so the uncoupled population
+    runs through `HodgkinHuxley.fused_run` (the compiled whole-run kernel on CPU), as the same
+    call from Python does; before, its input function made the run ineligible."""
+    served = []
+    original = nj.HodgkinHuxley.fused_run
+
+    def spy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(nj.HodgkinHuxley, "fused_run", spy)
+    assert cli.main(["run", "hh", "--duration", "20", "--batch", "4", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert served and all(served)
+    assert res["spike_counts"][-1] > 0
