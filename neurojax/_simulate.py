@@ -508,6 +508,7 @@ def simulate(
     batch_block: int | None = None,
     checkpoint: bool = False,
     truncate_backprop: int | None = None,
+    start: Any = None,
 ) -> tuple[Any, Recording]:
     """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
 
@@ -583,6 +584,13 @@ def simulate(
             `2K`, ...). The forward run is unchanged; a loss term at step `t` then reaches
             the parameters only through the steps since the last cut. `None` (default) keeps
             the full gradient.
+        start: the index of the first step, so that a run continued from a final state keeps
+            the clock: the step index and time `t_ms` given to an `inputs` function, and
+            `recording.t`, count from `start` (`recording.t[0] = (start + record_every) *
+            dt`). `None` (default) reads it from the state when the state counts its steps
+            (a network's `state.step`), else 0. A run split in two (the second from the
+            first's final state) then equals one run bit for bit, inputs and `recording.t`
+            included. A non-negative int, or an integer scalar array (traced under `jit`).
 
     **Fused runs.** Before scanning `step`, `simulate` asks the model for a fused run of the
     whole chunk (`NeuronModel.fused_run`, when the model has one) and uses it unless the
@@ -614,6 +622,7 @@ def simulate(
     ```
     """
     dt = check_dt("simulate", dt)
+    first = _start_of(state, start)
     if batch_block is not None:
         batch_block = check_positive_int("simulate", "batch_block", batch_block)
         if chunk_size is not None or progress:
@@ -632,6 +641,7 @@ def simulate(
             unroll=unroll,
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
+            start=first,
         )
     if not hasattr(model, "step") or not callable(model.step):
         raise TypeError(
@@ -697,7 +707,7 @@ def simulate(
                 model,
                 state,
                 chunk_inputs,
-                jnp.int32(start),
+                jnp.asarray(first + start, jnp.int32),
                 diag,
                 dt=dt,
                 n_rec=length // record_every,
@@ -755,14 +765,45 @@ def simulate(
                 "stability limit and the size of the inputs"
             )
 
-    t = (np.arange(1, n_rec_total + 1) * record_every * dt).astype(np.float64)
-    if not to_host:
-        t = jnp.asarray(t, dtype=jnp.result_type(float))
+    if _is_tracer(first):
+        t = (first + jnp.arange(1, n_rec_total + 1) * record_every) * dt
+        t = t.astype(jnp.result_type(float))
+    else:
+        t = ((int(first) + np.arange(1, n_rec_total + 1) * record_every) * dt).astype(np.float64)
+        if not to_host:
+            t = jnp.asarray(t, dtype=jnp.result_type(float))
     return state, Recording(t=t, spikes=spikes, values=values)
 
 
 def _is_key(x: Any) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key)
+
+
+def _start_of(state: Any, start: Any) -> Any:
+    """The index of a run's first step: `start`, else the state's own step counter (a scalar
+    integer field `step`), else 0. An int, or a scalar int32 array when traced."""
+    if start is None:
+        step = getattr(state, "step", None)
+        if step is None or not hasattr(step, "dtype") or np.ndim(step) != 0:
+            return 0
+        if not jnp.issubdtype(step.dtype, jnp.integer):
+            return 0
+        start = step
+    if isinstance(start, bool):
+        raise TypeError(f"simulate: start must be a non-negative int, got {start!r}")
+    if isinstance(start, (int, np.integer)):
+        if start < 0:
+            raise ValueError(f"simulate: start must be a non-negative int, got {start!r}")
+        return int(start)
+    if not (hasattr(start, "dtype") and jnp.issubdtype(start.dtype, jnp.integer)):
+        raise TypeError(f"simulate: start must be a non-negative int, got {start!r}")
+    if np.ndim(start) != 0:
+        raise ValueError(f"simulate: start must be a scalar step index, got shape {start.shape}")
+    if _is_tracer(start):
+        return jnp.asarray(start, jnp.int32)
+    if int(start) < 0:
+        raise ValueError(f"simulate: start must be a non-negative int, got {int(start)}")
+    return int(start)
 
 
 def _simulate_blocked(model, state, inputs, block, **kwargs):

@@ -334,3 +334,72 @@ def test_record_dict_on_a_single_population_is_refused():
     lif = nj.LIF()
     with pytest.raises(TypeError, match=r"record as a dict \{population: fields\} needs a network"):
         nj.simulate(lif, lif.init_state(3), 1.0, dt=0.1, n_steps=5, record={"E": ("v",)})
+
+
+# -- the clock of a continued run -------------------------------------------------------------
+
+
+def test_split_run_with_time_dependent_input_equals_one_run():
+    """A LIF population under `I(t) = 1 + sin(t / 5 ms)` run 300 steps at once, and 120 + 180
+    with the second run given `start=120`: bit-identical voltages, spikes and `rec.t`."""
+    lif = nj.LIF(tau_m=10.0, r_m=10.0, v_th=-55.0)
+    drive = lambda t_ms, i: 1.0 + jnp.sin(t_ms / 5.0)  # noqa: E731
+    st = lif.init_state(4)
+    _, one = nj.simulate(lif, st, drive, dt=0.1, n_steps=300, record=("v",))
+    mid, a = nj.simulate(lif, st, drive, dt=0.1, n_steps=120, record=("v",))
+    _, b = nj.simulate(lif, mid, drive, dt=0.1, n_steps=180, record=("v",), start=120)
+    np.testing.assert_array_equal(np.concatenate([a.v, b.v]), one.v)
+    np.testing.assert_array_equal(np.concatenate([a.spikes, b.spikes]), one.spikes)
+    np.testing.assert_array_equal(np.concatenate([a.t, b.t]), one.t)
+    assert int(one.spikes.sum()) > 0
+    # Without start the input restarts at t = 0: a different run.
+    _, restarted = nj.simulate(lif, mid, drive, dt=0.1, n_steps=180, record=("v",))
+    assert not np.array_equal(restarted.v, b.v)
+
+
+def test_network_run_continues_its_clock_with_poisson_sources():
+    """A network counts its steps: a run continued from a final state (chunked, with Poisson
+    sources and a time-dependent input of the network) equals one run, `rec.t` included."""
+    k1, k2 = jax.random.split(jax.random.key(2))
+    conn = nj.connect.fixed_prob(k1, 50, 30, 0.2, weight=2.0)
+    net = nj.Network(
+        populations={"src": (nj.PoissonSource(rate=40.0), 50), "n": (nj.LIF(r_m=10.0), 30)},
+        projections=[nj.Projection("src", "n", conn, synapse=nj.Exponential(5.0))],
+        inputs={"n": lambda t: 1.2 + jnp.sin(t / 7.0)},
+    )
+    st = net.init_state(k2)
+    drive = {"n": lambda t_ms, i: 0.3 * jnp.cos(t_ms / 3.0)}
+    ext = lambda t_ms, i: {"n": drive["n"](t_ms, i)}  # noqa: E731
+    _, one = nj.simulate(net, st, ext, dt=0.1, n_steps=400, record={"n": ("v",)})
+    mid, a = nj.simulate(net, st, ext, dt=0.1, n_steps=150, record={"n": ("v",)})
+    _, b = nj.simulate(net, mid, ext, dt=0.1, n_steps=250, record={"n": ("v",)}, chunk_size=50)
+    np.testing.assert_array_equal(np.concatenate([a.v["n"], b.v["n"]]), one.v["n"])
+    for pop in ("src", "n"):
+        np.testing.assert_array_equal(
+            np.concatenate([a.spikes[pop], b.spikes[pop]]), one.spikes[pop]
+        )
+    # A chunked run keeps its times on the host in float64; the float32 times are the same.
+    np.testing.assert_array_equal(np.concatenate([a.t, np.float32(b.t)]), one.t)
+    assert float(b.t[0]) == pytest.approx(15.1)
+    _, c = nj.simulate(net, mid, ext, dt=0.1, n_steps=250, record={"n": ("v",)})
+    np.testing.assert_array_equal(np.concatenate([a.t, c.t]), one.t)
+    np.testing.assert_array_equal(c.v["n"], b.v["n"])
+
+
+@pytest.mark.parametrize(
+    "start, error, match",
+    [
+        (-1, ValueError, "start must be a non-negative int, got -1"),
+        (True, TypeError, "start must be a non-negative int, got True"),
+        (1.5, TypeError, "start must be a non-negative int, got 1.5"),
+        (
+            jnp.zeros(2, jnp.int32),
+            ValueError,
+            r"start must be a scalar step index, got shape \(2,\)",
+        ),
+    ],
+)
+def test_bad_start_is_refused(start, error, match):
+    lif = nj.LIF()
+    with pytest.raises(error, match=match):
+        nj.simulate(lif, lif.init_state(2), 1.0, dt=0.1, n_steps=5, start=start)

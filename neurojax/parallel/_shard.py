@@ -602,7 +602,8 @@ class ShardedNetwork(eqx.Module):
         Returns:
             `(final_state, recording)`: `recording.spikes[name]` is a boolean raster of shape
             `(n_steps, n_pad)`, sharded along the neuron axis (its first `sizes[name]` columns
-            are the population), `recording.t` the times [ms] at the end of each step.
+            are the population), `recording.t` the times [ms] at the end of each step,
+            counted from the state's step count (a continued run keeps the clock).
 
         Example:
         ```python
@@ -619,7 +620,12 @@ class ShardedNetwork(eqx.Module):
         # The unpadded models only serve init_state: keep them out of the compiled program.
         shell = dataclasses.replace(self, models={})
         final, spikes = _run_jit(shell, state, ext, dt=dt, n_steps=n_steps, exchange="bits")
-        t = jnp.asarray(np.arange(1, n_steps + 1) * dt, default_float())
+        # The clock continues from the state's step count, as in `nj.simulate`.
+        if isinstance(state.step, jax.core.Tracer):
+            t = ((state.step + jnp.arange(1, n_steps + 1)) * dt).astype(default_float())
+        else:
+            first = int(state.step)
+            t = jnp.asarray((first + np.arange(1, n_steps + 1)) * dt, default_float())
         return final, Recording(t=t, spikes=spikes, values={})
 
 
