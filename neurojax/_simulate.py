@@ -110,6 +110,24 @@ def _step_ok(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     return result
 
 
+# The abstract outputs of one step, keyed like `_STEP_OK_CACHE` (for the recording's size).
+_STEP_OUT_CACHE: dict[Any, Any] = {}
+
+
+def _step_outputs(model: Any, state: Any, inp: Any, dt: float) -> Any:
+    """The shapes and dtypes of one step's outputs (traced once per signature)."""
+    key = (_signature(model), _signature(state), _signature(inp), dt)
+    cacheable = None not in key[:3]
+    if cacheable and key in _STEP_OUT_CACHE:
+        return _STEP_OUT_CACHE[key]
+    _, out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
+    if cacheable:
+        if len(_STEP_OUT_CACHE) >= _STEP_OK_CACHE_MAX:
+            _STEP_OUT_CACHE.pop(next(iter(_STEP_OUT_CACHE)))
+        _STEP_OUT_CACHE[key] = out
+    return out
+
+
 def _step_ok_uncached(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     try:
         new_state, _ = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
@@ -674,6 +692,18 @@ def simulate(
     traced = any(_is_tracer(x) for x in jtu.tree_leaves((model, state, inputs)))
     if traced and (chunk_size is not None or progress):
         raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
+    per_record = _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dtype)
+    total = per_record * (n_steps // record_every)
+    available = _available_bytes(on_host=chunk_size is not None)
+    if available is not None and total > available:
+        where = "host" if chunk_size is not None else "device"
+        raise RecordingTooLarge(
+            f"simulate: the recording would take {_gb(total)} ({n_steps // record_every} "
+            f"records of {per_record} bytes), more than the {_gb(available)} of {where} memory "
+            "available; record fewer steps (record_every=K sums spikes over K steps), fewer "
+            "fields or neurons (record=...), run fewer steps per call (continue from the final "
+            "state), or move chunks to the host as they finish (chunk_size=...)"
+        )
 
     to_host = chunk_size is not None
     if chunk_size is None:
@@ -777,6 +807,65 @@ def simulate(
 
 def _is_key(x: Any) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jax.dtypes.prng_key)
+
+
+class RecordingTooLarge(ValueError):
+    """The recording a `simulate` call asks for cannot fit in the memory available."""
+
+
+def _available_bytes(on_host: bool) -> int | None:
+    """Memory a recording may use: the device's limit where JAX reports one (GPU, TPU), else
+    the host's available memory (Linux `MemAvailable`); None when unknown."""
+    if not on_host:
+        try:
+            stats = jax.devices()[0].memory_stats() or {}
+        except Exception:  # noqa: BLE001  (backends without memory statistics)
+            stats = {}
+        if "bytes_limit" in stats:
+            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dtype) -> int:
+    """Bytes of one recorded step: the step outputs as `simulate` keeps them, and the fields."""
+    try:
+        if kind == "fn":
+            inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
+        elif kind == "series":
+            inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
+        else:
+            inp = inputs
+        out = _step_outputs(model, state, inp, dt)
+    except Exception:  # noqa: BLE001  (the run itself will report it)
+        return 0
+    if record_every > 1:
+        itemsize = np.dtype(count_dtype(record_every)).itemsize
+        size = sum(int(np.prod(o.shape)) * itemsize for o in jtu.tree_leaves(out))
+    elif spike_dtype == "bool":
+        size = sum(int(np.prod(o.shape)) for o in jtu.tree_leaves(out))
+    else:
+        size = sum(int(np.prod(o.shape)) * o.dtype.itemsize for o in jtu.tree_leaves(out))
+    if record is None:
+        return size
+    if callable(record):
+        try:
+            values = eqx.filter_eval_shape(record, state, out)
+        except Exception:  # noqa: BLE001
+            return size
+    else:
+        values = jax.eval_shape(lambda st: _recorded_values(record, st, None), state)
+    return size + sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jtu.tree_leaves(values))
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.3g} GB"
 
 
 def _start_of(state: Any, start: Any) -> Any:

@@ -629,6 +629,8 @@ def print_rows(rows: list[tuple[str, str]], result: dict[str, Any]) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from ._simulate import RecordingTooLarge
+
     model = RUN_MODELS[args.model]
     progress = sys.stdout.isatty() and not args.json
     try:
@@ -639,6 +641,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (RunError, OSError) as e:
         print(f"{PROG} run {model.name}: error: {e}", file=sys.stderr)
         return 1
+    except RecordingTooLarge as e:  # refused before compiling: the arguments ask too much
+        print(f"{PROG} run {model.name}: error: {e}", file=sys.stderr)
+        return 2
     if args.json:
         # Keys starting with "_" carry arrays for the plot only.
         print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))

@@ -403,3 +403,28 @@ def test_bad_start_is_refused(start, error, match):
     lif = nj.LIF()
     with pytest.raises(error, match=match):
         nj.simulate(lif, lif.init_state(2), 1.0, dt=0.1, n_steps=5, start=start)
+
+
+def test_a_recording_that_cannot_fit_is_refused_before_compiling(monkeypatch):
+    """The recording's size is estimated before anything is compiled: 10^6 records of a
+    10^6-neuron population's v and spikes (5 TB) are refused, naming the size and what
+    shrinks it; with 1 GB of memory, 2 x 10^5 records of 4000 neurons' spikes (0.8 GB) pass
+    the check and 4 x 10^5 (1.6 GB) do not."""
+    from neurojax import _simulate
+
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match=r"would take 5e\+03 GB \(1000000 records of 5000000"):
+        nj.simulate(lif, lif.init_state(10**6), 1.0, dt=0.1, n_steps=10**6, record=("v",))
+    monkeypatch.setattr(_simulate, "_available_bytes", lambda on_host: 10**9)
+    traced = []
+    monkeypatch.setattr(_simulate, "_run_chunk_jit", lambda *a, **k: traced.append(1))
+    with pytest.raises(
+        ValueError, match=r"1.6 GB .* more than the 1 GB of device memory.*record_every"
+    ):
+        nj.simulate(lif, lif.init_state(4000), 1.0, dt=0.1, n_steps=400_000)
+    assert not traced  # refused before any compiled chunk ran
+    with pytest.raises(ValueError, match=r"of host memory available"):
+        nj.simulate(lif, lif.init_state(4000), 1.0, dt=0.1, n_steps=400_000, chunk_size=1000)
+    with pytest.raises(TypeError):  # passes the size check, then reaches the (patched) run
+        nj.simulate(lif, lif.init_state(4000), 1.0, dt=0.1, n_steps=200_000)
+    assert traced
