@@ -796,8 +796,8 @@ def simulate(
             )
 
     if _is_tracer(first):
-        t = (first + jnp.arange(1, n_rec_total + 1) * record_every) * dt
-        t = t.astype(jnp.result_type(float))
+        steps = first + jnp.arange(1, n_rec_total + 1, dtype=jnp.int32) * record_every
+        t = steps.astype(jnp.result_type(float)) * dt
     else:
         t = ((int(first) + np.arange(1, n_rec_total + 1) * record_every) * dt).astype(np.float64)
         if not to_host:

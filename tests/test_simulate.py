@@ -428,3 +428,16 @@ def test_a_recording_that_cannot_fit_is_refused_before_compiling(monkeypatch):
     with pytest.raises(TypeError):  # passes the size check, then reaches the (patched) run
         nj.simulate(lif, lif.init_state(4000), 1.0, dt=0.1, n_steps=200_000)
     assert traced
+
+
+def test_the_clock_of_a_traced_network_state():
+    """Under jit the network's step count is traced: the times and the input function's
+    clock still continue from it."""
+    net, st = _small_coba()
+    mid, _ = nj.simulate(net, st, dt=0.1, n_steps=30)
+    ext = lambda t_ms, i: {"E": 0.5 * jnp.sin(t_ms), "I": 0.0 * t_ms}  # noqa: E731
+    want_final, want = nj.simulate(net, mid, ext, dt=0.1, n_steps=20)
+    got_final, got = jax.jit(lambda s: nj.simulate(net, s, ext, dt=0.1, n_steps=20))(mid)
+    np.testing.assert_allclose(got.t, want.t, rtol=1e-6)
+    assert float(got.t[0]) == pytest.approx(3.1, rel=1e-6)
+    np.testing.assert_array_equal(got_final.populations["E"].v, want_final.populations["E"].v)

@@ -622,7 +622,8 @@ class ShardedNetwork(eqx.Module):
         final, spikes = _run_jit(shell, state, ext, dt=dt, n_steps=n_steps, exchange="bits")
         # The clock continues from the state's step count, as in `nj.simulate`.
         if isinstance(state.step, jax.core.Tracer):
-            t = ((state.step + jnp.arange(1, n_steps + 1)) * dt).astype(default_float())
+            steps = state.step + jnp.arange(1, n_steps + 1, dtype=state.step.dtype)
+            t = steps.astype(default_float()) * dt
         else:
             first = int(state.step)
             t = jnp.asarray((first + np.arange(1, n_steps + 1)) * dt, default_float())
