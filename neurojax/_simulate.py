@@ -110,17 +110,18 @@ def _step_ok(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     return result
 
 
-# The abstract outputs of one step, keyed like `_STEP_OK_CACHE` (for the recording's size).
+# The abstract (state, outputs) of one step, keyed like `_STEP_OK_CACHE`: the shape check
+# and the recording's size both read it, from one trace of `step` per signature.
 _STEP_OUT_CACHE: dict[Any, Any] = {}
 
 
-def _step_outputs(model: Any, state: Any, inp: Any, dt: float) -> Any:
-    """The shapes and dtypes of one step's outputs (traced once per signature)."""
+def _step_abstract(model: Any, state: Any, inp: Any, dt: float) -> Any:
+    """The shapes and dtypes of one step's `(state, outputs)` (traced once per signature)."""
     key = (_signature(model), _signature(state), _signature(inp), dt)
     cacheable = None not in key[:3]
     if cacheable and key in _STEP_OUT_CACHE:
         return _STEP_OUT_CACHE[key]
-    _, out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
+    out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
     if cacheable:
         if len(_STEP_OUT_CACHE) >= _STEP_OK_CACHE_MAX:
             _STEP_OUT_CACHE.pop(next(iter(_STEP_OUT_CACHE)))
@@ -130,7 +131,7 @@ def _step_outputs(model: Any, state: Any, inp: Any, dt: float) -> Any:
 
 def _step_ok_uncached(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool, str]:
     try:
-        new_state, _ = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
+        new_state, _ = _step_abstract(model, state, inp, dt)
     except (TypeError, ValueError) as err:
         return False, str(err).splitlines()[0]
     want = _abstract(state)
@@ -842,7 +843,7 @@ def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dt
             inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
         else:
             inp = inputs
-        out = _step_outputs(model, state, inp, dt)
+        _, out = _step_abstract(model, state, inp, dt)
     except Exception:  # noqa: BLE001  (the run itself will report it)
         return 0
     if record_every > 1:

@@ -23,6 +23,7 @@ flags) that select a program; they are passed to every function of the entry as 
 arguments.
 """
 
+import abc
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping
@@ -70,15 +71,16 @@ class Example(NamedTuple):
     label: str = ""
 
 
-class Batching:
+class Batching(abc.ABC):
     """How a kernel handles a vmapped axis: called as
     `rule(axis_size, in_batched, args, apply) -> (out, out_batched)`, where `apply(*args)`
     runs the implementation (of the platform being compiled for) on arguments without the
     vmapped axis, and `in_batched` mirrors `args` with bools. Subclass it, or give any function
     of that signature. The reference needs no rule: `jax.vmap` batches it."""
 
+    @abc.abstractmethod
     def __call__(self, axis_size, in_batched, args, apply):
-        raise NotImplementedError
+        """`(out, out_batched)` for a vmapped axis of `axis_size` (see the class docstring)."""
 
 
 def _batched_any(flag: Any) -> bool:
