@@ -726,6 +726,11 @@ def simulate(
 
         bar = tqdm(total=n_steps, unit="step", desc="simulate", dynamic_ncols=True)
     t_start = time.perf_counter()
+    # A model with a bounded spike buffer (a network's pure-JAX event path) grows it to what
+    # the state says earlier runs needed, and after a chunk that needed more reruns it.
+    fits = callable(getattr(model, "fit_capacity", None))
+    if fits and not traced:
+        model = model.fit_capacity(state)
     try:
         for start in range(0, n_steps, chunk_size):
             length = min(chunk_size, n_steps - start)
@@ -734,24 +739,35 @@ def simulate(
                 chunk_inputs = jtu.tree_map(lambda x, w=window: x[w], inputs)
             else:
                 chunk_inputs = const
-            state, spikes, values, diag = _run_chunk_jit(
-                model,
-                state,
-                chunk_inputs,
-                jnp.asarray(first + start, jnp.int32),
-                diag,
-                dt=dt,
-                n_rec=length // record_every,
-                record_every=record_every,
-                kind=kind,
-                input_fn=input_fn,
-                record=record,
-                spike_dtype=spike_dtype,
-                check=check,
-                unroll=unroll,
-                checkpoint=checkpoint,
-                truncate_backprop=truncate_backprop,
-            )
+            lost = None
+            while True:
+                out = _run_chunk_jit(
+                    model,
+                    state,
+                    chunk_inputs,
+                    jnp.asarray(first + start, jnp.int32),
+                    diag,
+                    dt=dt,
+                    n_rec=length // record_every,
+                    record_every=record_every,
+                    kind=kind,
+                    input_fn=input_fn,
+                    record=record,
+                    spike_dtype=spike_dtype,
+                    check=check,
+                    unroll=unroll,
+                    checkpoint=checkpoint,
+                    truncate_backprop=truncate_backprop,
+                )
+                if not fits or traced or _is_tracer(out[3][0]):
+                    break
+                grown = model.fit_capacity(out[0])
+                if grown is model:
+                    break
+                model, lost = grown, out[0]  # spikes were lost: rerun with a larger buffer
+            state, spikes, values, diag = out
+            if lost is not None:
+                state = model.remember_peak(state, lost)
             if _is_tracer(diag[0]):
                 # An inputs function or record function closing over traced values puts the
                 # whole run under the caller's transformation, even with concrete arguments.
@@ -777,6 +793,10 @@ def simulate(
     else:
         cat = np.concatenate if to_host else jnp.concatenate
         spikes, values = jtu.tree_map(lambda *xs: cat(xs, axis=0), *chunks)
+
+    if fits and traced:
+        # No rerun is possible under the caller's transformation: one check after the run.
+        state = model.check_capacity(state)
 
     if check:
         bad_step, bad_leaf = diag

@@ -18,3 +18,5 @@ from ._projection import Projection as Projection
 from ._sources import PoissonSource as PoissonSource
 from ._sources import PoissonState as PoissonState
 from ._sources import SpikeSource as SpikeSource
+from ._network import SpikeCapacityError as SpikeCapacityError
+from ._network import default_capacity as default_capacity

@@ -1,5 +1,6 @@
 """Networks: populations wired by projections, stepped as one pure function."""
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,7 +21,7 @@ from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
 from ._sources import SpikeSource
 
-__all__ = ["Network", "NetworkState"]
+__all__ = ["Network", "NetworkState", "SpikeCapacityError", "default_capacity"]
 
 
 class NetworkState(eqx.Module):
@@ -36,6 +37,9 @@ class NetworkState(eqx.Module):
         step: number of steps taken (int32); `step * dt` is the time in ms.
         plastic: per projection, its `STDPState` (current weights and traces) when it is
             plastic, else None.
+        peak: per group of populations (`Network.groups`), per trial, the largest spike
+            buffer a step has needed beyond the network's capacity (int32, 0 while every
+            buffer held its spikes); see `Network.fit_capacity`.
     """
 
     populations: dict[str, Any]
@@ -43,6 +47,7 @@ class NetworkState(eqx.Module):
     buffers: tuple[Float[Array, "*batch d n"], ...]
     step: Int[Array, ""]
     plastic: tuple[Any, ...]
+    peak: tuple[Int[Array, "*batch"], ...] = ()
 
 
 def _is_source(model: Any) -> bool:
@@ -157,6 +162,13 @@ class Network(eqx.Module):
         gap_junctions: `{name: nj.GapJunction}` electrical coupling within a population.
         dt: step [ms]; required when a projection has a delay (it fixes the ring buffers'
             length and the delays in steps), and then every `step` must use it.
+        spike_capacity: the spikes per trial and step that the pure-JAX event path (what
+            GPUs and TPUs run, and `nj.kernels.use("reference")`) handles for one group of
+            populations; None picks `default_capacity` of the largest group. The buffer is
+            fixed for a run, so a step has no branch or loop that waits on the host. A step
+            that needs more records it in `state.peak`; `nj.simulate` then reruns the chunk
+            with a larger capacity (`fit_capacity`), so no spike is lost and the result does
+            not depend on it. The CPU kernel reads every spike and never needs more.
 
     Example:
     ```python
@@ -186,6 +198,7 @@ class Network(eqx.Module):
     delay_steps: tuple[Int[Array, " nnz"] | None, ...]
     groups: tuple[tuple[str, ...], ...] = eqx.field(static=True)
     group_models: tuple[Any, ...]
+    spike_capacity: int | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -195,7 +208,17 @@ class Network(eqx.Module):
         gap_junctions: Mapping[str, GapJunction] | None = None,
         *,
         dt: float | None = None,
+        spike_capacity: int | None = None,
     ):
+        if spike_capacity is not None and (
+            isinstance(spike_capacity, bool)
+            or not isinstance(spike_capacity, (int, np.integer))
+            or spike_capacity < 1
+        ):
+            raise ValueError(
+                f"Network: spike_capacity must be None or an int >= 1, got {spike_capacity!r}"
+            )
+        self.spike_capacity = None if spike_capacity is None else int(spike_capacity)
         if not isinstance(populations, Mapping) or not populations:
             raise TypeError(
                 "Network: populations must be a non-empty dict {name: (model, size)}, got "
@@ -466,7 +489,8 @@ class Network(eqx.Module):
             else plastic_init(p, batch, self.homogeneous_delay_steps[i], default_float())
             for i, p in enumerate(self.projections)
         )
-        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), plastic)
+        peak = tuple(jnp.zeros(batch, jnp.int32) for _ in self.groups)
+        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), plastic, peak)
 
     # ------------------------------------------------------------------ the step
 
@@ -509,6 +533,7 @@ class Network(eqx.Module):
             ring_of=self.ring_of,
             senders=self.senders,
             delay_steps=self.homogeneous_delay_steps,
+            capacity=self.capacity,
         )
 
     def step(
@@ -547,10 +572,12 @@ class Network(eqx.Module):
         # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
         # then deliver this step's spikes (updating first lets the compiled kernel work on the
         # weights in place; with delivery first XLA would copy them every step)
-        plastic = _phases.plasticity(plan, projs, state.plastic, group_spikes, k, dt)
+        plastic, plastic_needs = _phases.plasticity(
+            plan, projs, state.plastic, group_spikes, k, dt
+        )
 
         # 4. delivery, each projection through its layout
-        buffers = _phases.delivery(
+        buffers, delivery_needs = _phases.delivery(
             plan,
             [p.layout for p in projs],
             buffers,
@@ -565,5 +592,125 @@ class Network(eqx.Module):
             ],
         )
 
-        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic)
+        previous = state.peak
+        if len(previous) != len(self.groups):  # a state made without a peak
+            previous = tuple(jnp.zeros(s.shape[:-1], jnp.int32) for s in group_spikes)
+        peak = _phases.peaks(previous, plastic_needs + delivery_needs)
+        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic, peak)
         return new, spikes
+
+    # ------------------------------------------------------------------ spike capacity
+
+    @property
+    def capacity(self) -> int:
+        """The spike buffer of one trial in the pure-JAX event path: `spike_capacity`, or
+        `default_capacity` of the largest group."""
+        if self.spike_capacity is not None:
+            return self.spike_capacity
+        return default_capacity(max(sum(self.sizes[n] for n in g) for g in self.groups))
+
+    def with_capacity(self, spike_capacity: int | None) -> "Network":
+        """A copy of the network with another `spike_capacity` (same values, another buffer)."""
+        if spike_capacity is not None and (
+            isinstance(spike_capacity, bool)
+            or not isinstance(spike_capacity, (int, np.integer))
+            or spike_capacity < 1
+        ):
+            raise ValueError(
+                "Network.with_capacity: spike_capacity must be None or an int >= 1, got "
+                f"{spike_capacity!r}"
+            )
+        new = object.__new__(type(self))
+        for field in dataclasses.fields(self):
+            object.__setattr__(new, field.name, getattr(self, field.name))
+        object.__setattr__(
+            new, "spike_capacity", None if spike_capacity is None else int(spike_capacity)
+        )
+        return new
+
+    def needed_capacity(self, state: NetworkState) -> int:
+        """The largest spike buffer any step of `state`'s history needed beyond this
+        network's capacity (0 when none did); reads `state.peak` (concrete)."""
+        if not state.peak:
+            return 0
+        return int(max(int(np.max(np.asarray(p))) if np.size(p) else 0 for p in state.peak))
+
+    def fit_capacity(self, state: NetworkState) -> "Network":
+        """This network, or a copy whose capacity holds every spike count in `state.peak`
+        (the next power of two), so that a rerun from before the overflow loses nothing.
+
+        `nj.simulate` calls it before a run (a state carries its peak from run to run, so a
+        capacity grows once) and after each chunk, whose overflow it reruns. With a traced
+        state it returns the network unchanged (see `check_capacity`).
+        """
+        if not state.peak or any(_is_traced(p) for p in state.peak):
+            return self
+        need = self.needed_capacity(state)
+        if need <= self.capacity:
+            return self
+        return self.with_capacity(1 << (need - 1).bit_length())
+
+    def remember_peak(self, state: NetworkState, earlier: NetworkState) -> NetworkState:
+        """`state` with the larger of its and `earlier`'s peaks: after a rerun with a larger
+        buffer (which needed nothing more) the state still says what the run needed, so that
+        the next run of the original network grows its buffer at once."""
+        if len(state.peak) != len(earlier.peak):
+            return state
+        peak = tuple(jnp.maximum(a, b) for a, b in zip(state.peak, earlier.peak, strict=True))
+        return eqx.tree_at(lambda s: s.peak, state, peak)
+
+    def check_capacity(self, state: NetworkState) -> NetworkState:
+        """Raise `SpikeCapacityError` if a step of `state`'s history had more spikes than this
+        network's capacity, naming the populations and the capacity to pass; under a
+        transformation (a user's `jit`) the check becomes one `equinox.error_if` on the
+        returned state, read once after the run. Returns `state`."""
+        if not state.peak:
+            return state
+        if any(_is_traced(p) for p in state.peak):
+            over = [jnp.any(p > self.capacity) for p in state.peak]
+            messages = [self._capacity_message(gi, None) for gi in range(len(self.groups))]
+            which = jnp.argmax(jnp.stack(over)).astype(jnp.int32)
+            # On the step counter alone: a state's PRNG keys cannot pass through the check.
+            step = eqx.branched_error_if(state.step, jnp.any(jnp.stack(over)), which, messages)
+            return eqx.tree_at(lambda s: s.step, state, step)
+        for gi, p in enumerate(state.peak):
+            need = int(np.max(np.asarray(p))) if np.size(p) else 0
+            if need > self.capacity:
+                raise SpikeCapacityError(self._capacity_message(gi, need))
+        return state
+
+    def _capacity_message(self, gi: int, need: int | None) -> str:
+        names = self.groups[gi]
+        projs = [
+            f"{p.pre}->{p.post}"
+            for p in self.projections
+            if p.pre in names or (p.plasticity is not None and p.post in names)
+        ]
+        count = "more spikes than" if need is None else f"{need} spikes, more than"
+        suggestion = (
+            "pass a larger Network(..., spike_capacity=...)"
+            if need is None
+            else f"pass Network(..., spike_capacity={1 << (need - 1).bit_length()})"
+        )
+        return (
+            f"Network: in one step, population(s) {', '.join(map(repr, names))} had {count} "
+            f"the spike capacity {self.capacity} of the pure-JAX event path (projections "
+            f"{', '.join(projs)}); spikes past it were not delivered. nj.simulate reruns such "
+            f"runs itself outside a jit; here {suggestion} (net.with_capacity(...)), or run "
+            "nj.simulate outside jit"
+        )
+
+
+class SpikeCapacityError(RuntimeError):
+    """A step had more spikes than the network's spike capacity (see `Network.fit_capacity`)."""
+
+
+def default_capacity(n: int) -> int:
+    """The default spike buffer for a group of `n` neurons: a power of two, at least 64 and
+    about `n / 256` (0.4 % of the group in one step, 39 Hz at dt = 0.1 ms), at most `n`."""
+    want = max(64, -(-n // 256))
+    return min(n, 1 << (want - 1).bit_length())
+
+
+def _is_traced(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)

@@ -30,7 +30,7 @@ from ._layout import Delivery, Layout
 from ._plastic import plastic_step
 from ._sources import SpikeSource
 
-__all__ = ["Plan", "arrivals", "total_current", "integrate", "plasticity", "delivery"]
+__all__ = ["Plan", "arrivals", "total_current", "integrate", "plasticity", "delivery", "peaks"]
 
 
 class Plan(NamedTuple):
@@ -44,6 +44,9 @@ class Plan(NamedTuple):
         ring_of: per projection, `(ring index, column offset)` of its targets.
         senders: per ring, `(sending group index, projection indices)`.
         delay_steps: per projection, its delay in steps when homogeneous, else None.
+        capacity: the spike buffer of one trial in the pure-JAX event path (spikes per step
+            of a group, arrivals and postsynaptic spikes of a plastic projection), or None for
+            the whole group (see `nj.Network.fit_capacity`).
     """
 
     groups: tuple[tuple[str, ...], ...]
@@ -53,6 +56,7 @@ class Plan(NamedTuple):
     ring_of: tuple[tuple[int, int], ...]
     senders: tuple[tuple[int, tuple[int, ...]], ...]
     delay_steps: tuple[int | None, ...]
+    capacity: int | None = None
 
     def offset(self, name: str) -> int:
         """Where population `name` starts in the spike vector of its group."""
@@ -215,17 +219,22 @@ def plasticity(
     group_spikes: Sequence[jax.Array],
     step: jax.Array,
     dt: float,
-) -> tuple[Any, ...]:
+) -> tuple[tuple[Any, ...], list[tuple[int, jax.Array]]]:
     """Phase 3: the plastic states after this step's arrivals and spikes.
 
     The rule reads this step's spikes out of the whole group's spike vector (the one that
     delivery reads too) at the population's offset, so that XLA computes them once.
+
+    Returns the states and `(group index, needed)` pairs: the spike buffer each plastic
+    projection needed beyond `plan.capacity` for the arrivals from its presynaptic group and
+    the spikes of its postsynaptic group (0 when it held them all).
     """
     out = list(plastic_states)
+    needs = []
     for i, proj in enumerate(projections):
         if proj.plasticity is None:
             continue
-        out[i] = plastic_step(
+        out[i], (need_pre, need_post) = plastic_step(
             proj,
             plastic_states[i],
             group_spikes[plan.group_of(plan.pre[i])],
@@ -234,8 +243,10 @@ def plasticity(
             plan.offset(plan.post[i]),
             step,
             dt,
+            plan.capacity,
         )
-    return tuple(out)
+        needs += [(plan.group_of(plan.pre[i]), need_pre), (plan.group_of(plan.post[i]), need_post)]
+    return tuple(out), needs
 
 
 def delivery(
@@ -249,7 +260,7 @@ def delivery(
     pre_offsets: Sequence[int],
     delays: Sequence[jax.Array | None],
     weights: Sequence[jax.Array | None],
-) -> list[jax.Array]:
+) -> tuple[list[jax.Array], list[tuple[int, jax.Array]]]:
     """Phase 4: add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
 
     Every projection delivers through its layout; the projections of one layout class in a
@@ -258,8 +269,12 @@ def delivery(
     of the classes does not change any value. `pre_offsets[i]` locates projection `i`'s
     presynaptic population in its group's spike vector; `delays[i]` and `weights[i]` are its
     per-synapse delays in steps and its current plastic weights (or None).
+
+    Returns the rings and `(group index, needed)` pairs: the spike buffer a layout with a
+    bounded buffer (the event layout's pure-JAX path, `plan.capacity`) needed beyond it.
     """
     rings = list(buffers)
+    needs = []
     for si, (_, idx) in enumerate(plan.senders):
         by_class: dict[type, list[Delivery]] = {}
         for i in idx:
@@ -271,11 +286,24 @@ def delivery(
                     plan.delay_steps[i],
                     delays[i],
                     weights[i],
+                    plan.capacity,
                 )
             )
         ring, first = rings[si], fresh[si]
         for cls, group in by_class.items():
             ring = cls.deliver_group(group, sending[si], step, ring, fresh=first)
+            if isinstance(ring, tuple):  # a bounded buffer says what it lacked
+                ring, need = ring
+                needs.append((plan.senders[si][0], need))
             first = False
         rings[si] = ring
-    return rings
+    return rings, needs
+
+
+def peaks(previous: Sequence[jax.Array], needs: Sequence[tuple[int, jax.Array]]) -> tuple:
+    """Per group, the largest spike buffer any step has needed so far (`previous`, updated
+    with this step's `needs`); all zeros while every buffer held its spikes."""
+    out = list(previous)
+    for g, need in needs:
+        out[g] = jnp.maximum(out[g], need.astype(out[g].dtype))
+    return tuple(out)

@@ -21,7 +21,7 @@ their last bit where XLA fuses a decay and an increment into one multiply-add); 
 rule, and every rule on other platforms, runs on the pure-JAX event path.
 
 The execution lives here, beside the layouts it walks and the spike compaction it shares with
-delivery (`run_bucketed`); the rules in `neurojax.plasticity` know nothing of the network, so
+delivery (`run_capped`); the rules in `neurojax.plasticity` know nothing of the network, so
 a new rule is written in `plasticity/` alone.
 """
 
@@ -34,7 +34,7 @@ import numpy as np
 from ..kernels import Example, Fold, Kernel, call, register
 from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
 from ..plasticity._base import replace_state
-from ._propagation import run_bucketed
+from ._propagation import capacity_for, run_capped
 
 __all__ = [
     "PlasticLayout",
@@ -80,10 +80,16 @@ def _decayed(traces, decays):
     return tuple(t * d for t, d in zip(traces, decays, strict=True))
 
 
-def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+def _event_update(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
+):
     """The generic event path (the registry entry's reference): `rule.on_pre` over the CSR
     rows of the arrivals, then `rule.on_post` over the CSC columns of the postsynaptic
-    spikes. Leading dimensions of the weights, traces and spikes are trials."""
+    spikes, each compacted into a buffer of `capacity` neurons per trial (None: all).
+    Leading dimensions of the weights, traces and spikes are trials.
+
+    Returns `(w, pre, post, (needed_pre, needed_post))`: the buffer each trial needed beyond
+    `capacity` for its arrivals and its postsynaptic spikes (0 when it held them all)."""
     n_pre, n_post, max_out, max_in = sizes[:4]
     s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
     nnz = w.shape[-1]
@@ -91,6 +97,7 @@ def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, pos
     post = _decayed(post_old, post_decay)
     w_flat = w.reshape(-1)
     oob = w_flat.shape[0]
+    batch = w.shape[:-1]
     a_flat = s_arr.reshape(-1)
     p_flat = s_post.reshape(-1)
     pre_new = rule.update_pre_traces(pre, s_arr)
@@ -106,9 +113,9 @@ def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, pos
         ok = k[None, :] < count[:, None]
         return jnp.where(ok, start[:, None] + k[None, :], 0), ok
 
-    def depress(idx, valid, wf):
-        # idx: flat (trial, presynaptic neuron) of the arrivals
-        trial, i = idx // n_pre, idx % n_pre
+    def depress(trial, i, valid, wf):
+        # (trial, presynaptic neuron) of the arrivals
+        idx = trial * n_pre + i
         syn, ok = window(lay.indptr, i, valid, max_out)
         at = trial[:, None] * nnz + syn
         wv = wf[at]
@@ -122,9 +129,9 @@ def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, pos
         )
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
-    def potentiate(idx, valid, wf):
-        # idx: flat (trial, postsynaptic neuron) of the spikes
-        trial, j = idx // n_post, idx % n_post
+    def potentiate(trial, j, valid, wf):
+        # (trial, postsynaptic neuron) of the spikes
+        idx = trial * n_post + j
         pos, ok = window(lay.col_ptr, j, valid, max_in)
         at = trial[:, None] * nnz + lay.col_syn[pos]
         wv = wf[at]
@@ -138,17 +145,24 @@ def _event_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, pos
         )
         return wf.at[jnp.where(ok, at, oob)].set(new, mode="drop")
 
-    # A loop over buffers of 64 spikes keeps the weights in place (see run_bucketed).
+    none = jnp.zeros(batch, jnp.int32)
+    need_pre = need_post = none
     if max_out:
-        w_flat = run_bucketed((a_flat > 0).astype(jnp.float32), depress, w_flat, loop_size=64)
+        mask = (a_flat > 0).astype(jnp.float32).reshape(-1, n_pre)
+        w_flat, need_pre = run_capped(mask, depress, w_flat, capacity_for(capacity, n_pre))
     if max_in:
-        w_flat = run_bucketed((p_flat > 0).astype(jnp.float32), potentiate, w_flat, loop_size=64)
-    return w_flat.reshape(w.shape), pre_new, rule.update_post_traces(post, s_post)
+        mask = (p_flat > 0).astype(jnp.float32).reshape(-1, n_post)
+        w_flat, need_post = run_capped(mask, potentiate, w_flat, capacity_for(capacity, n_post))
+    needed = (need_pre.reshape(batch), need_post.reshape(batch))
+    return w_flat.reshape(w.shape), pre_new, rule.update_post_traces(post, s_post), needed
 
 
-def _kernel_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+def _kernel_update(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
+):
     """The pair-STDP update through the compiled CPU kernel, arrays updated in place. The
-    kernel treats the leading dimensions of the weights, traces and spikes as trials."""
+    kernel treats the leading dimensions of the weights, traces and spikes as trials, and
+    reads every spike (it never needs a buffer)."""
     pair = rule.pair_kernel()
     dtype = w.dtype
     params = jnp.stack(
@@ -181,20 +195,29 @@ def _kernel_update(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, po
         multiplicative=np.int64(pair.multiplicative),
         nearest=np.int64(pair.nearest),
     )
-    return w, (x,), (y,)
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, (x,), (y,), (none, none)
 
 
-def _dense_step(rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes):
+def _dense_step(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
+):
     """The step of every synapse at once through the rule's `dense_update`: the function
     whose derivative the update has."""
     s_arr, s_post = _own_spikes(sizes, s_arr, s_post)
     pre = _decayed(pre_old, pre_decay)
     post = _decayed(post_old, post_decay)
     w_new = rule.dense_update(w, pre, post, s_arr, s_post, _rows(lay, sizes[0]), lay.indices)
-    return w_new, rule.update_pre_traces(pre, s_arr), rule.update_post_traces(post, s_post)
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return (
+        w_new,
+        rule.update_pre_traces(pre, s_arr),
+        rule.update_post_traces(post, s_post),
+        (none, none),
+    )
 
 
-def _pair_kernel_supports(rule, *args, sizes):
+def _pair_kernel_supports(rule, *args, sizes, capacity=None):
     return rule.pair_kernel() is not None
 
 
@@ -285,8 +308,9 @@ def plastic_update(
     *,
     arr_offset: int = 0,
     post_offset: int = 0,
+    capacity: int | None = None,
 ):
-    """Weights and traces after one step of `rule`: `(w, pre, post)`.
+    """Weights and traces after one step of `rule`: `(w, pre, post, needed)`.
 
     `pre`, `post` are the tuples of the rule's traces at the previous step; each decays by
     its factor in `pre_decay`, `post_decay` and takes this step's arrivals `s_arr` and
@@ -298,8 +322,14 @@ def plastic_update(
     `s_post[..., post_offset : post_offset + n_post]`. A network hands over the spikes of the
     whole group of populations stepped together, which the compiled kernel reads in place
     (the same vector as the delivery kernel), so the group's spikes are computed once a step.
+
+    The pure-JAX path reads at most `capacity` arriving and `capacity` postsynaptic neurons
+    per trial (None: all); `needed = (needed_pre, needed_post)` is, per trial, the buffer it
+    needed beyond that (0 when it held them all; see `neurojax.network._propagation`).
     """
     key = _check_offsets("plastic_update", sizes, s_arr, s_post, arr_offset, post_offset)
+    if capacity is not None and capacity >= max(key[0], key[1]):
+        capacity = None
     return call(
         PLASTIC,
         rule,
@@ -312,6 +342,7 @@ def plastic_update(
         tuple(pre_decay),
         tuple(post_decay),
         sizes=key,
+        capacity=capacity,
     )
 
 
@@ -333,7 +364,7 @@ def stdp_update(
     """`plastic_update` of a rule with one presynaptic trace `x` and one postsynaptic trace
     `y` (pair STDP): `(w, x, y)` after one step."""
     key = _check_offsets("stdp_update", sizes, s_arr, s_post, arr_offset, post_offset)
-    w, (x,), (y,) = call(
+    w, (x,), (y,), _ = call(
         PLASTIC, rule, lay, w, (x,), (y,), s_arr, s_post, (decay_x,), (decay_y,), sizes=key
     )
     return w, x, y
@@ -394,9 +425,18 @@ def plastic_weights(ps: Any) -> jax.Array:
 
 
 def plastic_step(
-    proj: Any, ps: Any, s_pre_group, pre_offset: int, s_post_group, post_offset: int, k, dt: float
-) -> Any:
-    """The plastic state after one step.
+    proj: Any,
+    ps: Any,
+    s_pre_group,
+    pre_offset: int,
+    s_post_group,
+    post_offset: int,
+    k,
+    dt: float,
+    capacity: int | None = None,
+) -> tuple[Any, tuple[jax.Array, jax.Array]]:
+    """The plastic state after one step, and the spike buffers it needed beyond `capacity`
+    (`(needed_pre, needed_post)` per trial; see `plastic_update`).
 
     `s_pre_group` and `s_post_group` are the spike vectors of the groups of populations that
     hold `proj.pre` and `proj.post`, which hold them at `pre_offset` and `post_offset`; `k` is
@@ -419,7 +459,7 @@ def plastic_step(
     pre_decay, post_decay = rule.trace_decays(dt)
     lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
     sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)
-    w, pre, post = plastic_update(
+    w, pre, post, needed = plastic_update(
         rule,
         lay,
         sizes,
@@ -432,5 +472,7 @@ def plastic_step(
         tuple(jnp.asarray(f).astype(t.dtype) for f, t in zip(post_decay, ps.post_traces)),
         arr_offset=arr_offset,
         post_offset=post_offset,
+        capacity=capacity,
     )
-    return replace_state(ps, weights=w, pre_traces=pre, post_traces=post, history=history)
+    new = replace_state(ps, weights=w, pre_traces=pre, post_traces=post, history=history)
+    return new, needed

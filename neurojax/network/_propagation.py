@@ -14,16 +14,19 @@ each slot's fan-out window `indptr[i] : indptr[i] + max_fan_out` is gathered, an
 `spike * weight` is scatter-added into the ring buffer at `(arrival slot, post)`. The cost
 grows with spikes x maximum fan-out, not with the number of synapses.
 
-**Never dropping a spike.** `B` is picked per step with `lax.switch` from a few static sizes
-(the smallest that holds this step's spike count), so quiet steps pay for a small buffer and
-bursts for a large one. When more neurons spike than the largest size holds, a loop delivers
-them in successive buffers of the largest size until none is left: every spike is delivered
-whatever the activity, and the result does not depend on which buffer size was used.
+**Never dropping a spike.** `B` is static for a run (the network's spike capacity, see
+`nj.Network.fit_capacity`): the step has no `lax.switch` between buffer sizes and no loop
+whose length depends on the data, which a GPU or TPU could only run by waiting on the host
+every step, and which `vmap` would turn into "run every branch". A step in which a trial
+emits more spikes than `B` reports how many it needed (`needed`); the network keeps the
+largest such count in its state and `nj.simulate` reruns the chunk with a larger buffer, so no
+spike is ever lost and the result does not depend on `B`: the delivered terms and their order
+(ascending neuron, then row order) are the same for every buffer that holds the spikes.
 
 **Compaction.** XLA:CPU pays a few microseconds per operation per step. `lax.top_k` over the
-0/1 spike mask (in float32, its fast path) costs ~5 us for 4000 neurons, half of
-`jnp.nonzero`, whose cumulative sum is slow on CPU; `nonzero` is used above `_TOPK_MAX`
-neurons, where top-k's partial sort loses.
+0/1 spike mask of each trial (in float32, its fast path) costs ~5 us for 4000 neurons, half
+of a cumulative-sum compaction, which is used above `_TOPK_MAX` (trials x neurons), where
+top-k's partial sort loses.
 
 **Compiled CPU kernel.** The delivery is the kernel registry's entry `csr_deliver`
 (`neurojax.kernels`): its reference is the pure-JAX path above, its CPU implementation one
@@ -54,11 +57,10 @@ from jax import lax
 
 from ..kernels import Example, Kernel, Sequential, call, register
 
-__all__ = ["EventSpec", "EventArrays", "deliver", "buckets_for", "arrival_slot"]
+__all__ = ["EventSpec", "EventArrays", "deliver", "arrival_slot", "capacity_for", "run_capped"]
 
 # Above this many (batch x presynaptic) neurons, compaction uses jnp.nonzero instead of top_k.
 _TOPK_MAX = 1 << 17
-_BUCKETS = (16, 64, 256, 1024, 4096, 16384)
 
 
 class EventSpec(NamedTuple):
@@ -89,12 +91,6 @@ class EventArrays(NamedTuple):
     delays: jax.Array | None  # (nnz,) integer delay in steps, or None
 
 
-def buckets_for(n_sources: int) -> tuple[int, ...]:
-    """The static spike-buffer sizes for `n_sources` (batch x presynaptic) neurons."""
-    sizes = sorted({min(b, n_sources) for b in _BUCKETS})
-    return tuple(sizes)
-
-
 def arrival_slot(step: jax.Array, delay_steps, n_slots: int) -> jax.Array:
     """Ring slot read at the step where a spike emitted during `step` arrives.
 
@@ -108,24 +104,45 @@ def arrival_slot(step: jax.Array, delay_steps, n_slots: int) -> jax.Array:
 
 
 def _compact(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
-    """Indices of up to `size` nonzero entries of the float32 0/1 `mask`, and their validity."""
-    if mask.shape[0] <= _TOPK_MAX:
+    """Per row of the float32 0/1 `mask` `(rows, n)`, the indices of its first `size` nonzero
+    entries in ascending order `(rows, size)` and their validity."""
+    n = mask.shape[-1]
+    if mask.size <= _TOPK_MAX:
+        # Ties among the ones break towards the lower index: ascending neuron order.
         vals, idx = lax.top_k(mask, size)
         return idx.astype(jnp.int32), vals > 0
-    n = mask.shape[0]
-    idx = jnp.nonzero(mask, size=size, fill_value=n)[0].astype(jnp.int32)
+    # A running count places each nonzero entry; entries past `size` fall off the end.
+    pos = jnp.cumsum(mask > 0, axis=-1, dtype=jnp.int32) - 1
+    pos = jnp.where(mask > 0, pos, size)
+    rows = jnp.arange(mask.shape[0], dtype=jnp.int32)[:, None]
+    src = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), mask.shape)
+    idx = jnp.full((mask.shape[0], size), n, jnp.int32).at[rows, pos].set(src, mode="drop")
     # Padding entries point past the end: invalid, and clipped so that gathers stay in range.
     return jnp.minimum(idx, n - 1), idx < n
 
 
-def _window(spec, arr, step, s_flat, idx, valid, oob):
-    """Flat ring targets and values `s * w` of the fan-out windows of the spikes `idx`."""
-    local = idx % spec.n_source - spec.pre_offset
-    trial = idx // spec.n_source
+def capacity_for(capacity: int | None, n: int) -> int:
+    """The spike buffer of one trial for `n` neurons: `capacity` (None: all of them), at
+    most `n` and at least 1."""
+    return max(1, n if capacity is None else min(int(capacity), n))
+
+
+def needed(count: jax.Array, size: int, n: int) -> jax.Array:
+    """The buffer a step needed and did not have: `count` where it exceeds `size`, else 0
+    (always 0 when the buffer holds all `n` neurons)."""
+    if size >= n:
+        return jnp.zeros(count.shape, jnp.int32)
+    return jnp.where(count > size, count, 0).astype(jnp.int32)
+
+
+def _window(spec, arr, step, s_rows, trial, idx, valid, oob):
+    """Flat ring targets and values `s * w` of the fan-out windows of the spikes `idx` of
+    the trials `trial` (`s_rows`: the spikes, one row per trial)."""
+    local = idx - spec.pre_offset
     if spec.n_pre != spec.n_source:
         valid = valid & (local >= 0) & (local < spec.n_pre)
         local = jnp.clip(local, 0, spec.n_pre - 1)
-    value = jnp.where(valid, s_flat[idx], 0)
+    value = jnp.where(valid, s_rows[trial, idx], 0)
     bounds = arr.indptr[local[:, None] + jnp.arange(2, dtype=jnp.int32)]
     start = bounds[:, 0]
     count = jnp.where(valid, bounds[:, 1] - start, 0)
@@ -147,79 +164,62 @@ def _window(spec, arr, step, s_flat, idx, valid, oob):
     return target.reshape(-1), contrib.reshape(-1)
 
 
-def run_bucketed(mask, fn, carry, *, loop_size: int | None = None):
-    """Apply `fn(idx, valid, carry) -> carry` to the nonzero entries of the 0/1 `mask`.
+def run_capped(mask, fn, carry, size: int):
+    """Apply `fn(trial, idx, valid, carry) -> carry` once to the first `size` nonzero entries
+    of each row (trial) of the 0/1 `mask` `(trials, n)`, in ascending order, and return the
+    new carry with the buffer each trial needed beyond `size` (`needed`).
 
-    The entries are compacted into a buffer whose size is picked per step from
-    `buckets_for(mask.size)`; when they exceed the largest buffer, `fn` runs on successive
-    buffers until none is left, so every entry is seen exactly once, in ascending order.
-
-    With `loop_size`, no buffer size is picked: `fn` runs on successive buffers of
-    `loop_size` entries in a `while_loop`. Use it when `carry` is large (plastic weights):
-    XLA copies the operand of every `lax.switch` branch that updates it, while a loop updates
-    its carry in place.
+    One static buffer per run: no `lax.switch` and no loop whose length depends on the data,
+    so a GPU or TPU runs the step without waiting on the host, and `vmap` batches it as one
+    computation. Entries beyond `size` are left out; the caller reports `needed` so that the
+    driver reruns with a larger buffer (see `nj.Network.fit_capacity`).
     """
-    n_src = mask.shape[0]
-
-    def drain(c, size):
-        # fn on successive buffers of `size` entries until every entry has been seen.
-        def body(state):
-            c_, left = state
-            idx, valid = _compact(left, size)
-            c_ = fn(idx, valid, c_)
-            return c_, left.at[jnp.where(valid, idx, n_src)].set(0.0, mode="drop")
-
-        return lax.while_loop(lambda st: jnp.any(st[1] > 0), body, (c, mask))[0]
-
-    if loop_size is not None:
-        return drain(carry, min(loop_size, n_src))
-    sizes = buckets_for(n_src)
-
-    def branch(size):
-        def f(c):
-            idx, valid = _compact(mask, size)
-            return fn(idx, valid, c)
-
-        return f
-
-    count = jnp.sum(mask).astype(jnp.int32)
-    which = jnp.sum(count > jnp.asarray(sizes, jnp.int32)).astype(jnp.int32)
-    overflow = functools.partial(drain, size=sizes[-1])
-    return lax.switch(which, [branch(b) for b in sizes] + [overflow], carry)
+    rows, n = mask.shape
+    count = jnp.sum(mask > 0, axis=-1, dtype=jnp.int32)
+    idx, valid = _compact(mask, size)
+    trial = jnp.broadcast_to(jnp.arange(rows, dtype=jnp.int32)[:, None], idx.shape)
+    carry = fn(trial.reshape(-1), idx.reshape(-1), valid.reshape(-1), carry)
+    return carry, needed(count, size, n)
 
 
-def _deliver_impl(specs, s, step, arrays, ring):
-    s_flat = s.reshape(-1)
-    mask = (s_flat > 0).astype(jnp.float32)
+def _deliver_impl(specs, s, step, arrays, ring, capacity):
+    n_source = s.shape[-1]
+    s_rows = s.reshape(-1, n_source)
+    mask = (s_rows > 0).astype(jnp.float32)
     flat = ring.reshape(-1)
     oob = flat.shape[0]
 
-    def fn(idx, valid, flat_):
+    def fn(trial, idx, valid, flat_):
         parts = [
-            _window(sp, arr, step, s_flat, idx, valid, oob)
+            _window(sp, arr, step, s_rows, trial, idx, valid, oob)
             for sp, arr in zip(specs, arrays, strict=True)
         ]
         target = jnp.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
         contrib = jnp.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
         return flat_.at[target].add(contrib.astype(flat_.dtype), mode="drop")
 
-    return run_bucketed(mask, fn, flat).reshape(ring.shape)
+    size = capacity_for(capacity, n_source)
+    flat, need = run_capped(mask, fn, flat, size)
+    return flat.reshape(ring.shape), need.reshape(s.shape[:-1])
 
 
-def _deliver_reference(s, step, ring, weights, tables, *, specs, fresh):
-    """The pure-JAX delivery (the registry entry's reference): compaction, fan-out windows,
-    one scatter-add into the ring. Leading dimensions of `s` and `ring` are trials."""
+def _deliver_reference(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+    """The pure-JAX delivery (the registry entry's reference): compaction of each trial's
+    spikes into a buffer of `capacity` slots, fan-out windows, one scatter-add into the
+    ring. Leading dimensions of `s` and `ring` are trials. Returns the ring and, per trial,
+    the buffer the step needed beyond `capacity` (0 when every spike was delivered)."""
     specs = tuple(EventSpec(*sp) for sp in specs)
     arrays = tuple(EventArrays(t[0], t[1], w, t[2]) for w, t in zip(weights, tables, strict=True))
-    return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring)
+    return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring, capacity)
 
 
-def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh):
+def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
     """The same delivery through the compiled CPU kernel: one call for the whole group.
 
     The kernel treats every leading dimension of the spikes and the ring as trials; a weight
     vector with leading dimensions holds one row of nnz per trial. It adds the same terms in
-    the same order as the reference, so both give identical results.
+    the same order as the reference, so both give identical results. It reads the whole
+    spike vector, so it never needs a larger buffer than it has (`capacity` is not used).
     """
     specs = tuple(EventSpec(*sp) for sp in specs)
     buffers = []
@@ -236,7 +236,7 @@ def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh):
     def attr(name, f=lambda x: x):
         return np.array([f(getattr(sp, name)) for sp in specs], np.int64)
 
-    return call(
+    ring = call(
         s.astype(ring.dtype),
         jnp.asarray(step, jnp.int32),
         ring,
@@ -252,6 +252,7 @@ def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh):
         per_synapse=np.array([t[2] is not None for t in tables], np.int64),
         weights_batched=np.array([w.ndim > 1 for w in weights], np.int64),
     )
+    return ring, jnp.zeros(s.shape[:-1], jnp.int32)
 
 
 def _deliver_batching(axis_size, in_batched, args, apply):
@@ -275,7 +276,8 @@ def _deliver_batching(axis_size, in_batched, args, apply):
         elif batched and not per_trial:  # one row per vmapped trial, shared by inner trials
             w = jnp.broadcast_to(w[:, None], (axis_size, math.prod(trials), w.shape[-1]))
         folded.append(w)
-    return apply(s, step, ring, tuple(folded), tables), True
+    out = apply(s, step, ring, tuple(folded), tables)
+    return out, jax.tree.map(lambda _: True, out)
 
 
 def _dense_targets(spec, arr, step):
@@ -295,7 +297,7 @@ def _dense_equivalent(spec, arr, s, ds, dw, step, flat):
     return flat.at[..., target].add(contrib.astype(flat.dtype))
 
 
-def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh):
+def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
     """The delivery computed over every synapse (`ring + sum_pre s w` at each arrival slot):
     the function whose derivative the delivery has."""
     specs = tuple(EventSpec(*sp) for sp in specs)
@@ -304,10 +306,10 @@ def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh):
     for spec, w, (indptr, indices, delays) in zip(specs, weights, tables, strict=True):
         rows, target = _dense_targets(spec, EventArrays(indptr, indices, w, delays), step)
         flat = flat.at[..., target].add((s[..., rows] * w).astype(flat.dtype))
-    return flat.reshape(ring.shape)
+    return flat.reshape(ring.shape), jnp.zeros(batch, jnp.int32)
 
 
-def _deliver_tangent(out, primals, tangents, *, specs, fresh):
+def _deliver_tangent(out, primals, tangents, *, specs, fresh, capacity=None):
     """`d ring + sum_pre (ds w + s dw)` over every synapse: the derivative of the dense
     equivalent, so surrogate gradients reach every presynaptic neuron."""
     s, step, ring, weights, tables = primals
@@ -320,7 +322,8 @@ def _deliver_tangent(out, primals, tangents, *, specs, fresh):
     ):
         arr = EventArrays(indptr, indices, w, delays)
         flat = _dense_equivalent(spec, arr, s, ds, dw, step, flat)
-    return flat.reshape(ring.shape)
+    # The count of missing slots is an integer: its tangent is float0.
+    return flat.reshape(ring.shape), np.zeros(batch, jax.dtypes.float0)
 
 
 def _deliver_examples():
@@ -369,6 +372,14 @@ def _deliver_examples():
         grad_argnums=(0, 3),
         label="fresh-ring",
     )
+    # A buffer smaller than the group that holds every trial's spikes: the same values.
+    s3 = jnp.asarray([[1, 0, 0, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0, 1]], f32)
+    yield Example(
+        (s3, step, ring, weights, tables),
+        dict(specs=specs, fresh=False, capacity=2),
+        grad_argnums=(0, 2, 3),
+        label="capacity-below-group",
+    )
 
 
 DELIVER_TARGET = "nj_csr_deliver"
@@ -387,7 +398,16 @@ DELIVER = register(
 )
 
 
-def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring, *, fresh: bool = False):
+def deliver(
+    specs: tuple[EventSpec, ...],
+    s,
+    step,
+    arrays,
+    ring,
+    *,
+    fresh: bool = False,
+    capacity: int | None = None,
+):
     """Deliver the spikes `s` (`(*batch, n_source)`, 0/1) of a group of populations.
 
     Every projection in `specs`/`arrays` leaves one population of the group and owns the
@@ -396,8 +416,18 @@ def deliver(specs: tuple[EventSpec, ...], s, step, arrays, ring, *, fresh: bool 
     are compacted once and scattered once for all of them. With `fresh=True` the content of
     `ring` is ignored and taken as zeros (a one-slot buffer that was just read), which spares
     the compiled kernel a fill.
+
+    The pure-JAX path compacts at most `capacity` spikes per trial (None: `n_source`, all
+    of them) and returns, with the ring, the buffer each trial needed beyond it (`needed`,
+    shape `batch`, 0 when every spike was delivered); an implementation that reads the whole
+    spike vector (the CPU kernel) always returns 0.
     """
     weights = tuple(arr.weights for arr in arrays)
     tables = tuple((arr.indptr, arr.indices, arr.delays) for arr in arrays)
     frozen = tuple(tuple(sp) for sp in specs)
-    return call(DELIVER, s, step, ring, weights, tables, specs=frozen, fresh=bool(fresh))
+    cap = None if capacity is None else capacity_for(capacity, specs[0].n_source)
+    if cap is not None and cap >= specs[0].n_source:
+        cap = None
+    return call(
+        DELIVER, s, step, ring, weights, tables, specs=frozen, fresh=bool(fresh), capacity=cap
+    )

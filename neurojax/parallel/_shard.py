@@ -358,7 +358,8 @@ class ShardedNetwork(eqx.Module):
             buffers.append(jnp.asarray(out))
         plastic = (None,) * len(self.proj_ends)
         step = jnp.asarray(host.step, jnp.int32)
-        return NetworkState(pops, synapses, tuple(buffers), step, plastic)
+        peak = tuple(jnp.zeros((), jnp.int32) for _ in self.groups)
+        return NetworkState(pops, synapses, tuple(buffers), step, plastic, peak)
 
     def init_state(self, key: PRNGKeyArray | None = None) -> ShardedNetworkState:
         """The initial state of `nj.Network.init_state(key)`, laid out over the devices.
@@ -483,7 +484,8 @@ class ShardedNetwork(eqx.Module):
 
         # 4. delivery into the local ring buffers through the local tables
         n_proj = len(self.proj_ends)
-        buffers = _phases.delivery(
+        # A sharded plan has no capacity: every buffer holds the whole group (needs are 0).
+        buffers, _ = _phases.delivery(
             plan,
             [jtu.tree_map(lambda x: x[0], lay) for lay in loc.layouts],
             buffers,

@@ -33,6 +33,11 @@ class Delivery(NamedTuple):
         delays: per-synapse delays in steps (in the layout's synapse order), or None.
         weights: the current weights `(*batch, n_synapses)` of a plastic projection (in the
             layout's synapse order), or None to use the layout's own.
+        capacity: the spikes per trial and step a layout with a bounded spike buffer handles
+            (the event layout's pure-JAX path), or None for all of the group's neurons. Such
+            a layout's `deliver_group` returns `(ring, needed)`, with `needed` the buffer
+            each trial lacked this step (0 when it held every spike), so that the network
+            can rerun with a larger one; a layout without a buffer returns the ring alone.
     """
 
     layout: "Layout"
@@ -41,6 +46,7 @@ class Delivery(NamedTuple):
     delay_steps: int | None
     delays: jax.Array | None
     weights: jax.Array | None
+    capacity: int | None = None
 
 
 class Layout(eqx.Module):

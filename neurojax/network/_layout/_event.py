@@ -156,9 +156,11 @@ class EventLayout(Layout):
         ring: Float[Array, "*batch d w"],
         *,
         fresh: bool,
-    ) -> Float[Array, "*batch d w"]:
-        """All projections of the group in one compaction of `s` and one scatter (or one
-        call of the compiled CPU kernel), through `neurojax.network._propagation.deliver`."""
+    ) -> tuple[Float[Array, "*batch d w"], jax.Array]:
+        """All projections of the group in one compaction of `s` into a buffer of
+        `capacity` spikes per trial and one scatter (or one call of the compiled CPU kernel),
+        through `neurojax.network._propagation.deliver`: the ring and the buffer each trial
+        lacked (see `Delivery.capacity`)."""
         specs, arrays = [], []
         for dl in deliveries:
             lay = dl.layout
@@ -177,4 +179,5 @@ class EventLayout(Layout):
             )
             weights = lay.weights if dl.weights is None else dl.weights
             arrays.append(EventArrays(lay.indptr, lay.indices, weights, dl.delays))
-        return deliver(specs, s, step, arrays, ring, fresh=fresh)
+        capacity = deliveries[0].capacity
+        return deliver(specs, s, step, arrays, ring, fresh=fresh, capacity=capacity)
