@@ -78,6 +78,7 @@ from . import _harness
 TOTAL_S = 400.0  # the whole run, peers included: 6 min 40 s, under the 7-minute target
 QUICK_TOTAL_S = 170.0
 STARTUP_MARGIN_S = 2.0
+QUICK_FLOOR_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -213,18 +214,14 @@ def _short(exc: BaseException) -> str:
     return text if len(text) < 2000 else text[:2000] + "..."
 
 
-def effective_limit(
-    name: str, now: float, deadline: float, quick: bool, names: list[str]
-) -> float:
+def effective_limit(name: str, now: float, deadline: float, quick: bool, names: list[str]) -> float:
     """The limit of section `name` started at `now`: its own limit, cut so that the sections
     after it in `names` keep their minimum before the run's deadline."""
     sec = BY_NAME[name]
     own = sec.quick_limit_s if quick else sec.limit_s
     later = names[names.index(name) + 1 :]
-    reserve = sum(
-        min(BY_NAME[n].floor_s, BY_NAME[n].quick_limit_s) if quick else BY_NAME[n].floor_s
-        for n in later
-    )
+    # --quick keeps a token minimum: its sections take seconds, and its budget only guards.
+    reserve = sum(QUICK_FLOOR_S if quick else BY_NAME[n].floor_s for n in later)
     return min(own, deadline - now - reserve)
 
 
@@ -486,7 +483,6 @@ def sec_network_scale(ctx: Context) -> None:
 
 def sec_hh(ctx: Context) -> None:
     def one() -> dict[str, Any]:
-        import jax
         import jax.numpy as jnp
         import numpy as np
 
@@ -972,6 +968,7 @@ def child_main(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------
 # The parent: starts children, enforces the limits, writes the JSON lines and the ratios.
 # --------------------------------------------------------------------------------------
+
 
 # (peer section, peer figure) -> (neurojax section, neurojax figure), for the ratio lines.
 def ratio_pairs(size: dict[str, Any]) -> dict[tuple[str, str], tuple[str, str]]:
