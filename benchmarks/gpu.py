@@ -49,7 +49,7 @@ Peers time the same way with their own synchronisation.
 the children's stderr go to stderr and `DIR/log.txt`.
 
 `--quick` runs every section at tiny sizes (on the CPU backend when there is no GPU; the
-peers that need CUDA are `"skipped: no GPU"`), in about two minutes on two cores.
+peers that need CUDA are `"skipped: no GPU"`), in about 40-60 s on two cores.
 
 Run: `python -m benchmarks.gpu --out DIR [--quick] [--sections a,b] [--total S]
 [--repeats R]`.
