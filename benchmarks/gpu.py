@@ -956,6 +956,8 @@ def child_main(args: argparse.Namespace) -> int:
         now = time.time()
         ctx.section_end = now + effective_limit(name, now, args.deadline, args.quick, plan)
         print(f"@@start {name}", flush=True)
+        if name == args.stall:  # tests: a section that never ends
+            time.sleep(3600)
         try:
             SECTION_FUNCS[name](ctx)
         except Exception as exc:  # a section's set-up failed: recorded, the next one runs
@@ -1099,6 +1101,7 @@ class Runner:
         ]
         cmd += ["--quick"] if self.args.quick else []
         cmd += ["--cuda"] if self.cuda else []
+        cmd += ["--stall", self.args.stall] if self.args.stall else []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         root = str(_harness.REPO_ROOT)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -1213,6 +1216,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--plan", default="", help=argparse.SUPPRESS)
     parser.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--cuda", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stall", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 3 if args.quick else 5

@@ -82,7 +82,46 @@ def test_effective_limit_keeps_the_later_sections_minimum():
     assert gpu.effective_limit("peer_cupy_hh", now, now + 4.0, False, names) == 4.0
 
 
-# About 40-60 s on the 2-core reference machine (every section compiles): too long for the
+def test_a_section_past_its_limit_is_abandoned_and_the_run_goes_on(tmp_path):
+    # `--stall` makes the child hang in a section; a budget of 9 s leaves the first section
+    # 4 s (5 s are kept for the second) and the second what remains.
+    out = tmp_path / "gpu"
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.gpu",
+            "--quick",
+            "--out",
+            str(out),
+            "--sections",
+            "scan_floor,hh",
+            "--stall",
+            "scan_floor",
+            "--total",
+            "9",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    status = {(r["section"], r["figure"]): r["status"] for r in records}
+    assert status["scan_floor", "section"] == "abandoned"
+    # The second section ran in a fresh child: done, or skipped when the budget ran out first
+    # on a slow machine; either way it has a line and the run ended on time.
+    assert status.get(("hh", f"n_{gpu.QUICK['hh_n']}")) == "ok" or status.get(
+        ("hh", "section")
+    ) in ("abandoned", "skipped")
+    assert ("summary", "run") in status
+    assert wall < 60
+
+
+# About 40-70 s on the 2-core reference machine (every section compiles): too long for the
 # default suite.
 @pytest.mark.slow
 def test_gpu_quick_writes_every_section(tmp_path):
