@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.stamp-dev
 STAMP_BENCH := $(VENV)/.stamp-bench
 STAMP_DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test test-slow test-all bench docs docs-serve lint clean
+.PHONY: demo test test-slow test-all bench bench-gpu gpu-wheels docs docs-serve lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,34 @@ test-all: $(STAMP_DEV)
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run_all
+
+# The GPU benchmark (benchmarks/gpu.py): every section under its own time limit, the whole
+# run in at most 7 minutes on one H100, its JSON lines in $(OUT)/results.jsonl. It runs with
+# the GPU machine's own Python (GPU_PYTHON), which has jax, torch and cupy; the peers that
+# machine lacks come from the wheels in .whl/ (`make gpu-wheels`, on a machine with PyPI),
+# installed into $(GPU_SITE). neurojax itself is imported from this checkout; its own
+# dependencies (.whl/core) are installed only when that Python cannot import them.
+OUT ?= benchmarks/out/gpu
+GPU_PYTHON ?= python3
+GPU_SITE ?= /tmp/site
+GPU_FLAGS ?=
+PIP_OFFLINE := -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
+
+bench-gpu:
+	@# A failed install is reported and the run goes on: the peers then record their errors.
+	@if ls .whl/*.whl >/dev/null 2>&1; then \
+		$(GPU_PYTHON) $(PIP_OFFLINE) --target $(GPU_SITE) .whl/*.whl \
+		|| echo "bench-gpu: installing .whl/*.whl failed; the peers will record errors"; fi
+	@if ls .whl/core/*.whl >/dev/null 2>&1 && ! $(GPU_PYTHON) -c \
+		"import equinox, jaxtyping, optax, chex, tqdm" 2>/dev/null; then \
+		$(GPU_PYTHON) $(PIP_OFFLINE) --target $(GPU_SITE)-core .whl/core/*.whl \
+		|| echo "bench-gpu: installing .whl/core/*.whl failed"; fi
+	mkdir -p $(OUT)
+	PYTHONPATH=$(CURDIR):$(GPU_SITE):$(GPU_SITE)-core$${PYTHONPATH:+:$$PYTHONPATH} \
+		PYTHONUNBUFFERED=1 $(GPU_PYTHON) -m benchmarks.gpu --out $(OUT) $(GPU_FLAGS)
+
+gpu-wheels:
+	bash benchmarks/gpu_wheels.sh
 
 # The documentation site (mkdocs-material + mkdocstrings); --strict turns every warning
 # (a broken link, a missing API object) into a failure. CI runs it.

@@ -18,5 +18,6 @@ configuration. `benchmarks/RESULTS.md` keeps the latest full runs.
   snnTorch, Norse and Spyx.
 - `parallel_scaling`: one network sharded over forced host devices (exchange cost, bytes).
 - `sweep`: a COBA parameter sweep of 64 sets through `nj.parallel.sweep`, time per trial.
+- `gpu`: every GPU figure and its GPU peers in one time-limited run (`make bench-gpu`).
 - `brian2_network_stats`: writes the stored Brian2 statistics used by the tests.
 """

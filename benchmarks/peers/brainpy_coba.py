@@ -39,9 +39,17 @@ reduced to the statistics of `_coba.spike_stats` afterwards.
 Threads: the process pins itself with `configure_threads` (XLA flags and CPU affinity, as the
 neurojax benchmarks do) before JAX is imported; brainevent's numba kernels run serially.
 
+Scaled networks and GPUs (`benchmarks.gpu`): `scale` s multiplies both populations by s and
+divides the connection probability by s, so every neuron keeps ~80 inputs (BrainPy's own COBA
+scaling benchmark does the same); `platform` "gpu" leaves brainevent on its default GPU
+kernels (CUDA, built at first use) instead of the CPU's numba backend. For s > 1 the run
+returns spike counts per neuron (the raster is summed inside the jitted call) and only mean
+rates are reported.
+
 Usage: `python -m benchmarks.peers.brainpy_coba SPEC_JSON` with keys `model` ('coba' or
 'cuba'), `seed`, `duration_ms`, `repeats`, `budget_s`, `threads`, optionally `t_skip_ms`
-(start of the statistics window, default 0).
+(start of the statistics window, default 0), `scale` (default 1) and `platform` ('cpu',
+default, or 'gpu').
 """
 
 import time
@@ -62,7 +70,7 @@ def _bernoulli_csr(rng: Any, n_pre: int, n_post: int, p: float) -> tuple[Any, An
     return indices, indptr
 
 
-def _build(model: str, seed: int) -> tuple[Any, Any, dict[Any, Any]]:
+def _build(model: str, seed: int, scale: int = 1) -> tuple[Any, Any, dict[Any, Any]]:
     """The network module (initialised), its states and their initial values."""
     import brainevent
     import brainstate
@@ -74,8 +82,9 @@ def _build(model: str, seed: int) -> tuple[Any, Any, dict[Any, Any]]:
 
     from . import _coba
 
-    p = _coba.MODELS[model]
-    n_exc, n_inh = p["n_exc"], p["n_inh"]
+    p = dict(_coba.MODELS[model])
+    n_exc, n_inh = p["n_exc"] * scale, p["n_inh"] * scale
+    p["p_conn"] = p["p_conn"] / scale
     n = n_exc + n_inh
     ms, mV = u.ms, u.mV
     coba = model == "coba"
@@ -204,16 +213,22 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     p = _coba.MODELS[model]
     duration = float(spec["duration_ms"])
     n_steps = int(round(duration / p["dt"]))
+    scale = int(spec.get("scale", 1))
+    platform = spec.get("platform", "cpu")
+    n_exc, n_inh = p["n_exc"] * scale, p["n_inh"] * scale
     brainstate.environ.set(dt=p["dt"] * u.ms)
-    brainevent.config.set_backend("cpu", "numba")
+    if platform == "cpu":
+        brainevent.config.set_backend("cpu", "numba")
 
     t0 = time.perf_counter()
-    net, states, initial = _build(model, int(spec["seed"]))
+    net, states, initial = _build(model, int(spec["seed"]), scale)
     build_s = time.perf_counter() - t0
 
     @brainstate.transform.jit
     def simulate():
-        return brainstate.transform.for_loop(net.update, jnp.arange(n_steps))
+        raster = brainstate.transform.for_loop(net.update, jnp.arange(n_steps))
+        # Scaled runs keep only counts: a 10^4-step raster of 4 * 10^5 neurons is 4 GB.
+        return raster if scale == 1 else raster.sum(axis=0, dtype=jnp.int32)
 
     def call():
         for key, st in states.items():
@@ -223,13 +238,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     log(f"brainpy_coba: {model}, {n_steps} steps, {net.n_synapses} synapses")
     timing, raster = time_call(call, repeats=int(spec["repeats"]), budget_s=float(spec["budget_s"]))
     raster = np.asarray(raster)
-    step, idx = np.nonzero(raster)
     t_skip = float(spec.get("t_skip_ms", 0.0))
     result: dict[str, Any] = {
         "impl": "brainpy_state",
         "model": model,
         "method": "euler" if model == "coba" else "exact",
-        "backend": "numba",
+        "backend": "numba" if platform == "cpu" else "brainevent default",
+        "platform": str(jax.devices()[0].platform),
+        "device_kind": str(jax.devices()[0].device_kind),
+        "scale": scale,
+        "n_neurons": n_exc + n_inh,
         "seed": int(spec["seed"]),
         "duration_ms": duration,
         "threads": threads,
@@ -243,7 +261,16 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "n_synapses": net.n_synapses,
         "t_skip_ms": t_skip,
     }
-    result.update(_coba.spike_stats(idx, step * p["dt"], p["n_exc"], p["n_inh"], duration, t_skip))
+    if scale == 1:
+        step, idx = np.nonzero(raster)
+        result.update(_coba.spike_stats(idx, step * p["dt"], n_exc, n_inh, duration, t_skip))
+    else:
+        seconds = duration * 1e-3
+        result.update(
+            rate_exc_hz=float(raster[:n_exc].sum() / (n_exc * seconds)),
+            rate_inh_hz=float(raster[n_exc:].sum() / (n_inh * seconds)),
+            rate_hz=float(raster.sum() / ((n_exc + n_inh) * seconds)),
+        )
     return result
 
 
