@@ -138,3 +138,15 @@ def has_cpu_kernel(name: str) -> bool:
     kernel = nj.kernels.registry()[name]
     example = next(iter(kernel.examples()))
     return "cpu" in nj.kernels.implementations(kernel, *example.args, **example.static)
+
+
+def hlo_census(compiled_text: str) -> dict:
+    """What in a compiled program would make a GPU wait on the host: the number of
+    `conditional` instructions and of `while` loops, and the whiles whose trip count XLA
+    does not know (no `known_trip_count` in their backend config)."""
+    import re
+
+    conditionals = len(re.findall(r"\sconditional\(", compiled_text))
+    whiles = [line for line in compiled_text.splitlines() if re.search(r"\swhile\(", line)]
+    unknown = [w for w in whiles if "known_trip_count" not in w]
+    return {"conditional": conditionals, "while": len(whiles), "unknown_trip_count": len(unknown)}
