@@ -133,17 +133,41 @@ def test_overflow_beyond_largest_buffer_delivers_every_spike(path, compaction, m
 
 
 @pytest.mark.parametrize("compaction", ["top_k", "nonzero"])
-def test_every_bucket_size_gives_the_same_delivery(path, compaction, monkeypatch):
+def test_every_buffer_size_gives_the_same_delivery(path, compaction, monkeypatch):
     if compaction == "nonzero":  # the compaction used above _TOPK_MAX sources
         monkeypatch.setattr(_propagation, "_TOPK_MAX", 8)
-    # Rates chosen so that the per-step spike counts fall in several buckets.
+    # Rates chosen so that the per-step spike counts overflow the small buffers.
     conn = nj.connect.fixed_prob(jax.random.key(1), 3000, 50, 0.05, weight=0.01)
     dense = np.asarray(conn.todense())
     for rate in (30.0, 800.0, 9000.0):
-        net = poisson_net(conn, rate, method="event")
-        _, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(9)), 4)
-        expected = spikes["src"][:-1].astype(np.float64) @ dense
-        np.testing.assert_allclose(arr[1:], expected, rtol=1e-4, atol=1e-6)
+        runs = []
+        for capacity in (16, 256, None):
+            net = poisson_net(conn, rate, method="event")
+            net = net.with_capacity(capacity)
+            final, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(9)), 4)
+            expected = spikes["src"][:-1].astype(np.float64) @ dense
+            np.testing.assert_allclose(arr[1:], expected, rtol=1e-4, atol=1e-6)
+            runs.append(arr)
+        # Whatever the buffer (and the reruns it took), the same terms in the same order.
+        np.testing.assert_array_equal(runs[0], runs[1])
+        np.testing.assert_array_equal(runs[0], runs[2])
+
+
+def test_capacity_under_jit_raises_naming_populations_and_capacity():
+    conn = nj.connect.fixed_prob(jax.random.key(1), 300, 20, 0.1, weight=0.01)
+    net = poisson_net(conn, 5000.0, method="event").with_capacity(4)
+    state = net.init_state(jax.random.key(0))
+    with nj.kernels.use("reference"):
+        final, _ = nj.simulate(net, state, dt=DT, n_steps=5)  # eager: reruns, no error
+        assert net.needed_capacity(final) > 4
+        assert net.fit_capacity(final).capacity >= net.needed_capacity(final)
+        with pytest.raises(nj.network.SpikeCapacityError, match=r"'src'.*spike_capacity=\d+"):
+            net.check_capacity(final)
+        run = jax.jit(lambda s: nj.simulate(net, s, dt=DT, n_steps=5)[0].step)
+        with pytest.raises(Exception, match=r"population\(s\) 'src'.*capacity 4"):
+            jax.block_until_ready(run(state))
+    with pytest.raises(ValueError, match=r"spike_capacity must be None or an int >= 1, got 0"):
+        net.with_capacity(0)
 
 
 def lif_pair_net(method, weight_scale=1.0):
