@@ -102,13 +102,24 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     if args.devices > 1:
         final, counts, compile_s, run_s = _run_sharded(net, state, args, n_steps, every)
     else:
-        t0 = time.perf_counter()
-        compiled = jax.jit(run).lower(net, state).compile()
-        compile_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        final, rec = compiled(net, state)
-        jax.block_until_ready((final, rec))
-        run_s = time.perf_counter() - t0
+        compile_s = 0.0
+        while True:
+            t0 = time.perf_counter()
+            compiled = jax.jit(run).lower(net, state).compile()
+            compile_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            try:
+                final, rec = compiled(net, state)
+                jax.block_until_ready((final, rec))
+            except Exception as err:  # noqa: BLE001 - only the spike capacity is retried
+                # The run is compiled ahead of time, so simulate cannot rerun a chunk whose
+                # spikes overflowed the pure-JAX path's buffer: grow it and run again.
+                if "spike capacity" not in str(err) or net.capacity >= max(net.sizes.values()):
+                    raise
+                net = net.with_capacity(4 * net.capacity)
+                continue
+            run_s = time.perf_counter() - t0
+            break
         counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
 
     for pname, st in final.populations.items():
