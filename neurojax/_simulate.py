@@ -707,10 +707,17 @@ def simulate(
         )
 
     to_host = chunk_size is not None
+    # A model with a bounded spike buffer (a network's pure-JAX event path) reruns a chunk in
+    # which a step needed a larger buffer, with one that holds it; each chunk starts again
+    # from the model's own buffer, so a burst (a network's initial transient) costs one chunk
+    # run twice, not a large buffer for the whole run.
+    fits = callable(getattr(model, "fit_capacity", None))
     if chunk_size is None:
         chunk_size = n_steps
         if progress:
             chunk_size = record_every * max(1, math.ceil(n_steps / record_every / 20))
+        elif fits and not traced and model.buffers_may_overflow():
+            chunk_size = record_every * max(1, math.ceil(n_steps / record_every / 8))
     n_rec_total = n_steps // record_every
 
     input_fn = inputs if kind == "fn" else None
@@ -726,11 +733,7 @@ def simulate(
 
         bar = tqdm(total=n_steps, unit="step", desc="simulate", dynamic_ncols=True)
     t_start = time.perf_counter()
-    # A model with a bounded spike buffer (a network's pure-JAX event path) grows it to what
-    # the state says earlier runs needed, and after a chunk that needed more reruns it.
-    fits = callable(getattr(model, "fit_capacity", None))
-    if fits and not traced:
-        model = model.fit_capacity(state)
+    base = model
     try:
         for start in range(0, n_steps, chunk_size):
             length = min(chunk_size, n_steps - start)
@@ -739,7 +742,7 @@ def simulate(
                 chunk_inputs = jtu.tree_map(lambda x, w=window: x[w], inputs)
             else:
                 chunk_inputs = const
-            lost = None
+            model = base
             while True:
                 out = _run_chunk_jit(
                     model,
@@ -764,10 +767,8 @@ def simulate(
                 grown = model.fit_capacity(out[0])
                 if grown is model:
                     break
-                model, lost = grown, out[0]  # spikes were lost: rerun with a larger buffer
+                model = grown  # spikes were left out: run the chunk again, larger buffer
             state, spikes, values, diag = out
-            if lost is not None:
-                state = model.remember_peak(state, lost)
             if _is_tracer(diag[0]):
                 # An inputs function or record function closing over traced values puts the
                 # whole run under the caller's transformation, even with concrete arguments.

@@ -123,9 +123,7 @@ def test_overflow_beyond_largest_buffer_delivers_every_spike(path, compaction, m
     conn = nj.connect.fixed_outdegree(jax.random.key(0), n_pre, n_post, 2, weight=0.001)
     net = poisson_net(conn, 1e4, method="event")  # rate * dt = 1: a spike every step
     assert net.capacity < n_pre  # the default buffer cannot hold a step's spikes
-    final, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(0)), 3)
-    if path == "jax":  # simulate saw the overflow and reran with a buffer that holds it
-        assert net.needed_capacity(final) == n_pre
+    _, arr, spikes = arrivals_of(net, net.init_state(jax.random.key(0)), 3)
     assert spikes["src"].sum() == 3 * n_pre
     expected = np.asarray(conn.todense()).sum(axis=0)
     np.testing.assert_allclose(arr[1], expected, rtol=1e-5)
@@ -158,8 +156,12 @@ def test_capacity_under_jit_raises_naming_populations_and_capacity():
     net = poisson_net(conn, 5000.0, method="event").with_capacity(4)
     state = net.init_state(jax.random.key(0))
     with nj.kernels.use("reference"):
-        final, _ = nj.simulate(net, state, dt=DT, n_steps=5)  # eager: reruns, no error
-        assert net.needed_capacity(final) > 4
+        nj.simulate(net, state, dt=DT, n_steps=5)  # eager: reruns, no error
+        final, counts = state, []
+        for _ in range(5):  # a hand-written loop: nothing reruns, the state keeps the peak
+            final, out = net.step(final, None, DT)
+            counts.append(int(out["src"].sum()))
+        assert net.needed_capacity(final) == max(counts) > 4
         assert net.fit_capacity(final).capacity >= net.needed_capacity(final)
         with pytest.raises(nj.network.SpikeCapacityError, match=r"'src'.*spike_capacity=\d+"):
             net.check_capacity(final)

@@ -639,9 +639,9 @@ class Network(eqx.Module):
         """This network, or a copy whose capacity holds every spike count in `state.peak`
         (the next power of two), so that a rerun from before the overflow loses nothing.
 
-        `nj.simulate` calls it before a run (a state carries its peak from run to run, so a
-        capacity grows once) and after each chunk, whose overflow it reruns. With a traced
-        state it returns the network unchanged (see `check_capacity`).
+        `nj.simulate` calls it after each chunk and reruns a chunk that overflowed with the
+        network it returns. With a traced state it returns the network unchanged (see
+        `check_capacity`).
         """
         if not state.peak or any(_is_traced(p) for p in state.peak):
             return self
@@ -650,14 +650,21 @@ class Network(eqx.Module):
             return self
         return self.with_capacity(1 << (need - 1).bit_length())
 
-    def remember_peak(self, state: NetworkState, earlier: NetworkState) -> NetworkState:
-        """`state` with the larger of its and `earlier`'s peaks: after a rerun with a larger
-        buffer (which needed nothing more) the state still says what the run needed, so that
-        the next run of the original network grows its buffer at once."""
-        if len(state.peak) != len(earlier.peak):
-            return state
-        peak = tuple(jnp.maximum(a, b) for a, b in zip(state.peak, earlier.peak, strict=True))
-        return eqx.tree_at(lambda s: s.peak, state, peak)
+    def buffers_may_overflow(self) -> bool:
+        """Whether a step of this network may run a bounded spike buffer: the pure-JAX event
+        path runs (`nj.kernels.use("reference")`, a GPU or TPU, no C++ compiler) for an
+        event-layout projection, or a plasticity rule has no compiled kernel. The compiled
+        CPU kernels read every spike and never overflow."""
+        from ..kernels import _build, _config, _registry
+
+        events = [p for p in self.projections if getattr(p.layout, "name", "") == "event"]
+        if not events:
+            return False
+        if _config.mode() == "reference" or not _registry._may_run_on_cpu():
+            return True
+        if _build.library() is None:
+            return True
+        return any(p.plasticity is not None and p.plasticity.pair_kernel() is None for p in events)
 
     def check_capacity(self, state: NetworkState) -> NetworkState:
         """Raise `SpikeCapacityError` if a step of `state`'s history had more spikes than this
