@@ -27,3 +27,6 @@ from ._registry import call as call
 from ._registry import implementations as implementations
 from ._registry import register as register
 from ._registry import registry as registry
+
+# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
+from . import _pallas_lif as _pallas_lif  # noqa: E402
