@@ -96,9 +96,7 @@ def test_slot_under_vmap_equals_stacked_calls(kernel, slot, example):
     _close(_canonical(kernel, got), _canonical(kernel, want))
 
 
-@pytest.mark.parametrize(
-    "kernel,slot,example", [c for c in SLOT_CASES if c.values[2].grad_argnums]
-)
+@pytest.mark.parametrize("kernel,slot,example", [c for c in SLOT_CASES if c.values[2].grad_argnums])
 def test_slot_gradient_is_the_reference_gradient(kernel, slot, example):
     """Gradients never go through a Pallas kernel: they are those of the entry's definition."""
     fn = kernel.differentiable or kernel.reference
@@ -108,7 +106,10 @@ def test_slot_gradient_is_the_reference_gradient(kernel, slot, example):
             out = f(*args, **example.static)
             leaves = [x for x in jax.tree.leaves(out) if jnp.issubdtype(x.dtype, jnp.floating)]
             # linear in the outputs, so the gradient does not depend on their last bits
-            return sum(jnp.sum(x * jnp.cos(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape)) for x in leaves)
+            return sum(
+                jnp.sum(x * jnp.cos(jnp.arange(x.size, dtype=x.dtype)).reshape(x.shape))
+                for x in leaves
+            )
 
         return inner
 
@@ -370,12 +371,16 @@ def test_plastic_user_rule_dispatches_to_the_gpu_slot():
         assert nj.kernels.implementations(kernel, *args, sizes=sizes)["cpu"] is kernel.gpu
         got = nj.kernels.call(kernel, *args, sizes=sizes)
         g_got = jax.grad(
-            lambda w, r: jnp.sum(jnp.sin(nj.kernels.call(kernel, r, args[1], w, *args[3:], sizes=sizes)[0])),
+            lambda w, r: jnp.sum(
+                jnp.sin(nj.kernels.call(kernel, r, args[1], w, *args[3:], sizes=sizes)[0])
+            ),
             (0, 1),
         )(args[2], args[0])
     want = _event_update(*args, sizes=sizes)
     g_want = jax.grad(
-        lambda w, r: jnp.sum(jnp.sin(kernel.differentiable(r, args[1], w, *args[3:], sizes=sizes)[0])),
+        lambda w, r: jnp.sum(
+            jnp.sin(kernel.differentiable(r, args[1], w, *args[3:], sizes=sizes)[0])
+        ),
         (0, 1),
     )(args[2], args[0])
     _close(got, want)
@@ -421,9 +426,7 @@ def test_lif_step_spikes_gpu(trials, capacity):
     want = _pallas_lif.lif_step_spikes_reference(*args, euler=False, capacity=capacity)
     with nj.kernels.interpret("gpu"):
         got = jax.jit(
-            lambda *a: _pallas_lif.lif_step_spikes_gpu(
-                *a, euler=False, capacity=capacity, block=32
-            )
+            lambda *a: _pallas_lif.lif_step_spikes_gpu(*a, euler=False, capacity=capacity, block=32)
         )(*args)
     _close(got[:3], want[:3])
     np.testing.assert_array_equal(got[4], want[4])

@@ -13,6 +13,8 @@ and the public switch that chooses between them.
   run (see the Architecture page of the docs).
 """
 
+# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
+from . import _pallas_lif as _pallas_lif
 from ._config import mode as mode
 from ._config import set_mode as set_mode
 from ._config import use as use
@@ -27,6 +29,3 @@ from ._registry import call as call
 from ._registry import implementations as implementations
 from ._registry import register as register
 from ._registry import registry as registry
-
-# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
-from . import _pallas_lif as _pallas_lif  # noqa: E402

@@ -80,7 +80,9 @@ def interpret(slot: str = "gpu") -> Iterator[None]:
     ```
     """
     if not isinstance(slot, str) or slot not in INTERPRET_MODES:
-        raise ValueError(f"nj.kernels.interpret: slot must be one of {INTERPRET_MODES}, got {slot!r}")
+        raise ValueError(
+            f"nj.kernels.interpret: slot must be one of {INTERPRET_MODES}, got {slot!r}"
+        )
     if _STATE is None:
         old = _FALLBACK[0]
         _FALLBACK[0] = slot

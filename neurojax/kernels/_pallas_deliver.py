@@ -141,9 +141,21 @@ def deliver_gpu(
                 end = indptr_ref[local + 1]
                 lane = jnp.arange(bc, dtype=jnp.int32)
 
-                def chunk(c, carry, sp=sp, nnz=nnz, per_trial=per_trial, bc=bc, lane=lane,
-                          start=start, end=end, row_ok=row_ok, delay_ref=delay_ref,
-                          indices_ref=indices_ref, w_ref=w_ref):
+                def chunk(
+                    c,
+                    carry,
+                    sp=sp,
+                    nnz=nnz,
+                    per_trial=per_trial,
+                    bc=bc,
+                    lane=lane,
+                    start=start,
+                    end=end,
+                    row_ok=row_ok,
+                    delay_ref=delay_ref,
+                    indices_ref=indices_ref,
+                    w_ref=w_ref,
+                ):
                     j = start[:, None] + c * bc + lane[None, :]
                     ok = row_ok[:, None] & (j < end[:, None])
                     jc = jnp.clip(j, 0, nnz - 1)

@@ -116,7 +116,9 @@ def lif_step_spikes_gpu(
     n = v.shape[-1]
     cap = _capacity(capacity, n)
     lead = v.shape[:-1]
-    arrays = [jnp.broadcast_to(x, v.shape).reshape(-1, n) for x in (v, r, v_inf, c, v_reset, v_th, t_ref)]
+    arrays = [
+        jnp.broadcast_to(x, v.shape).reshape(-1, n) for x in (v, r, v_inf, c, v_reset, v_th, t_ref)
+    ]
     n_trials = arrays[0].shape[0]
     bn = _pallas.next_pow2(min(block, n))
     n_blocks = -(-n // bn)
@@ -124,13 +126,35 @@ def lif_step_spikes_gpu(
     count0 = jnp.zeros((n_trials,), jnp.int32)
     dts = jnp.asarray(dts).astype(v.dtype)
 
-    def kernel(v_ref, r_ref, vi_ref, c_ref, vr_ref, vt_ref, tr_ref, dts_ref, _i0, _c0,
-               v_out, r_out, s_out, index_ref, count_ref):
+    def kernel(
+        v_ref,
+        r_ref,
+        vi_ref,
+        c_ref,
+        vr_ref,
+        vt_ref,
+        tr_ref,
+        dts_ref,
+        _i0,
+        _c0,
+        v_out,
+        r_out,
+        s_out,
+        index_ref,
+        count_ref,
+    ):
         t = pl.program_id(0).astype(jnp.int32)
         b = pl.program_id(1).astype(jnp.int32)
         v2, r2, spike = _update(
-            v_ref[...], r_ref[...], vi_ref[...], c_ref[...], vr_ref[...], vt_ref[...],
-            tr_ref[...], dts_ref[0], euler=euler,
+            v_ref[...],
+            r_ref[...],
+            vi_ref[...],
+            c_ref[...],
+            vr_ref[...],
+            vt_ref[...],
+            tr_ref[...],
+            dts_ref[0],
+            euler=euler,
         )
         v_out[...] = v2
         r_out[...] = r2

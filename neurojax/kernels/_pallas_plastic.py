@@ -223,15 +223,37 @@ def plastic_gpu(
     if max_out and n_pre:
         events = jnp.broadcast_to(s_arr, (*w.shape[:-1], n_pre)).reshape(n_trials, n_pre)
         w_flat = _phase(
-            w_flat, events.astype(w.dtype), flat(pre, n_pre), post_flat, lay.indptr, None,
-            lay.indices, leaves, rebuild, post_side=False, n_own=n_pre, n_other=n_post,
-            width=max_out, **common,
+            w_flat,
+            events.astype(w.dtype),
+            flat(pre, n_pre),
+            post_flat,
+            lay.indptr,
+            None,
+            lay.indices,
+            leaves,
+            rebuild,
+            post_side=False,
+            n_own=n_pre,
+            n_other=n_post,
+            width=max_out,
+            **common,
         )
     if max_in and n_post:
         events = jnp.broadcast_to(s_post, (*w.shape[:-1], n_post)).reshape(n_trials, n_post)
         w_flat = _phase(
-            w_flat, events.astype(w.dtype), post_flat, flat(pre_new, n_pre), lay.col_ptr,
-            lay.col_syn, lay.col_pre, leaves, rebuild, post_side=True, n_own=n_post,
-            n_other=n_pre, width=max_in, **common,
+            w_flat,
+            events.astype(w.dtype),
+            post_flat,
+            flat(pre_new, n_pre),
+            lay.col_ptr,
+            lay.col_syn,
+            lay.col_pre,
+            leaves,
+            rebuild,
+            post_side=True,
+            n_own=n_post,
+            n_other=n_pre,
+            width=max_in,
+            **common,
         )
     return w_flat.reshape(w.shape), pre_new, post_new
