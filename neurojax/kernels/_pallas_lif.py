@@ -161,8 +161,8 @@ def lif_step_spikes_gpu(
         s_out[...] = spike.astype(s_out.dtype)
         k = b * bn + jnp.arange(bn, dtype=jnp.int32)
         m = (spike & (k < n)).astype(jnp.int32)
-        total = jnp.sum(m)
-        before = jnp.cumsum(m) - m
+        total = jnp.sum(m, dtype=jnp.int32)
+        before = jnp.cumsum(m, dtype=jnp.int32) - m
         base = plgpu.atomic_add(count_ref, (t,), total)
         slot = base + before
         ok = (m > 0) & (slot < cap)

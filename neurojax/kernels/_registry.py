@@ -18,6 +18,10 @@ platforms. Its `Kernel` entry declares, in one place (in the manner of equinox's
   and `examples`: inputs on which `tests/test_kernels.py` checks every implementation against
   the reference under `jit`, `vmap` and `grad`.
 
+Under `nj.kernels.interpret("gpu")` (or `"tpu"`) the CPU runs the entry's `gpu` (`tpu`)
+implementation in place of its `cpu` one, Pallas calls in interpret mode, so accelerator
+kernels are tested through this same dispatch on a machine without an accelerator.
+
 `call(kernel, *args, **static)` applies all of it. `static` holds Python values (sizes,
 flags) that select a program; they are passed to every function of the entry as keyword
 arguments.
