@@ -481,3 +481,47 @@ def test_lif_step_spikes_is_one_lif_step():
     np.testing.assert_array_equal(r, new.refractory)
     np.testing.assert_array_equal(spikes, s)
     assert int(count) == int(jnp.sum(s))
+
+
+# ------------------------------------------------------------------ inside a network
+
+
+def test_network_runs_the_gpu_kernels():
+    """A LIF network with event-driven delivery (two groups, delays) and an STDP projection,
+    400 steps with the GPU kernels interpreted, equals the reference run."""
+    lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=2.0)
+    k = jax.random.split(jax.random.key(2), 3)
+    ee = nj.connect.fixed_prob(k[0], 30, 30, 0.2, weight=0.5)
+    ei = nj.connect.fixed_prob(k[1], 30, 10, 0.3, weight=0.4)
+    ie = nj.connect.fixed_prob(k[2], 10, 30, 0.3, weight=0.3)
+    rule = nj.STDP(a_plus=0.01, a_minus=0.012, w_max=1.0)
+    net = nj.Network(
+        populations={"E": (lif, 30), "I": (lif, 10)},
+        projections=[
+            nj.Projection(
+                "E", "E", ee, synapse=nj.Exponential(5.0), method="event", plasticity=rule
+            ),
+            nj.Projection("E", "I", ei, synapse=nj.Exponential(2.0), delay=0.3, method="event"),
+            nj.Projection(
+                "I",
+                "E",
+                ie,
+                synapse=nj.Exponential(10.0),
+                output=nj.ConductanceOutput(-80.0),
+                method="event",
+            ),
+        ],
+        inputs={"E": jnp.linspace(12.0, 20.0, 30), "I": 13.0},
+        dt=0.1,
+    )
+    state = net.init_state(jax.random.key(0))
+    with nj.kernels.use("reference"):
+        want_final, want = nj.simulate(net, state, dt=0.1, n_steps=400)
+    with nj.kernels.interpret("gpu"):
+        final, got = nj.simulate(net, state, dt=0.1, n_steps=400)
+        step = str(jax.make_jaxpr(lambda st: net.step(st, None, 0.1))(state))
+    assert step.count("pallas_call") >= 3  # the delivery and the two plasticity phases
+    assert int(want.spikes["E"].sum()) > 20 and int(want.spikes["I"].sum()) > 5
+    for pop in ("E", "I"):
+        np.testing.assert_array_equal(got.spikes[pop], want.spikes[pop])
+    chex.assert_trees_all_close(final, want_final, rtol=RTOL, atol=1e-5)
