@@ -6,13 +6,20 @@ and the public switch that chooses between them.
   implementation where there is one) or `"reference"` (pure JAX everywhere); part of
   `jax.jit`'s cache key. `NEUROJAX_CPU_KERNEL=0` sets `"reference"` as a process's default.
 - `nj.kernels.registry()`: every registered `Kernel` by name.
+- `nj.kernels.interpret(slot)`: the CPU runs each entry's `"gpu"` or `"tpu"` implementation,
+  Pallas kernels in interpret mode (how the accelerator kernels are tested without one);
+  `NEUROJAX_PALLAS_INTERPRET=gpu` (or `tpu`) sets it as a process's default.
 - `Kernel`, `call`, `register`, `Fold`, `Sequential`, `Example`: how a kernel is declared and
   run (see the Architecture page of the docs).
 """
 
+# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
+from . import _pallas_lif as _pallas_lif
 from ._config import mode as mode
 from ._config import set_mode as set_mode
 from ._config import use as use
+from ._pallas import interpret as interpret
+from ._pallas import interpret_mode as interpret_mode
 from ._registry import Batching as Batching
 from ._registry import Example as Example
 from ._registry import Fold as Fold

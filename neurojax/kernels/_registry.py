@@ -18,6 +18,10 @@ platforms. Its `Kernel` entry declares, in one place (in the manner of equinox's
   and `examples`: inputs on which `tests/test_kernels.py` checks every implementation against
   the reference under `jit`, `vmap` and `grad`.
 
+Under `nj.kernels.interpret("gpu")` (or `"tpu"`) the CPU runs the entry's `gpu` (`tpu`)
+implementation in place of its `cpu` one, Pallas calls in interpret mode, so accelerator
+kernels are tested through this same dispatch on a machine without an accelerator.
+
 `call(kernel, *args, **static)` applies all of it. `static` holds Python values (sizes,
 flags) that select a program; they are passed to every function of the entry as keyword
 arguments.
@@ -36,7 +40,7 @@ import numpy as np
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-from . import _build, _config
+from . import _build, _config, _pallas
 
 __all__ = [
     "Kernel",
@@ -154,7 +158,9 @@ class Kernel:
 
     See the module docstring; every function of the entry is called as
     `fn(*args, **static)`, with `supports(*args, **static) -> bool` telling whether the
-    compiled implementations handle these arguments (dtypes, sizes) at all.
+    compiled implementations handle these arguments (dtypes, sizes) at all; a mapping
+    from slot names (`"cpu"`, `"gpu"`, `"tpu"`) to such functions asks it per slot (a slot
+    not in it handles every argument).
     """
 
     name: str
@@ -166,7 +172,7 @@ class Kernel:
     batching: Callable[..., Any] = Sequential()
     differentiable: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
-    supports: Callable[..., bool] | None = None
+    supports: Callable[..., bool] | Mapping[str, Callable[..., bool]] | None = None
     rtol: float = 0.0
     atol: float = 0.0
     examples: Callable[[], Iterable[Example]] | None = None
@@ -231,30 +237,46 @@ def _may_run_on_cpu() -> bool:
     return jax.default_backend() == "cpu"
 
 
-def implementations(kernel: Kernel, *args, **static) -> dict[str, Callable[..., Any]]:
-    """The platform implementations that `call` would dispatch between for these arguments
-    in the current mode (`{}` means the reference runs everywhere)."""
+def _supported(kernel: Kernel, slot: str, args, static) -> bool:
+    supports = kernel.supports
+    if isinstance(supports, Mapping):
+        supports = supports.get(slot)
+    return supports is None or bool(supports(*args, **static))
+
+
+def _slots(kernel: Kernel, *args, **static) -> dict[str, str]:
+    """The slot (`"cpu"`, `"gpu"`, `"tpu"`) that runs on each platform, for these arguments
+    in the current mode (`{}`: the reference everywhere). Under `nj.kernels.interpret(slot)`
+    the CPU runs the entry's `slot` implementation, its Pallas calls interpreted."""
     if _config.mode() == "reference":
         return {}
     out = {}
-    ok = kernel.supports is None or kernel.supports(*args, **static)
-    if ok and kernel.cpu is not None and _may_run_on_cpu():
+    emulated = _pallas.interpret_mode()
+    if emulated != "off" and getattr(kernel, emulated) is not None and _may_run_on_cpu():
+        if _supported(kernel, emulated, args, static):
+            out["cpu"] = emulated
+    elif kernel.cpu is not None and _may_run_on_cpu() and _supported(kernel, "cpu", args, static):
         if not kernel.ffi_targets or _build.register_targets(kernel.ffi_targets):
-            out["cpu"] = kernel.cpu
-    if ok and kernel.gpu is not None:
-        out["cuda"] = kernel.gpu
-    if ok and kernel.tpu is not None:
-        out["tpu"] = kernel.tpu
+            out["cpu"] = "cpu"
+    for platform, slot in (("cuda", "gpu"), ("tpu", "tpu")):
+        if getattr(kernel, slot) is not None and _supported(kernel, slot, args, static):
+            out[platform] = slot
     return out
 
 
+def implementations(kernel: Kernel, *args, **static) -> dict[str, Callable[..., Any]]:
+    """The platform implementations that `call` would dispatch between for these arguments
+    in the current mode (`{}` means the reference runs everywhere)."""
+    return {p: getattr(kernel, slot) for p, slot in _slots(kernel, *args, **static).items()}
+
+
 @functools.cache
-def _implementation(kernel: Kernel, frozen: Any, platform: str) -> Callable[..., Any]:
-    """The implementation of `kernel` for `platform`, with the entry's batching rule: a vmapped
+def _implementation(kernel: Kernel, frozen: Any, slot: str) -> Callable[..., Any]:
+    """The implementation in `slot` of `kernel`, with the entry's batching rule: a vmapped
     axis reaches it through the rule (folded into its trials, or one call per element), at any
     depth of nested `vmap`s."""
     static = {k: _thaw(v) for k, v in frozen}
-    fn = functools.partial(getattr(kernel, platform), **static)
+    fn = functools.partial(getattr(kernel, slot), **static)
 
     @custom_vmap
     def apply(*args):
@@ -267,18 +289,15 @@ def _implementation(kernel: Kernel, frozen: Any, platform: str) -> Callable[...,
     return apply
 
 
-_PLATFORM_OF = {"cpu": "cpu", "cuda": "gpu", "tpu": "tpu"}
-
-
 def _platform_call(kernel: Kernel, frozen: Any, *args) -> Any:
     # The reference is batched by `jax.vmap` itself (one vectorised computation); each
     # implementation by the entry's rule.
     static = {k: _thaw(v) for k, v in frozen}
-    impls = implementations(kernel, *args, **static)
+    slots = _slots(kernel, *args, **static)
     reference = functools.partial(kernel.reference, **static)
-    if not impls:
+    if not slots:
         return reference(*args)
-    branches = {p: _implementation(kernel, frozen, _PLATFORM_OF[p]) for p in impls}
+    branches = {p: _implementation(kernel, frozen, slot) for p, slot in slots.items()}
     return lax.platform_dependent(*args, default=reference, **branches)
 
 

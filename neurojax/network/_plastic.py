@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..kernels import Example, Fold, Kernel, call, register
+from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
 from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
 from ..plasticity._base import replace_state
 from ._propagation import capacity_for, run_capped
@@ -266,8 +267,9 @@ PLASTIC = register(
         name="plastic_update",
         reference=_event_update,
         cpu=_kernel_update,
+        gpu=plastic_gpu,  # Pallas Triton kernels tracing the rule's on_pre / on_post
         ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
-        supports=_pair_kernel_supports,
+        supports={"cpu": _pair_kernel_supports, "gpu": plastic_gpu_supports},
         # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
         batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
         differentiable=_dense_step,

@@ -56,6 +56,7 @@ import numpy as np
 from jax import lax
 
 from ..kernels import Example, Kernel, Sequential, call, register
+from ..kernels._pallas_deliver import deliver_gpu, deliver_tpu
 
 __all__ = ["EventSpec", "EventArrays", "deliver", "arrival_slot", "capacity_for", "run_capped"]
 
@@ -388,6 +389,8 @@ DELIVER = register(
         name="csr_deliver",
         reference=_deliver_reference,
         cpu=_deliver_cpu,
+        gpu=deliver_gpu,  # Pallas Triton: spike list, CSR rows, atomic adds
+        tpu=deliver_tpu,  # dense products per delay (XLA; Mosaic has no atomics)
         ffi_targets=((DELIVER_TARGET, "NjCsrDeliver"),),
         batching=_deliver_batching,
         differentiable=_deliver_dense,
