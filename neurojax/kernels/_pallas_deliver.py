@@ -227,7 +227,7 @@ def deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
         size = n_offsets * sp.n_pre * sp.n_post * (n_trials if per_trial else 1)
         if size > _DENSE_MAX:
             arr = EventArrays(indptr, indices, w, delays)
-            out = _deliver_impl((sp,), s2.astype(ring.dtype), now, (arr,), out)
+            out = _deliver_impl((sp,), s2.astype(ring.dtype), now, (arr,), out, None)[0]
             continue
         counts = indptr[1:] - indptr[:-1]
         rows = jnp.repeat(jnp.arange(sp.n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)

@@ -261,15 +261,31 @@ def _plastic_examples():
         )
 
 
+def _plastic_gpu(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
+):
+    """The Pallas Triton update (`neurojax.kernels._pallas_plastic.plastic_gpu`): its grid
+    covers every neuron, so it never needs a larger buffer (`capacity` unused)."""
+    w, pre, post = plastic_gpu(
+        rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, sizes=sizes
+    )
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, pre, post, (none, none)
+
+
+def _plastic_gpu_supports(rule, *args, sizes, capacity=None):
+    return plastic_gpu_supports(rule, *args, sizes=sizes)
+
+
 STDP_TARGET = "nj_stdp_update"
 PLASTIC = register(
     Kernel(
         name="plastic_update",
         reference=_event_update,
         cpu=_kernel_update,
-        gpu=plastic_gpu,  # Pallas Triton kernels tracing the rule's on_pre / on_post
+        gpu=_plastic_gpu,  # Pallas Triton kernels tracing the rule's on_pre / on_post
         ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
-        supports={"cpu": _pair_kernel_supports, "gpu": plastic_gpu_supports},
+        supports={"cpu": _pair_kernel_supports, "gpu": _plastic_gpu_supports},
         # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
         batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
         differentiable=_dense_step,

@@ -383,14 +383,31 @@ def _deliver_examples():
     )
 
 
+def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+    """The Pallas Triton delivery (`neurojax.kernels._pallas_deliver.deliver_gpu`): at most
+    `capacity` spikes per trial, and the buffer each trial needed beyond it."""
+    out = deliver_gpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=capacity)
+    n_source = s.shape[-1]
+    size = capacity_for(capacity, n_source)
+    count = jnp.sum(s > 0, axis=-1, dtype=jnp.int32)
+    return out, needed(count, size, n_source)
+
+
+def _deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+    """The dense TPU delivery: a matrix product costs the same whatever the spike count, so
+    it delivers every spike (`capacity` unused) and never needs a larger buffer."""
+    out = deliver_tpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=None)
+    return out, jnp.zeros(s.shape[:-1], jnp.int32)
+
+
 DELIVER_TARGET = "nj_csr_deliver"
 DELIVER = register(
     Kernel(
         name="csr_deliver",
         reference=_deliver_reference,
         cpu=_deliver_cpu,
-        gpu=deliver_gpu,  # Pallas Triton: spike list, CSR rows, atomic adds
-        tpu=deliver_tpu,  # dense products per delay (XLA; Mosaic has no atomics)
+        gpu=_deliver_gpu,  # Pallas Triton: spike list, CSR rows, atomic adds
+        tpu=_deliver_tpu,  # dense products per delay (XLA; Mosaic has no atomics)
         ffi_targets=((DELIVER_TARGET, "NjCsrDeliver"),),
         batching=_deliver_batching,
         differentiable=_deliver_dense,
