@@ -61,10 +61,24 @@ import numpy as np
 from jax import lax
 from jaxtyping import ArrayLike, PyTree, Shaped
 
+from ._formats import from_sonata as from_sonata
+from ._formats import to_neo as to_neo
+from ._formats import to_nwb as to_nwb
+from ._formats import to_sonata as to_sonata
 from ._simulate import Recording
 from ._validation import check_dt
 
-__all__ = ["save", "load", "save_recording", "spike_table", "spike_table_to_csv"]
+__all__ = [
+    "save",
+    "load",
+    "save_recording",
+    "spike_table",
+    "spike_table_to_csv",
+    "to_sonata",
+    "from_sonata",
+    "to_nwb",
+    "to_neo",
+]
 
 FORMAT = "neurojax-checkpoint"
 FORMAT_VERSION = 1
