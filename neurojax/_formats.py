@@ -476,8 +476,8 @@ def to_nwb(
       `rate = 1000 / (dt * record_every)` [Hz], its unit from `units`.
     - **Model**: with `model=`, its parameters (every numeric leaf, by its path as written by
       `jax.tree_util.keystr`; leaves of more than 4096 elements, such as weights, by their
-      shape, dtype, mean, min and max) and its type, as JSON in the scratch entry
-      `neurojax_model`.
+      shape, dtype, mean, min and max), its type and, for a network, its population sizes,
+      as JSON in the scratch entry `neurojax_model`.
 
     Times in NWB are in seconds; neurojax's ms are divided by 1000. Needs `pynwb`
     (`pip install 'neurojax[nwb]'`).
@@ -566,7 +566,11 @@ def to_nwb(
             )
         )
     if params is not None:
-        meta = {"type": type(model).__qualname__, "parameters": params}
+        meta: dict[str, Any] = {"type": type(model).__qualname__}
+        sizes = getattr(model, "sizes", None)
+        if isinstance(sizes, Mapping):
+            meta["populations"] = {str(k): int(v) for k, v in sizes.items()}
+        meta["parameters"] = params
         nwb.add_scratch(
             json.dumps(meta, allow_nan=True),
             name="neurojax_model",
