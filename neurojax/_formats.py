@@ -522,11 +522,8 @@ def to_nwb(
     if identifier is not None:
         _check_str(owner, "identifier", identifier)
     if session_start_time is None:
-        session_start_time = datetime.datetime.now(datetime.timezone.utc)
-    elif (
-        not isinstance(session_start_time, datetime.datetime)
-        or session_start_time.tzinfo is None
-    ):
+        session_start_time = datetime.datetime.now(datetime.UTC)
+    elif not isinstance(session_start_time, datetime.datetime) or session_start_time.tzinfo is None:
         raise TypeError(
             f"{owner}: session_start_time must be a timezone-aware datetime.datetime, got "
             f"{session_start_time!r}"
@@ -551,9 +548,7 @@ def to_nwb(
         split = np.searchsorted(ids[order], np.arange(r.shape[-1] + 1))
         times_s = times[order] / 1000.0
         for i in range(r.shape[-1]):
-            nwb.add_unit(
-                spike_times=times_s[split[i] : split[i + 1]], population=name, neuron=i
-            )
+            nwb.add_unit(spike_times=times_s[split[i] : split[i + 1]], population=name, neuron=i)
     for name, _pop, trace in traces:
         nwb.add_acquisition(
             pynwb.TimeSeries(
@@ -693,4 +688,3 @@ def to_neo(
     block.groups.extend(groups.values())
     block.check_relationships()
     return block
-

@@ -119,21 +119,41 @@ def test_sonata_reads_seconds_and_gids(tmp_path):
 def test_sonata_errors(network_run, batched_run, tmp_path):
     _, rec = network_run
     _, batched = batched_run
-    with pytest.raises(ValueError, match=r"to_sonata: sorting must be one of \('by_time', 'by_id', 'none'\), got 'time'"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: sorting must be one of \('by_time', 'by_id', 'none'\), got 'time'",
+    ):
         nj.io.to_sonata(rec, tmp_path / "x.h5", sorting="time")
-    with pytest.raises(ValueError, match=r"to_sonata: population names a single population's recording; .* \['E', 'I'\] \(got population='X'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: population names a single population's recording; .* \['E', 'I'\] \(got population='X'\)",
+    ):
         nj.io.to_sonata(rec, tmp_path / "x.h5", population="X")
-    with pytest.raises(ValueError, match=r"to_sonata: the recording is batched \(batch shape \(2, 3\)\).*pass trial=<index>"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: the recording is batched \(batch shape \(2, 3\)\).*pass trial=<index>",
+    ):
         nj.io.to_sonata(batched, tmp_path / "x.h5")
-    with pytest.raises(ValueError, match=r"to_sonata: trial must be a tuple of ints indexing the batch shape \(2, 3\).*got \(2, 0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: trial must be a tuple of ints indexing the batch shape \(2, 3\).*got \(2, 0\)",
+    ):
         nj.io.to_sonata(batched, tmp_path / "x.h5", trial=(2, 0))
-    with pytest.raises(ValueError, match=r"to_sonata: trial selects one trial .* no batch axes \(got trial=0\)"):
+    with pytest.raises(
+        ValueError, match=r"to_sonata: trial selects one trial .* no batch axes \(got trial=0\)"
+    ):
         nj.io.to_sonata(rec, tmp_path / "x.h5", trial=0)
-    with pytest.raises(TypeError, match=r"to_sonata: recording must be a neurojax Recording .*got dict"):
+    with pytest.raises(
+        TypeError, match=r"to_sonata: recording must be a neurojax Recording .*got dict"
+    ):
         nj.io.to_sonata({"E": rec.spikes["E"]}, tmp_path / "x.h5")
-    with pytest.raises(TypeError, match=r"to_sonata: path must be a non-empty str or pathlib.Path, got ''"):
+    with pytest.raises(
+        TypeError, match=r"to_sonata: path must be a non-empty str or pathlib.Path, got ''"
+    ):
         nj.io.to_sonata(rec, "")
-    with pytest.raises(FileNotFoundError, match=r"to_sonata: the directory .*missing.* does not exist"):
+    with pytest.raises(
+        FileNotFoundError, match=r"to_sonata: the directory .*missing.* does not exist"
+    ):
         nj.io.to_sonata(rec, tmp_path / "missing" / "x.h5")
     assert not list(tmp_path.iterdir())  # nothing written by any failed call
     with pytest.raises(FileNotFoundError, match=r"from_sonata: no file at"):
@@ -153,7 +173,7 @@ def test_sonata_errors(network_run, batched_run, tmp_path):
 def test_nwb_read_with_pynwb(network_run, tmp_path):
     net, rec = network_run
     path = tmp_path / "run.nwb"
-    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     nj.io.to_nwb(rec, path, dt=DT, model=net, identifier="run-1", session_start_time=start)
     with pynwb.NWBHDF5IO(str(path), "r") as io:
         f = io.read()
@@ -200,14 +220,18 @@ def test_nwb_one_trial_of_a_batch_with_parameters(batched_run, tmp_path):
 def test_nwb_errors(network_run, batched_run, tmp_path):
     _, rec = network_run
     _, batched = batched_run
-    with pytest.raises(ValueError, match=r"to_nwb: dt \* record_every = 0.2 ms does not match the recording"):
+    with pytest.raises(
+        ValueError, match=r"to_nwb: dt \* record_every = 0.2 ms does not match the recording"
+    ):
         nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=0.2)
     with pytest.raises(TypeError, match=r"to_nwb: record_every must be a positive int, got 1.0"):
         nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, record_every=1.0)
     with pytest.raises(ValueError, match=r"to_nwb: the recording is batched"):
         nj.io.to_nwb(batched, tmp_path / "x.nwb", dt=DT)
     with pytest.raises(TypeError, match=r"to_nwb: session_start_time must be a timezone-aware"):
-        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, session_start_time=datetime.datetime(2026, 1, 1))
+        nj.io.to_nwb(
+            rec, tmp_path / "x.nwb", dt=DT, session_start_time=datetime.datetime(2026, 1, 1)
+        )
     with pytest.raises(TypeError, match=r"to_nwb: units must be a dict \{field: unit\}"):
         nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, units={"v": 1})
     with pytest.raises(TypeError, match=r"to_nwb: identifier must be a non-empty str, got ''"):
@@ -246,7 +270,9 @@ def test_neo_network_equals_nj_analysis(network_run):
         np.testing.assert_allclose(rates[offset : offset + n], want_rates[name], rtol=1e-12)
         # atol: a perfectly regular train has CV 0 in neurojax (integer intervals) and a few
         # 1e-16 in Elephant (float times).
-        np.testing.assert_allclose(cvs[offset : offset + n], want_cv[name].cv, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            cvs[offset : offset + n], want_cv[name].cv, rtol=1e-9, atol=1e-12
+        )
         assert want_cv[name].qualified.sum() >= 10
         offset += n
     train = seg.spiketrains[3]
@@ -301,13 +327,23 @@ def test_neo_errors(network_run):
         nj.io.to_neo(rec, dt=-0.1)
     with pytest.raises(ValueError, match=r"to_neo: record_every must be a positive int, got 0"):
         nj.io.to_neo(rec, dt=DT, record_every=0)
-    with pytest.raises(ValueError, match=r"to_neo: units\['v'\] = 'parsecs_per_bogon' is not a unit"):
+    with pytest.raises(
+        ValueError, match=r"to_neo: units\['v'\] = 'parsecs_per_bogon' is not a unit"
+    ):
         nj.io.to_neo(rec, dt=DT, units={"v": "parsecs_per_bogon"})
     bad = nj.Recording(t=rec.t, spikes=rec.spikes, values={"w": jnp.zeros((5, 2))})
-    with pytest.raises(ValueError, match=r"to_neo: recorded value 'w' has shape \(5, 2\); a trace must be time-major"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_neo: recorded value 'w' has shape \(5, 2\); a trace must be time-major",
+    ):
         nj.io.to_neo(bad, dt=DT)
-    float_spikes = nj.Recording(t=rec.t, spikes={"E": rec.spikes["E"].astype(jnp.float32) * 0.5}, values={})
-    with pytest.raises(ValueError, match=r"to_neo: the spikes of population 'E' must be 0/1 or whole counts >= 0, got 0.5"):
+    float_spikes = nj.Recording(
+        t=rec.t, spikes={"E": rec.spikes["E"].astype(jnp.float32) * 0.5}, values={}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"to_neo: the spikes of population 'E' must be 0/1 or whole counts >= 0, got 0.5",
+    ):
         nj.io.to_neo(float_spikes, dt=DT)
 
 
@@ -326,5 +362,8 @@ def test_missing_extra_names_it(network_run, tmp_path, monkeypatch, call, module
     _, rec = network_run
     # None in sys.modules makes any import of the module fail, as if it were not installed.
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ImportError, match=rf"needs the optional package '{module}'.*pip install 'neurojax\[{extra}\]'"):
+    with pytest.raises(
+        ImportError,
+        match=rf"needs the optional package '{module}'.*pip install 'neurojax\[{extra}\]'",
+    ):
         call(rec, tmp_path)
