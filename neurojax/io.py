@@ -298,7 +298,7 @@ def _encode(owner: str, spec: dict[str, Any], x: Any, index: int) -> np.ndarray 
     return None
 
 
-def save(path: str | os.PathLike, tree: PyTree) -> None:
+def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) -> None:
     """Save a PyTree of neurojax objects (models, states, optimizer states) to one file.
 
     Every array leaf is stored with its shape, dtype and SHA-256 checksum: JAX and NumPy
@@ -313,15 +313,31 @@ def save(path: str | os.PathLike, tree: PyTree) -> None:
     disk, then renamed over `path`, so that a crash or an error during `save` leaves the
     previous file at `path` (or none) intact. The format is described in `neurojax.io`.
 
+    **Sharded and multi-process states.** In a job of several processes (`jax.distributed`),
+    or for a tree holding arrays that this process cannot read whole, `save` is collective
+    (every process calls it with the same arguments) and writes a directory instead of a
+    file: each process writes its own shards with orbax-checkpoint (`pip install
+    'neurojax[orbax]'`), nothing is gathered to one process, and the same guarantees hold
+    (atomic commit of a header, a checksum per array, the tree checked against `like` by
+    `load`). See the "Output formats and sharded checkpoints" guide.
+
     Args:
         path: the file to write (`str` or `pathlib.Path`); its directory must exist. Any
             suffix works; `.nj` is a good choice. An existing file is replaced.
         tree: the PyTree to save. Must not contain traced values (call `save` outside
             `jit`, `vmap` and `grad`) or `jax.ShapeDtypeStruct` leaves.
+        sharded: `None` (default) writes the directory layout in a multi-process job or
+            when an array of `tree` is not fully addressable from this process, else one
+            file; `True` always writes the directory layout (for example a state sharded
+            over many local devices, without copying it to the host first); `False` always
+            one file (refused for arrays this process cannot read whole).
 
     Raises:
-        TypeError: for a bad `path`, a traced or abstract leaf, or an array that cannot be
-            stored without pickle (object dtype).
+        TypeError: for a bad `path` or `sharded`, a traced or abstract leaf, or an array
+            that cannot be stored without pickle (object dtype).
+        ValueError: for `sharded=False` with arrays spread over several processes.
+        FileExistsError: for the directory layout at the path of a file, or of a directory
+            that is not a neurojax checkpoint.
 
     Example:
     ```python
@@ -332,6 +348,23 @@ def save(path: str | os.PathLike, tree: PyTree) -> None:
     """
     owner = "save"
     p = _as_path(owner, path)
+    if sharded is not None and not isinstance(sharded, bool):
+        raise TypeError(f"{owner}: sharded must be None, True or False, got {sharded!r}")
+    from . import _sharded_io  # orbax-checkpoint is optional: loaded only for this layout
+
+    if sharded is None:
+        sharded = _sharded_io.wants_sharded(tree)
+    elif not sharded:
+        for key_path, x in jtu.tree_flatten_with_path(tree)[0]:
+            if isinstance(x, jax.Array) and not x.is_fully_addressable:
+                raise ValueError(
+                    f"{owner}: sharded=False writes one file from this process, but leaf "
+                    f"{_show(jtu.keystr(key_path))} spans devices of other processes; use "
+                    "sharded=None or True (a checkpoint directory written by every process)"
+                )
+    if sharded:
+        _sharded_io.save_sharded(owner, p, tree)
+        return
     flat, _ = jtu.tree_flatten_with_path(tree)
     specs, arrays = [], []
     for index, (key_path, x) in enumerate(flat):
@@ -611,6 +644,12 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
     where they differ, as written by `jax.tree_util.keystr` (e.g. `.populations['E'].v`).
     `like` itself is never modified.
 
+    A directory written by `save` for a sharded or multi-process state is read the same way,
+    each process reading the shards its `like` leaves place on its devices (a leaf's
+    sharding may differ from the saved one: the arrays are resharded as they are read); in a
+    multi-process job every process calls `load`. The checks are the same, with a 64-bit
+    checksum of each array's values in place of the SHA-256 of its bytes.
+
     Args:
         path: the checkpoint file (`str` or `pathlib.Path`).
         like: a PyTree with the structure, shapes and dtypes of the saved tree.
@@ -645,7 +684,10 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
             f"load: no checkpoint at {where}: the file does not exist"
         ) from None
     except IsADirectoryError:
-        raise IsADirectoryError(f"load: {where} is a directory, not a checkpoint file") from None
+        # A directory is a checkpoint of a sharded or multi-process state (`save`).
+        from . import _sharded_io
+
+        return _sharded_io.load_sharded(owner, p, like)
     with f:
         try:
             try:
