@@ -51,7 +51,7 @@ from .io import (
     _show,
 )
 
-__all__ = ["save_sharded", "load_sharded", "wants_sharded", "digest"]
+__all__ = ["save_sharded", "load_sharded", "wants_sharded", "spans_processes", "digest"]
 
 LAYOUT = "sharded"
 _DATA_PREFIX = "data-"
@@ -151,8 +151,15 @@ def wants_sharded(tree: Any) -> bool:
     array of `tree` is not fully addressable from this process."""
     if jax.process_count() > 1:
         return True
-    return any(
-        isinstance(x, jax.Array) and not x.is_fully_addressable for x in jtu.tree_leaves(tree)
+    return any(spans_processes(x) for x in jtu.tree_leaves(tree))
+
+
+def spans_processes(x: Any) -> bool:
+    # Traced leaves are reported by `save` itself, with its own message.
+    return (
+        isinstance(x, jax.Array)
+        and not isinstance(x, jax.core.Tracer)
+        and not x.is_fully_addressable
     )
 
 

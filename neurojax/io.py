@@ -356,7 +356,7 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
         sharded = _sharded_io.wants_sharded(tree)
     elif not sharded:
         for key_path, x in jtu.tree_flatten_with_path(tree)[0]:
-            if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if _sharded_io.spans_processes(x):
                 raise ValueError(
                     f"{owner}: sharded=False writes one file from this process, but leaf "
                     f"{_show(jtu.keystr(key_path))} spans devices of other processes; use "

@@ -17,7 +17,6 @@
 
 import base64
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -148,7 +147,10 @@ def test_damaged_checkpoints_are_refused(run, tmp_path):
     good = leaf["digest"]
     leaf["digest"] = "0123456789abcdef"
     header_file.write_text(json.dumps(header))
-    with pytest.raises(ValueError, match=r"load: cannot read checkpoint .*: the values of leaf \['state'\]\.populations\['E'\]\.v do not match their checksum"):
+    with pytest.raises(
+        ValueError,
+        match=r"load: cannot read checkpoint .*: the values of leaf \['state'\]\.populations\['E'\]\.v do not match their checksum",
+    ):
         nj.load(path, {"state": state})
     leaf["digest"] = good
     header_file.write_text(json.dumps(header)[:-40])
@@ -163,12 +165,17 @@ def test_damaged_checkpoints_are_refused(run, tmp_path):
     for f in chunks:
         raw = bytearray(f.read_bytes())
         f.write_bytes(bytes(b ^ 0xFF for b in raw))
-    with pytest.raises(ValueError, match=r"load: cannot read checkpoint .*(damaged|do not match their checksum)"):
+    with pytest.raises(
+        ValueError, match=r"load: cannot read checkpoint .*(damaged|do not match their checksum)"
+    ):
         nj.load(path, {"state": state})
     import shutil
 
     shutil.rmtree(data)
-    with pytest.raises(ValueError, match=r"load: cannot read checkpoint .*: its data directory 'data-[0-9a-f]+' is missing"):
+    with pytest.raises(
+        ValueError,
+        match=r"load: cannot read checkpoint .*: its data directory 'data-[0-9a-f]+' is missing",
+    ):
         nj.load(path, {"state": state})
 
 
@@ -177,11 +184,20 @@ def test_like_is_checked_before_reading(run, tmp_path):
     path = tmp_path / "ckpt"
     nj.save(path, {"state": mid, "t_ms": 20.0}, sharded=True)
     _, small_state = nj.models.cuba(jr.key(0), n_exc=40, n_inh=10, p=0.1)
-    with pytest.raises(ValueError, match=r"load: like does not match the checkpoint .* at \['state'\]\.populations\['E'\]\.v: the checkpoint has shape \(80,\), like \(40,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"load: like does not match the checkpoint .* at \['state'\]\.populations\['E'\]\.v: the checkpoint has shape \(80,\), like \(40,\)",
+    ):
         nj.load(path, {"state": small_state, "t_ms": 20.0})
-    with pytest.raises(ValueError, match=r"load: like does not match the checkpoint .* at \['t_ms'\]: the checkpoint has a Python float, like a Python int"):
+    with pytest.raises(
+        ValueError,
+        match=r"load: like does not match the checkpoint .* at \['t_ms'\]: the checkpoint has a Python float, like a Python int",
+    ):
         nj.load(path, {"state": state, "t_ms": 20})
-    with pytest.raises(ValueError, match=r"like does not match .*parts of the checkpoint missing from like: \['t_ms'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"like does not match .*parts of the checkpoint missing from like: \['t_ms'\]",
+    ):
         nj.load(path, {"state": state})
 
 
@@ -190,24 +206,38 @@ def test_argument_errors_before_any_work(run, tmp_path, monkeypatch):
     with pytest.raises(TypeError, match=r"save: sharded must be None, True or False, got 'yes'"):
         nj.save(tmp_path / "a", {"s": state}, sharded="yes")
     (tmp_path / "file.nj").write_bytes(b"x")
-    with pytest.raises(FileExistsError, match=r"save: path .*file.nj' is a file .*a sharded checkpoint is a directory"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"save: path .*file.nj' is a file .*a sharded checkpoint is a directory",
+    ):
         nj.save(tmp_path / "file.nj", {"s": state}, sharded=True)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"save: path .*other' is a directory that is not a neurojax checkpoint"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"save: path .*other' is a directory that is not a neurojax checkpoint",
+    ):
         nj.save(tmp_path / "other", {"s": state}, sharded=True)
     with pytest.raises(FileNotFoundError, match=r"save: the directory .*missing.* does not exist"):
         nj.save(tmp_path / "missing" / "ckpt", {"s": state}, sharded=True)
-    with pytest.raises(TypeError, match=r"save: leaf \['names'\] has dtype <U1; the sharded checkpoint layout stores bool, integer, float and complex arrays only"):
+    with pytest.raises(
+        TypeError,
+        match=r"save: leaf \['names'\] has dtype <U1; the sharded checkpoint layout stores bool, integer, float and complex arrays only",
+    ):
         nj.save(tmp_path / "s", {"names": np.array(["a", "b"])}, sharded=True)
     with pytest.raises(TypeError, match=r"save: leaf \['x'\] is a jax.ShapeDtypeStruct"):
         nj.save(tmp_path / "s", {"x": jax.ShapeDtypeStruct((2,), jnp.float32)}, sharded=True)
-    with pytest.raises(ValueError, match=r"load: cannot read checkpoint .*other'.*without neurojax_checkpoint.json"):
+    with pytest.raises(
+        ValueError, match=r"load: cannot read checkpoint .*other'.*without neurojax_checkpoint.json"
+    ):
         nj.load(tmp_path / "other", {"s": state})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.nj", "other"]
     # Without orbax-checkpoint: a message naming the extra, and nothing written.
     monkeypatch.setitem(sys.modules, "orbax.checkpoint", None)
-    with pytest.raises(ImportError, match=r"save: checkpoints of sharded or multi-process states need the optional package 'orbax-checkpoint'.*pip install 'neurojax\[orbax\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"save: checkpoints of sharded or multi-process states need the optional package 'orbax-checkpoint'.*pip install 'neurojax\[orbax\]'",
+    ):
         nj.save(tmp_path / "ckpt", {"s": state}, sharded=True)
     assert not (tmp_path / "ckpt").exists()
     # The single-file layout does not need it.
@@ -296,7 +326,16 @@ def test_two_processes_save_and_resume_equal_single_process(tmp_path):
             files += [stdout, stderr]
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", _WORKER, str(pid), str(nproc), str(port), str(ndev), str(ckpt)],
+                    [
+                        sys.executable,
+                        "-c",
+                        _WORKER,
+                        str(pid),
+                        str(nproc),
+                        str(port),
+                        str(ndev),
+                        str(ckpt),
+                    ],
                     cwd=ROOT,
                     env=_child_env(ndev),
                     stdout=stdout,
@@ -322,7 +361,11 @@ def test_two_processes_save_and_resume_equal_single_process(tmp_path):
     for pid, proc in enumerate(procs):
         err = (tmp_path / f"err{pid}.txt").read_text()
         assert proc.returncode == 0, f"process {pid}: exit {proc.returncode}\n{err[-3000:]}"
-        line = [ln for ln in (tmp_path / f"out{pid}.txt").read_text().splitlines() if ln.startswith("RESULT ")][-1]
+        line = [
+            ln
+            for ln in (tmp_path / f"out{pid}.txt").read_text().splitlines()
+            if ln.startswith("RESULT ")
+        ][-1]
         results.append(json.loads(line[len("RESULT ") :]))
     # The reference: one uninterrupted single-process run of 600 steps.
     with jax.default_device(jax.devices("cpu")[0]):
