@@ -34,10 +34,16 @@ Files are written atomically (a temporary file in the same directory, `fsync`, t
 `load` verifies the archive, the header, the structure, shapes and dtypes against `like` and
 every checksum before it builds anything, and reads arrays with `allow_pickle=False`.
 
+**Sharded and multi-process states** are saved to a directory instead (orbax-checkpoint,
+the optional extra `neurojax[orbax]`), with the same guarantees: see `save` and
+`neurojax._sharded_io`.
+
 **Recordings.** `save_recording(path, recording)` writes a `nj.Recording` to a `.npz` with
 the keys `t`, `spikes` (or `spikes/<population>`) and `values/<field>`;
 `spike_table(spikes, dt=..., t=...)` turns a time-major spike raster into a table with one
 row per spike (columns `time_ms`, `trial`, `neuron`), and `spike_table_to_csv` writes it.
+`to_sonata`/`from_sonata`, `to_nwb` and `to_neo` export to SONATA spike files, NWB and Neo
+(optional extras `neurojax[sonata]`, `[nwb]`, `[neo]`).
 """
 
 import contextlib
