@@ -11,8 +11,9 @@
   `jax.distributed`, gloo collectives, 2 processes x 2 CPU devices): a
   `nj.parallel.shard_network` state on the global mesh is saved by every process (each its
   own shards), loaded back, and the resumed run equals the single-process uninterrupted run
-  bit for bit. The state's arrays span both processes, so the single-file layout cannot
-  hold them.
+  bit for bit; loaded onto another layout (every array replicated) it holds the same values.
+  The state's arrays span both processes, so the single-file layout cannot hold them and
+  `sharded=False` is refused.
 """
 
 import base64
@@ -302,6 +303,27 @@ _WORKER = textwrap.dedent(
     spikes = {k: s[:, : sharded.size(k)] for k, s in spikes.items()}
     out["spikes"] = {k: b64(np.packbits(s, axis=1)) for k, s in spikes.items()}
     out["shape"] = {k: list(s.shape) for k, s in spikes.items()}
+    # Read onto another layout: every array replicated on every device of the mesh.
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    everywhere = NamedSharding(global_mesh("neurons"), P())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=everywhere), like["state"]
+    )
+    replicated = nj.load(ckpt, {"state": abstract, "t_ms": 0.0})["state"]
+    out["replicated"] = all(
+        x.sharding.is_fully_replicated for x in jax.tree.leaves(replicated)
+    )
+    def host(tree):
+        return [np.asarray(jr.key_data(x) if jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key)
+                           else x) for x in jax.tree.leaves(gather_to_host(tree))]
+    out["replicated_equal"] = all(
+        np.array_equal(a, b) for a, b in zip(host(mid), host(replicated))
+    )
+    try:
+        nj.save(ckpt + "-file", {"state": mid}, sharded=False)
+        out["file_refused"] = "no error"
+    except ValueError as err:
+        out["file_refused"] = str(err)
     try:
         small = nj.models.cuba(jr.key(0), n_exc=40, n_inh=10, p=0.05, method="event")[1]
         nj.load(ckpt, {"state": small, "t_ms": 0.0})
@@ -385,3 +407,6 @@ def test_two_processes_save_and_resume_equal_single_process(tmp_path):
             rows = np.nonzero((got.astype(bool) != w).any(axis=1))[0]
             assert rows.size == 0, f"process {pid}, {name}: first differing step {rows[:1]}"
         assert "like does not match the checkpoint" in out["mismatch"], out["mismatch"]
+        assert out["replicated"] and out["replicated_equal"]
+        assert "sharded=False writes one file from this process, but leaf" in out["file_refused"]
+    assert not (tmp_path / "ckpt-file").exists()
