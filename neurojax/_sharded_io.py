@@ -224,24 +224,31 @@ def save_sharded(owner: str, p: pathlib.Path, tree: Any) -> None:
         spec = _leaf_spec(owner, jtu.keystr(key_path), x)
         if spec["kind"] in ("array", "key"):
             stored = _storable(owner, spec, x)
-            spec["item"] = f"{index:05d}"
             if spec["kind"] == "key":
                 spec["data_dtype"] = _dtype_name(stored.dtype)
-            items[spec["item"]] = stored
+            if stored.size == 0:
+                # orbax refuses arrays without elements; the header's shape and dtype are
+                # all there is to store.
+                spec["item"], spec["digest"] = None, digest(stored)
+            else:
+                spec["item"] = f"{index:05d}"
+                items[spec["item"]] = stored
         else:
             _encode(owner, spec, x, index)
         specs.append(spec)
     ocp = _orbax(owner)
     # Checksums before writing: computed where the shards live, collectively.
     for spec in specs:
-        if "item" in spec:
+        if spec.get("item") is not None:
             spec["digest"] = digest(items[spec["item"]])
     name = _DATA_PREFIX + _token()
     if jax.process_index() == 0:
         p.mkdir(exist_ok=True)
+        if not items:
+            (p / name).mkdir()
     _barrier("neurojax-save-mkdir")
-    checkpointer = ocp.PyTreeCheckpointer()
-    checkpointer.save(p / name, args=ocp.args.PyTreeSave(items))
+    if items:
+        ocp.PyTreeCheckpointer().save(p / name, args=ocp.args.PyTreeSave(items))
     header = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -295,7 +302,7 @@ def _check_sharded_header(header: Any, p: pathlib.Path) -> None:
         ok = (
             isinstance(spec.get("path"), str)
             and is_shape(spec.get("shape"))
-            and isinstance(spec.get("item"), str)
+            and (isinstance(spec.get("item"), str) or spec.get("item") is None)
             and isinstance(spec.get("digest"), str)
             and len(spec["digest"]) == 16
             and all(c in "0123456789abcdef" for c in spec["digest"])
@@ -349,7 +356,7 @@ def load_sharded(owner: str, p: pathlib.Path, like: Any) -> Any:
         raise ValueError(f"{owner}: cannot read checkpoint {where}: {err}") from None
     _match(where, header, like_nodes, like_specs)
     ocp = _orbax(owner)
-    restore_args, to_numpy = {}, {}
+    restore_args, empty = {}, {}
     for spec, x in zip(header["leaves"], like_leaves, strict=True):
         if spec["kind"] not in ("array", "key"):
             continue
@@ -358,12 +365,14 @@ def load_sharded(owner: str, p: pathlib.Path, like: Any) -> Any:
         else:
             shape, dtype = tuple(spec["shape"]), jnp.dtype(spec["dtype"])
         host = isinstance(x, (np.ndarray, np.generic))
-        to_numpy[spec["item"]] = host
-        if host:
+        sharding = None if host else _sharding_of(owner, spec, x)
+        if spec["item"] is None:
+            empty[spec["path"]] = _empty(shape, dtype, sharding)
+        elif host:
             restore_args[spec["item"]] = ocp.RestoreArgs(restore_type=np.ndarray, dtype=dtype)
         else:
             restore_args[spec["item"]] = ocp.ArrayRestoreArgs(
-                sharding=_sharding_of(owner, spec, x), global_shape=shape, dtype=dtype
+                sharding=sharding, global_shape=shape, dtype=dtype
             )
     values: dict[str, Any] = {}
     if restore_args:
@@ -383,7 +392,10 @@ def load_sharded(owner: str, p: pathlib.Path, like: Any) -> Any:
         if kind not in ("array", "key"):
             leaves.append(_scalar(spec, x))
             continue
-        value = values.get(spec["item"]) if isinstance(values, dict) else None
+        if spec["item"] is None:
+            value = empty[spec["path"]]
+        else:
+            value = values.get(spec["item"]) if isinstance(values, dict) else None
         if value is None:
             raise ValueError(
                 f"{owner}: cannot read checkpoint {where}: the array of leaf "
@@ -402,6 +414,14 @@ def load_sharded(owner: str, p: pathlib.Path, like: Any) -> Any:
             )
         leaves.append(_array(spec, value, x))
     return jtu.tree_unflatten(treedef, leaves)
+
+
+def _empty(shape: tuple[int, ...], dtype: Any, sharding: Any) -> Any:
+    """An array without elements, on the host (`sharding=None`) or placed by `sharding`."""
+    zeros = np.zeros(shape, dtype)
+    if sharding is None:
+        return zeros
+    return jax.make_array_from_callback(shape, sharding, lambda index: zeros[index])
 
 
 def _scalar(spec: dict, like: Any) -> Any:

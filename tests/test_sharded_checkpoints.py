@@ -246,6 +246,27 @@ def test_argument_errors_before_any_work(run, tmp_path, monkeypatch):
     assert (tmp_path / "one.nj").is_file()
 
 
+def test_empty_arrays_other_dtypes_and_trees_without_arrays(tmp_path):
+    """orbax stores no array without elements: the header alone describes them."""
+    tree = {
+        "empty": jnp.zeros((0, 3)),
+        "empty_host": np.zeros((2, 0), np.int16),
+        "bf16": jnp.arange(5).astype(jnp.bfloat16),
+        "c64": jnp.array([1 + 2j, -3j], jnp.complex64),
+        "i8": np.arange(-2, 3, dtype=np.int8),
+        "flags": jnp.array([True, False]),
+        "keys": jr.split(jr.key(0), 3),
+    }
+    nj.save(tmp_path / "a", tree, sharded=True)
+    _same(nj.load(tmp_path / "a", tree), tree)
+    scalars = {"t_ms": 1.5, "name": "run", "n": 3, "z": 1 - 2j, "empty": np.zeros(0)}
+    nj.save(tmp_path / "b", scalars, sharded=True)
+    _same(
+        nj.load(tmp_path / "b", {"t_ms": 0.0, "name": "", "n": 0, "z": 0j, "empty": np.zeros(0)}),
+        scalars,
+    )
+
+
 def test_checksum_is_the_same_for_numpy_and_jax_arrays():
     from neurojax._sharded_io import digest
 
