@@ -35,8 +35,8 @@ Files are written atomically (a temporary file in the same directory, `fsync`, t
 every checksum before it builds anything, and reads arrays with `allow_pickle=False`.
 
 **Sharded and multi-process states** are saved to a directory instead (orbax-checkpoint,
-the optional extra `neurojax[orbax]`), with the same guarantees: see `save` and
-`neurojax._sharded_io`.
+the optional extra `neurojax[orbax]`), each process writing its own shards, with the same
+guarantees: see `save` and the guide "Output formats and sharded checkpoints".
 
 **Recordings.** `save_recording(path, recording)` writes a `nj.Recording` to a `.npz` with
 the keys `t`, `spikes` (or `spikes/<population>`) and `values/<field>`;
