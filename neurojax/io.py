@@ -34,10 +34,16 @@ Files are written atomically (a temporary file in the same directory, `fsync`, t
 `load` verifies the archive, the header, the structure, shapes and dtypes against `like` and
 every checksum before it builds anything, and reads arrays with `allow_pickle=False`.
 
+**Sharded and multi-process states** are saved to a directory instead (orbax-checkpoint,
+the optional extra `neurojax[orbax]`), each process writing its own shards, with the same
+guarantees: see `save` and the guide "Output formats and sharded checkpoints".
+
 **Recordings.** `save_recording(path, recording)` writes a `nj.Recording` to a `.npz` with
 the keys `t`, `spikes` (or `spikes/<population>`) and `values/<field>`;
 `spike_table(spikes, dt=..., t=...)` turns a time-major spike raster into a table with one
 row per spike (columns `time_ms`, `trial`, `neuron`), and `spike_table_to_csv` writes it.
+`to_sonata`/`from_sonata`, `to_nwb` and `to_neo` export to SONATA spike files, NWB and Neo
+(optional extras `neurojax[sonata]`, `[nwb]`, `[neo]`).
 """
 
 import contextlib
@@ -61,10 +67,24 @@ import numpy as np
 from jax import lax
 from jaxtyping import ArrayLike, PyTree, Shaped
 
+from ._formats import from_sonata as from_sonata
+from ._formats import to_neo as to_neo
+from ._formats import to_nwb as to_nwb
+from ._formats import to_sonata as to_sonata
 from ._simulate import Recording
 from ._validation import check_dt
 
-__all__ = ["save", "load", "save_recording", "spike_table", "spike_table_to_csv"]
+__all__ = [
+    "save",
+    "load",
+    "save_recording",
+    "spike_table",
+    "spike_table_to_csv",
+    "to_sonata",
+    "from_sonata",
+    "to_nwb",
+    "to_neo",
+]
 
 FORMAT = "neurojax-checkpoint"
 FORMAT_VERSION = 1
@@ -284,7 +304,7 @@ def _encode(owner: str, spec: dict[str, Any], x: Any, index: int) -> np.ndarray 
     return None
 
 
-def save(path: str | os.PathLike, tree: PyTree) -> None:
+def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) -> None:
     """Save a PyTree of neurojax objects (models, states, optimizer states) to one file.
 
     Every array leaf is stored with its shape, dtype and SHA-256 checksum: JAX and NumPy
@@ -299,15 +319,31 @@ def save(path: str | os.PathLike, tree: PyTree) -> None:
     disk, then renamed over `path`, so that a crash or an error during `save` leaves the
     previous file at `path` (or none) intact. The format is described in `neurojax.io`.
 
+    **Sharded and multi-process states.** In a job of several processes (`jax.distributed`),
+    or for a tree holding arrays that this process cannot read whole, `save` is collective
+    (every process calls it with the same arguments) and writes a directory instead of a
+    file: each process writes its own shards with orbax-checkpoint (`pip install
+    'neurojax[orbax]'`), nothing is gathered to one process, and the same guarantees hold
+    (atomic commit of a header, a checksum per array, the tree checked against `like` by
+    `load`). See the "Output formats and sharded checkpoints" guide.
+
     Args:
         path: the file to write (`str` or `pathlib.Path`); its directory must exist. Any
             suffix works; `.nj` is a good choice. An existing file is replaced.
         tree: the PyTree to save. Must not contain traced values (call `save` outside
             `jit`, `vmap` and `grad`) or `jax.ShapeDtypeStruct` leaves.
+        sharded: `None` (default) writes the directory layout in a multi-process job or
+            when an array of `tree` is not fully addressable from this process, else one
+            file; `True` always writes the directory layout (for example a state sharded
+            over many local devices, without copying it to the host first); `False` always
+            one file (refused for arrays this process cannot read whole).
 
     Raises:
-        TypeError: for a bad `path`, a traced or abstract leaf, or an array that cannot be
-            stored without pickle (object dtype).
+        TypeError: for a bad `path` or `sharded`, a traced or abstract leaf, or an array
+            that cannot be stored without pickle (object dtype).
+        ValueError: for `sharded=False` with arrays spread over several processes.
+        FileExistsError: for the directory layout at the path of a file, or of a directory
+            that is not a neurojax checkpoint.
 
     Example:
     ```python
@@ -318,6 +354,23 @@ def save(path: str | os.PathLike, tree: PyTree) -> None:
     """
     owner = "save"
     p = _as_path(owner, path)
+    if sharded is not None and not isinstance(sharded, bool):
+        raise TypeError(f"{owner}: sharded must be None, True or False, got {sharded!r}")
+    from . import _sharded_io  # orbax-checkpoint is optional: loaded only for this layout
+
+    if sharded is None:
+        sharded = _sharded_io.wants_sharded(tree)
+    elif not sharded:
+        for key_path, x in jtu.tree_flatten_with_path(tree)[0]:
+            if _sharded_io.spans_processes(x):
+                raise ValueError(
+                    f"{owner}: sharded=False writes one file from this process, but leaf "
+                    f"{_show(jtu.keystr(key_path))} spans devices of other processes; use "
+                    "sharded=None or True (a checkpoint directory written by every process)"
+                )
+    if sharded:
+        _sharded_io.save_sharded(owner, p, tree)
+        return
     flat, _ = jtu.tree_flatten_with_path(tree)
     specs, arrays = [], []
     for index, (key_path, x) in enumerate(flat):
@@ -597,6 +650,12 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
     where they differ, as written by `jax.tree_util.keystr` (e.g. `.populations['E'].v`).
     `like` itself is never modified.
 
+    A directory written by `save` for a sharded or multi-process state is read the same way,
+    each process reading the shards its `like` leaves place on its devices (a leaf's
+    sharding may differ from the saved one: the arrays are resharded as they are read); in a
+    multi-process job every process calls `load`. The checks are the same, with a 64-bit
+    checksum of each array's values in place of the SHA-256 of its bytes.
+
     Args:
         path: the checkpoint file (`str` or `pathlib.Path`).
         like: a PyTree with the structure, shapes and dtypes of the saved tree.
@@ -631,7 +690,10 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
             f"load: no checkpoint at {where}: the file does not exist"
         ) from None
     except IsADirectoryError:
-        raise IsADirectoryError(f"load: {where} is a directory, not a checkpoint file") from None
+        # A directory is a checkpoint of a sharded or multi-process state (`save`).
+        from . import _sharded_io
+
+        return _sharded_io.load_sharded(owner, p, like)
     with f:
         try:
             try:

@@ -1,0 +1,369 @@
+"""Export of recordings to SONATA, NWB and Neo (`nj.io.to_sonata`, `from_sonata`, `to_nwb`,
+`to_neo`).
+
+Every file is read back with the library that defines the format (h5py for SONATA, pynwb's
+`NWBHDF5IO` for NWB, neo's objects for Neo), never with neurojax, and compared with the
+recording's raster through `nj.io.spike_table`. Elephant's `mean_firing_rate` and
+`cv(isi(...))` on the Neo trains must equal `nj.analysis.firing_rates` and `cv_isi`: the
+rates to 1e-12 relative (the same count divided by the same duration, computed in a
+different order), the CVs to 1e-9 relative (Elephant works on float64 times in ms, neurojax
+on integer row differences).
+"""
+
+import datetime
+import json
+import sys
+
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import neurojax as nj
+
+h5py = pytest.importorskip("h5py")
+pynwb = pytest.importorskip("pynwb")
+neo = pytest.importorskip("neo")
+elephant_statistics = pytest.importorskip("elephant.statistics")
+pq = pytest.importorskip("quantities")
+
+DT = 0.1
+N_STEPS = 3000
+
+# Elephant 1.2 still passes `copy=` to quantities 0.16, which warns (the suite turns warnings
+# into errors); the warning is about Elephant's call, not about these tests.
+pytestmark = pytest.mark.filterwarnings("ignore:The 'copy' argument in Quantity is deprecated")
+
+
+@pytest.fixture(scope="module")
+def network_run():
+    net, state = nj.models.cuba(jr.key(0), n_exc=40, n_inh=10, p=0.1)
+    _, rec = nj.simulate(net, state, dt=DT, n_steps=N_STEPS, record={"E": ("v",), "I": ("v",)})
+    assert int(rec.spikes["E"].sum()) > 100  # active enough for rates and CVs
+    return net, rec
+
+
+@pytest.fixture(scope="module")
+def batched_run():
+    """A LIF population of 2 x 3 trials x 4 neurons driven by noisy currents."""
+    lif = nj.LIF(tau_m=10.0, v_rest=-70.0, v_reset=-70.0, v_th=-55.0, r_m=40.0, t_ref=2.0)
+    current = 0.4 + 0.3 * jr.normal(jr.key(1), (N_STEPS, 2, 3, 4))
+    _, rec = nj.simulate(lif, lif.init_state((2, 3, 4)), current, dt=DT, record=("v",))
+    assert np.asarray(rec.spikes).sum(axis=0).min() >= 3
+    return lif, rec
+
+
+def _expected(raster, t):
+    """(times [ms], ids) by time then id, from the raster, through nj.io.spike_table."""
+    table = nj.io.spike_table(np.asarray(raster), t=t)
+    return table["time_ms"], table["neuron"]
+
+
+# ----------------------------------------------------------------------------- SONATA
+
+
+def test_sonata_layout_read_with_h5py(network_run, tmp_path):
+    _, rec = network_run
+    path = tmp_path / "spikes.h5"
+    nj.io.to_sonata(rec, path)
+    with h5py.File(path, "r") as f:
+        assert f.attrs["magic"] == 0x0A7A
+        assert list(f.attrs["version"]) == [0, 1]
+        assert sorted(f["spikes"]) == ["E", "I"]
+        for name in ("E", "I"):
+            group = f["spikes"][name]
+            assert group.attrs["sorting"] == "by_time"
+            assert group["timestamps"].attrs["units"] == "ms"
+            assert group["timestamps"].dtype == np.float64
+            assert group["node_ids"].dtype == np.uint64
+            times, ids = _expected(rec.spikes[name], rec.t)
+            np.testing.assert_array_equal(group["timestamps"][()], times)
+            np.testing.assert_array_equal(group["node_ids"][()], ids)
+    back = nj.io.from_sonata(path)
+    assert list(back) == ["E", "I"]
+    for name in ("E", "I"):
+        times, ids = _expected(rec.spikes[name], rec.t)
+        np.testing.assert_array_equal(back[name]["timestamps"], times)
+        np.testing.assert_array_equal(back[name]["node_ids"], ids)
+        assert back[name]["sorting"] == "by_time"
+
+
+def test_sonata_sorting_by_id_and_trials(batched_run, tmp_path):
+    _, rec = batched_run
+    path = tmp_path / "trial.h5"
+    nj.io.to_sonata(rec, path, trial=(1, 2), population="lif", sorting="by_id")
+    with h5py.File(path, "r") as f:
+        group = f["spikes/lif"]
+        assert group.attrs["sorting"] == "by_id"
+        times, ids = group["timestamps"][()], group["node_ids"][()]
+    want_t, want_i = _expected(np.asarray(rec.spikes)[:, 1, 2], rec.t)
+    order = np.lexsort((want_t, want_i))
+    np.testing.assert_array_equal(ids, want_i[order])
+    np.testing.assert_array_equal(times, want_t[order])
+    assert np.all(np.diff(ids.astype(np.int64)) >= 0)
+
+
+def test_sonata_reads_seconds_and_gids(tmp_path):
+    """Files of other writers: ids named `gids`, times in seconds, no sorting attribute."""
+    path = tmp_path / "other.h5"
+    with h5py.File(path, "w") as f:
+        group = f.create_group("spikes/cortex")
+        group.create_dataset("timestamps", data=[0.001, 0.0025]).attrs["units"] = "s"
+        group.create_dataset("gids", data=np.array([3, 1], np.uint64))
+    back = nj.io.from_sonata(path)["cortex"]
+    np.testing.assert_allclose(back["timestamps"], [1.0, 2.5], rtol=1e-15)
+    np.testing.assert_array_equal(back["node_ids"], [3, 1])
+    assert back["sorting"] == "none"
+
+
+def test_sonata_errors(network_run, batched_run, tmp_path):
+    _, rec = network_run
+    _, batched = batched_run
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: sorting must be one of \('by_time', 'by_id', 'none'\), got 'time'",
+    ):
+        nj.io.to_sonata(rec, tmp_path / "x.h5", sorting="time")
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: population names a single population's recording; .* \['E', 'I'\] \(got population='X'\)",
+    ):
+        nj.io.to_sonata(rec, tmp_path / "x.h5", population="X")
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: the recording is batched \(batch shape \(2, 3\)\).*pass trial=<index>",
+    ):
+        nj.io.to_sonata(batched, tmp_path / "x.h5")
+    with pytest.raises(
+        ValueError,
+        match=r"to_sonata: trial must be a tuple of ints indexing the batch shape \(2, 3\).*got \(2, 0\)",
+    ):
+        nj.io.to_sonata(batched, tmp_path / "x.h5", trial=(2, 0))
+    with pytest.raises(
+        ValueError, match=r"to_sonata: trial selects one trial .* no batch axes \(got trial=0\)"
+    ):
+        nj.io.to_sonata(rec, tmp_path / "x.h5", trial=0)
+    with pytest.raises(
+        TypeError, match=r"to_sonata: recording must be a neurojax Recording .*got dict"
+    ):
+        nj.io.to_sonata({"E": rec.spikes["E"]}, tmp_path / "x.h5")
+    with pytest.raises(
+        TypeError, match=r"to_sonata: path must be a non-empty str or pathlib.Path, got ''"
+    ):
+        nj.io.to_sonata(rec, "")
+    with pytest.raises(
+        FileNotFoundError, match=r"to_sonata: the directory .*missing.* does not exist"
+    ):
+        nj.io.to_sonata(rec, tmp_path / "missing" / "x.h5")
+    assert not list(tmp_path.iterdir())  # nothing written by any failed call
+    with pytest.raises(FileNotFoundError, match=r"from_sonata: no file at"):
+        nj.io.from_sonata(tmp_path / "none.h5")
+    (tmp_path / "text.h5").write_text("not hdf5")
+    with pytest.raises(ValueError, match=r"from_sonata: .*text.h5' is not an HDF5 file"):
+        nj.io.from_sonata(tmp_path / "text.h5")
+    with h5py.File(tmp_path / "empty.h5", "w") as f:
+        f.create_group("other")
+    with pytest.raises(ValueError, match=r"from_sonata: .*empty.h5' has no /spikes group"):
+        nj.io.from_sonata(tmp_path / "empty.h5")
+
+
+# ----------------------------------------------------------------------------- NWB
+
+
+def test_nwb_read_with_pynwb(network_run, tmp_path):
+    net, rec = network_run
+    path = tmp_path / "run.nwb"
+    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    nj.io.to_nwb(rec, path, dt=DT, model=net, identifier="run-1", session_start_time=start)
+    with pynwb.NWBHDF5IO(str(path), "r") as io:
+        f = io.read()
+        assert f.identifier == "run-1" and f.session_start_time == start
+        units = f.units.to_dataframe()
+        assert len(units) == 50
+        assert list(units["population"]) == ["E"] * 40 + ["I"] * 10
+        assert list(units["neuron"]) == list(range(40)) + list(range(10))
+        for name, offset in (("E", 0), ("I", 40)):
+            times, ids = _expected(rec.spikes[name], rec.t)
+            for i in range(rec.spikes[name].shape[1]):
+                got = np.asarray(units["spike_times"].iloc[offset + i])
+                np.testing.assert_array_equal(got, times[ids == i] / 1000.0)
+            trace = f.acquisition[f"v_{name}"]
+            np.testing.assert_array_equal(trace.data[()], np.asarray(rec.v[name]))
+            assert trace.unit == "mV"
+            assert trace.rate == pytest.approx(1000.0 / DT, rel=1e-12)
+            assert trace.starting_time == pytest.approx(DT / 1000.0, rel=1e-6)
+        meta = json.loads(f.scratch["neurojax_model"].data)
+    assert meta["type"] == "Network"
+    assert meta["populations"] == {"E": 40, "I": 10}
+    tau = meta["parameters"][".group_models[0].tau_m"]
+    assert tau == float(np.asarray(net.group_models[0].tau_m).astype(str))
+
+
+def test_nwb_one_trial_of_a_batch_with_parameters(batched_run, tmp_path):
+    lif, rec = batched_run
+    path = tmp_path / "trial.nwb"
+    nj.io.to_nwb(rec, path, dt=DT, model=lif, trial=(0, 1), population="lif")
+    with pynwb.NWBHDF5IO(str(path), "r") as io:
+        f = io.read()
+        units = f.units.to_dataframe()
+        times, ids = _expected(np.asarray(rec.spikes)[:, 0, 1], rec.t)
+        for i in range(4):
+            np.testing.assert_array_equal(
+                np.asarray(units["spike_times"].iloc[i]), times[ids == i] / 1000.0
+            )
+        np.testing.assert_array_equal(f.acquisition["v"].data[()], np.asarray(rec.v)[:, 0, 1])
+        meta = json.loads(f.scratch["neurojax_model"].data)
+    assert meta["type"] == "LIF"
+    assert meta["parameters"][".tau_m"] == 10.0 and meta["parameters"][".t_ref"] == 2.0
+
+
+def test_nwb_errors(network_run, batched_run, tmp_path):
+    _, rec = network_run
+    _, batched = batched_run
+    with pytest.raises(
+        ValueError, match=r"to_nwb: dt \* record_every = 0.2 ms does not match the recording"
+    ):
+        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=0.2)
+    with pytest.raises(TypeError, match=r"to_nwb: record_every must be a positive int, got 1.0"):
+        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, record_every=1.0)
+    with pytest.raises(ValueError, match=r"to_nwb: the recording is batched"):
+        nj.io.to_nwb(batched, tmp_path / "x.nwb", dt=DT)
+    with pytest.raises(TypeError, match=r"to_nwb: session_start_time must be a timezone-aware"):
+        nj.io.to_nwb(
+            rec, tmp_path / "x.nwb", dt=DT, session_start_time=datetime.datetime(2026, 1, 1)
+        )
+    with pytest.raises(TypeError, match=r"to_nwb: units must be a dict \{field: unit\}"):
+        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, units={"v": 1})
+    with pytest.raises(TypeError, match=r"to_nwb: identifier must be a non-empty str, got ''"):
+        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, identifier="")
+    assert not list(tmp_path.iterdir())
+
+
+# ----------------------------------------------------------------------------- Neo
+
+
+def _elephant_rates_and_cvs(trains):
+    rates = np.array([float(elephant_statistics.mean_firing_rate(s).rescale("Hz")) for s in trains])
+    cvs = []
+    for s in trains:
+        cvs.append(
+            float(elephant_statistics.cv(elephant_statistics.isi(s).magnitude))
+            if len(s) >= 3
+            else np.nan
+        )
+    return rates, np.array(cvs)
+
+
+def test_neo_network_equals_nj_analysis(network_run):
+    _, rec = network_run
+    block = nj.io.to_neo(rec, dt=DT)
+    assert isinstance(block, neo.Block) and len(block.segments) == 1
+    seg = block.segments[0]
+    assert len(seg.spiketrains) == 50
+    assert [g.name for g in block.groups] == ["E", "I"]
+    rates, cvs = _elephant_rates_and_cvs(seg.spiketrains)
+    want_rates = nj.analysis.firing_rates(rec.spikes, dt=DT)
+    want_cv = nj.analysis.cv_isi(rec.spikes, dt=DT)
+    offset = 0
+    for name in ("E", "I"):
+        n = rec.spikes[name].shape[1]
+        np.testing.assert_allclose(rates[offset : offset + n], want_rates[name], rtol=1e-12)
+        # atol: a perfectly regular train has CV 0 in neurojax (integer intervals) and a few
+        # 1e-16 in Elephant (float times).
+        np.testing.assert_allclose(
+            cvs[offset : offset + n], want_cv[name].cv, rtol=1e-9, atol=1e-12
+        )
+        assert want_cv[name].qualified.sum() >= 10
+        offset += n
+    train = seg.spiketrains[3]
+    assert train.annotations == {"population": "E", "neuron": 3}
+    assert float(train.t_start) == 0.0 and float(train.t_stop) == N_STEPS * DT
+    times, ids = _expected(rec.spikes["E"], rec.t)
+    np.testing.assert_array_equal(train.rescale("ms").magnitude, times[ids == 3])
+    signals = {s.name: s for s in seg.analogsignals}
+    assert sorted(signals) == ["v/E", "v/I"]
+    assert signals["v/E"].units == pq.mV and signals["v/E"].shape == (N_STEPS, 40)
+    np.testing.assert_array_equal(signals["v/E"].magnitude, np.asarray(rec.v["E"]))
+    assert float(signals["v/E"].sampling_period.rescale("ms")) == pytest.approx(DT, rel=1e-12)
+    assert signals["v/I"].annotations["population"] == "I"
+
+
+def test_neo_batched_one_segment_per_trial(batched_run):
+    _, rec = batched_run
+    block = nj.io.to_neo(rec, dt=DT, population="lif", units={"v": "mV"}, name="sweep")
+    assert block.name == "sweep" and len(block.segments) == 6
+    spikes = np.asarray(rec.spikes)
+    want_rates = nj.analysis.firing_rates(spikes, dt=DT)
+    want_cv = nj.analysis.cv_isi(spikes, dt=DT).cv
+    for seg, index in zip(block.segments, np.ndindex(2, 3), strict=True):
+        assert seg.annotations["trial"] == index
+        rates, cvs = _elephant_rates_and_cvs(seg.spiketrains)
+        np.testing.assert_allclose(rates, want_rates[index], rtol=1e-12)
+        np.testing.assert_allclose(cvs, want_cv[index], rtol=1e-9, atol=1e-12)
+        (signal,) = seg.analogsignals
+        np.testing.assert_array_equal(signal.magnitude, np.asarray(rec.v)[:, *index])
+    assert len(block.groups[0].spiketrains) == 6 * 4
+
+
+def test_neo_counts_and_split_runs():
+    """`record_every > 1` (counts, one time per window) and a network run continued from its
+    final state (its clock, and so `t`, does not start at 0)."""
+    net, state = nj.models.cuba(jr.key(2), n_exc=40, n_inh=10, p=0.1)
+    mid, _ = nj.simulate(net, state, dt=DT, n_steps=500)
+    _, rec = nj.simulate(net, mid, dt=DT, n_steps=1000, record_every=5)
+    block = nj.io.to_neo(rec, dt=DT, record_every=5)
+    trains = block.segments[0].spiketrains
+    assert float(trains[0].t_start) == 50.0 and float(trains[0].t_stop) == 150.0
+    rates, _ = _elephant_rates_and_cvs(trains)
+    want = nj.analysis.firing_rates(rec.spikes, dt=DT, record_every=5)
+    np.testing.assert_allclose(rates, np.concatenate([want["E"], want["I"]]), rtol=1e-12)
+    counts = np.concatenate([np.asarray(rec.spikes[k], np.int64).sum(axis=0) for k in "EI"])
+    assert [len(s) for s in trains] == list(counts) and counts.sum() > 50
+
+
+def test_neo_errors(network_run):
+    _, rec = network_run
+    with pytest.raises(ValueError, match=r"to_neo: dt must be"):
+        nj.io.to_neo(rec, dt=-0.1)
+    with pytest.raises(ValueError, match=r"to_neo: record_every must be a positive int, got 0"):
+        nj.io.to_neo(rec, dt=DT, record_every=0)
+    with pytest.raises(
+        ValueError, match=r"to_neo: units\['v'\] = 'parsecs_per_bogon' is not a unit"
+    ):
+        nj.io.to_neo(rec, dt=DT, units={"v": "parsecs_per_bogon"})
+    bad = nj.Recording(t=rec.t, spikes=rec.spikes, values={"w": jnp.zeros((5, 2))})
+    with pytest.raises(
+        ValueError,
+        match=r"to_neo: recorded value 'w' has shape \(5, 2\); a trace must be time-major",
+    ):
+        nj.io.to_neo(bad, dt=DT)
+    float_spikes = nj.Recording(
+        t=rec.t, spikes={"E": rec.spikes["E"].astype(jnp.float32) * 0.5}, values={}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"to_neo: the spikes of population 'E' must be 0/1 or whole counts >= 0, got 0.5",
+    ):
+        nj.io.to_neo(float_spikes, dt=DT)
+
+
+# ----------------------------------------------------------------------------- extras
+
+
+@pytest.mark.parametrize(
+    "call, module, extra",
+    [
+        (lambda rec, p: nj.io.to_sonata(rec, p / "x.h5"), "h5py", "sonata"),
+        (lambda rec, p: nj.io.to_nwb(rec, p / "x.nwb", dt=DT), "pynwb", "nwb"),
+        (lambda rec, p: nj.io.to_neo(rec, dt=DT), "neo", "neo"),
+    ],
+)
+def test_missing_extra_names_it(network_run, tmp_path, monkeypatch, call, module, extra):
+    _, rec = network_run
+    # None in sys.modules makes any import of the module fail, as if it were not installed.
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(
+        ImportError,
+        match=rf"needs the optional package '{module}'.*pip install 'neurojax\[{extra}\]'",
+    ):
+        call(rec, tmp_path)
