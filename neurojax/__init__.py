@@ -17,6 +17,7 @@ from . import io as io
 from . import kernels as kernels
 from . import models as models
 from . import network as network
+from . import nir as nir
 from . import neurons as neurons
 from . import parallel as parallel
 from . import plasticity as plasticity
