@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from ..neurons import LIF
-from ..training._conv import AvgPool2d, Flatten, SumPool2d, _SpikingConv
+from ..training._conv import AvgPool2d, Flatten, SumPool2d, SpikingConv
 from ..training._layers import LeakyReadout, Sequential, SpikingDense, SpikingRecurrent
 from ._graph import NIRNetwork
 from ._require import require_nir
@@ -84,7 +84,7 @@ def _layer(nir, i: int, layer, time_scale: float):
         )
         nodes = {f"{p}_affine": proj, f"{p}_li": li}
         return nodes, [(f"{p}_affine", f"{p}_li")], f"{p}_affine", f"{p}_li"
-    if isinstance(layer, _SpikingConv):
+    if isinstance(layer, SpikingConv):
         ndim = len(layer.in_shape) - 1
         bias = layer.bias if layer.bias is not None else np.zeros(layer.out_shape[0])
         padding = layer.padding

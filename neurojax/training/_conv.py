@@ -30,8 +30,10 @@ __all__ = [
     "sum_pool2d",
     "avg_pool2d",
     "conv_output_shape",
+    "SpikingConv",
     "SpikingConv1d",
     "SpikingConv2d",
+    "StatelessLayer",
     "SumPool2d",
     "AvgPool2d",
     "Flatten",
@@ -286,8 +288,9 @@ def _conv_sequence(owner: str, x_seq: ArrayLike, in_shape: tuple[int, ...]):
     return x
 
 
-class _SpikingConv(_Layer):
-    """Shared parts of the convolutional spiking layers (see `SpikingConv2d`)."""
+class SpikingConv(_Layer):
+    """The shared parts of `SpikingConv1d` and `SpikingConv2d` (built through those two):
+    a convolution into a population of spiking neurons, see `SpikingConv2d`."""
 
     weight: Float[Array, "c_out c_in_g *k"]
     bias: Float[Array, " c_out"] | None
@@ -402,7 +405,7 @@ class _SpikingConv(_Layer):
         return rec.spikes
 
 
-class SpikingConv1d(_SpikingConv):
+class SpikingConv1d(SpikingConv):
     """A one-dimensional convolution into a population of spiking neurons.
 
     As `SpikingConv2d` with one spatial axis: inputs `(*batch, c_in, n)`, weight
@@ -447,7 +450,7 @@ class SpikingConv1d(_SpikingConv):
         )  # fmt: skip
 
 
-class SpikingConv2d(_SpikingConv):
+class SpikingConv2d(SpikingConv):
     r"""A two-dimensional convolution into a population of spiking neurons.
 
     At each step the input `x` of shape `(c_in, h, w)` drives neurons arranged as
@@ -503,8 +506,16 @@ class SpikingConv2d(_SpikingConv):
         )  # fmt: skip
 
 
-class _Stateless(eqx.Module):
-    """A layer without state or parameters: the same map at every time step."""
+class StatelessLayer(eqx.Module):
+    """A layer without state or parameters: the same map (`apply`) at every time step.
+
+    The base of `SumPool2d`, `AvgPool2d` and `Flatten`; a subclass sets the static fields
+    `in_shape` and `out_shape` and defines `apply`.
+    """
+
+    def apply(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
+        """The map, on arrays of shape `(*leading, *in_shape)`."""
+        raise NotImplementedError(f"{type(self).__name__} must define apply(x)")
 
     def init_state(self, shape: int | tuple[int, ...] = (), *, key: PRNGKeyArray | None = None):
         """No state: `None` (the layer keeps nothing between steps)."""
@@ -512,7 +523,7 @@ class _Stateless(eqx.Module):
 
     def step(self, state, x, dt: float):
         """Apply the map to one step's input; the state stays `None`."""
-        return state, self._apply(jnp.asarray(x))
+        return state, self.apply(jnp.asarray(x))
 
     def __call__(
         self,
@@ -526,7 +537,7 @@ class _Stateless(eqx.Module):
         """Apply the map to every step of a time-major sequence at once."""
         owner = type(self).__name__
         check_dt(owner, dt)
-        return self._apply(_conv_sequence(owner, x_seq, self.in_shape))
+        return self.apply(_conv_sequence(owner, x_seq, self.in_shape))
 
     @property
     def n_in(self) -> tuple[int, ...]:
@@ -539,7 +550,7 @@ class _Stateless(eqx.Module):
         return self.out_shape
 
 
-class _Pool2d(_Stateless):
+class _Pool2d(StatelessLayer):
     in_shape: tuple[int, int, int] = eqx.field(static=True)
     out_shape: tuple[int, int, int] = eqx.field(static=True)
     kernel_size: tuple[int, int] = eqx.field(static=True)
@@ -577,7 +588,8 @@ class SumPool2d(_Pool2d):
         padding: zeros on both sides, an int or `(ph, pw)`.
     """
 
-    def _apply(self, x):
+    def apply(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
+        """Sum pooling of `x`, shape `(*leading, c, h, w)`."""
         return sum_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding)
 
 
@@ -591,11 +603,12 @@ class AvgPool2d(_Pool2d):
         padding: zeros on both sides (counted in the mean), an int or `(ph, pw)`.
     """
 
-    def _apply(self, x):
+    def apply(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
+        """Average pooling of `x`, shape `(*leading, c, h, w)`."""
         return avg_pool2d(x, self.kernel_size, stride=self.stride, padding=self.padding)
 
 
-class Flatten(_Stateless):
+class Flatten(StatelessLayer):
     """Flatten one example's axes `in_shape` into one feature axis (batch axes kept).
 
     Put it between convolutional or pooling layers and a `SpikingDense` or `LeakyReadout`.
@@ -615,7 +628,8 @@ class Flatten(_Stateless):
         self.in_shape = _int_tuple("Flatten", "in_shape", tuple(in_shape), len(in_shape), minimum=1)
         self.out_shape = math.prod(self.in_shape)
 
-    def _apply(self, x):
+    def apply(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
+        """`x` of shape `(*leading, *in_shape)` reshaped to `(*leading, prod(in_shape))`."""
         lead = x.shape[: x.ndim - len(self.in_shape)]
         if x.shape[len(lead) :] != self.in_shape:
             raise ValueError(
