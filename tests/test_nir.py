@@ -179,7 +179,9 @@ def test_conv1d_matches_numpy():
     x = rng.normal(size=(4, 3, 9)).astype(F)
     node = nir.Conv1d(input_shape=9, weight=w, stride=2, padding=1, dilation=1, groups=1, bias=b)
     y = _run(_graph(node, (3, 9), (2, 5)), x, 1.0)
-    ref = np.stack([_np_conv2d(xi[:, :, None], w[..., None], b, (2, 1), (1, 0), (1, 1), 1)[..., 0] for xi in x])
+    ref = np.stack(
+        [_np_conv2d(xi[:, :, None], w[..., None], b, (2, 1), (1, 0), (1, 1), 1)[..., 0] for xi in x]
+    )
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -227,7 +229,11 @@ def _np_neuron(kind, p, x, dt, method):
                     a = np.array(
                         [
                             [-1 / p["tau_syn"][k], 0.0, p["w_in"][k] * xt[k] / p["tau_syn"][k]],
-                            [p["r"][k] / p["tau_mem"][k], -1 / p["tau_mem"][k], p["v_leak"][k] / p["tau_mem"][k]],
+                            [
+                                p["r"][k] / p["tau_mem"][k],
+                                -1 / p["tau_mem"][k],
+                                p["v_leak"][k] / p["tau_mem"][k],
+                            ],
                             [0.0, 0.0, 0.0],
                         ]
                     )
@@ -246,16 +252,26 @@ NEURON_PARAMS = {
     "IF": dict(r=[1.0, 2.0, 0.5], v_threshold=[1.0, 1.5, 0.7], v_reset=[0.0, -0.2, 0.1]),
     "LI": dict(tau=[5.0, 10.0, 20.0], r=[1.0, 2.0, 3.0], v_leak=[0.0, 0.5, -0.5]),
     "LIF": dict(
-        tau=[5.0, 10.0, 20.0], r=[2.0, 3.0, 4.0], v_leak=[0.0, 0.5, -0.5],
-        v_threshold=[1.0, 1.2, 0.8], v_reset=[0.0, 0.1, -0.6],
+        tau=[5.0, 10.0, 20.0],
+        r=[2.0, 3.0, 4.0],
+        v_leak=[0.0, 0.5, -0.5],
+        v_threshold=[1.0, 1.2, 0.8],
+        v_reset=[0.0, 0.1, -0.6],
     ),  # fmt: skip
     "CubaLI": dict(
-        tau_syn=[2.0, 10.0, 10.0], tau_mem=[5.0, 10.0, 20.0], r=[1.0, 2.0, 3.0],
-        v_leak=[0.0, 0.5, -0.5], w_in=[1.0, 2.0, 0.5],
+        tau_syn=[2.0, 10.0, 10.0],
+        tau_mem=[5.0, 10.0, 20.0],
+        r=[1.0, 2.0, 3.0],
+        v_leak=[0.0, 0.5, -0.5],
+        w_in=[1.0, 2.0, 0.5],
     ),  # fmt: skip
     "CubaLIF": dict(
-        tau_syn=[2.0, 10.0, 10.0], tau_mem=[5.0, 10.0, 20.0], r=[3.0, 2.0, 4.0],
-        v_leak=[0.0, 0.5, -0.5], w_in=[1.0, 2.0, 1.5], v_threshold=[1.0, 1.2, 0.8],
+        tau_syn=[2.0, 10.0, 10.0],
+        tau_mem=[5.0, 10.0, 20.0],
+        r=[3.0, 2.0, 4.0],
+        v_leak=[0.0, 0.5, -0.5],
+        w_in=[1.0, 2.0, 1.5],
+        v_threshold=[1.0, 1.2, 0.8],
         v_reset=[0.0, 0.1, -0.6],
     ),  # fmt: skip
 }
@@ -284,7 +300,9 @@ def test_cuba_exact_integration_is_smooth_when_the_time_constants_meet():
     outs = []
     for tau_syn in (10.0 - 1e-3, 10.0, 10.0 + 1e-3):
         p = dict(NEURON_PARAMS["CubaLI"], tau_syn=[tau_syn] * 3, tau_mem=[10.0] * 3)
-        outs.append(_run(_graph(nir.CubaLI(**{k: np.array(v, F) for k, v in p.items()}), (3,)), x, 1.0))
+        outs.append(
+            _run(_graph(nir.CubaLI(**{k: np.array(v, F) for k, v in p.items()}), (3,)), x, 1.0)
+        )
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(outs[2], outs[1], rtol=1e-3, atol=1e-4)
 
@@ -321,7 +339,9 @@ def test_neurojax_to_nir_to_neurojax_keeps_parameters_and_outputs(tmp_path):
     x = _inputs((30, 2, 4))
     expected = model(x, dt=1.0)
     got = net(x)
-    assert float(model.layers[0](x).sum()) > 0 and float(model.layers[1](model.layers[0](x)).sum()) > 0
+    assert (
+        float(model.layers[0](x).sum()) > 0 and float(model.layers[1](model.layers[0](x)).sum()) > 0
+    )
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-5, atol=1e-5)
 
 
@@ -347,15 +367,39 @@ def _every_primitive_graph():
 
     nodes = {
         "input": nir.Input(input_type=np.array([1, 4, 4])),
-        "conv": nir.Conv2d(input_shape=(4, 4), weight=arr(2, 1, 3, 3), stride=1, padding=1, dilation=1, groups=1, bias=arr(2)),
-        "pool": nir.SumPool2d(kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0])),
+        "conv": nir.Conv2d(
+            input_shape=(4, 4),
+            weight=arr(2, 1, 3, 3),
+            stride=1,
+            padding=1,
+            dilation=1,
+            groups=1,
+            bias=arr(2),
+        ),
+        "pool": nir.SumPool2d(
+            kernel_size=np.array([2, 2]), stride=np.array([2, 2]), padding=np.array([0, 0])
+        ),
         "flat": nir.Flatten(input_type={"input": np.array([2, 2, 2])}, start_dim=0, end_dim=-1),
         "affine": nir.Affine(weight=arr(3, 8), bias=arr(3)),
         "scale": nir.Scale(scale=arr(3)),
         "delay": nir.Delay(delay=np.array([0.0, 1.0, 2.0], F)),
-        "lif": nir.LIF(tau=arr(3) * 5, r=arr(3), v_leak=np.zeros(3, F), v_threshold=arr(3) * 3, v_reset=np.zeros(3, F)),
+        "lif": nir.LIF(
+            tau=arr(3) * 5,
+            r=arr(3),
+            v_leak=np.zeros(3, F),
+            v_threshold=arr(3) * 3,
+            v_reset=np.zeros(3, F),
+        ),
         "rec": nir.Linear(weight=arr(3, 3) - 1.0),
-        "cubalif": nir.CubaLIF(tau_syn=arr(3), tau_mem=arr(3) * 4, r=arr(3), v_leak=np.zeros(3, F), v_threshold=arr(3), v_reset=np.zeros(3, F), w_in=arr(3)),
+        "cubalif": nir.CubaLIF(
+            tau_syn=arr(3),
+            tau_mem=arr(3) * 4,
+            r=arr(3),
+            v_leak=np.zeros(3, F),
+            v_threshold=arr(3),
+            v_reset=np.zeros(3, F),
+            w_in=arr(3),
+        ),
         "li": nir.LI(tau=arr(3), r=arr(3), v_leak=np.zeros(3, F)),
         "cubali": nir.CubaLI(tau_syn=arr(3), tau_mem=arr(3), r=arr(3), v_leak=np.zeros(3, F)),
         "if": nir.IF(r=arr(3), v_threshold=arr(3) * 2, v_reset=np.zeros(3, F)),
@@ -390,9 +434,13 @@ def test_nir_to_neurojax_to_nir_keeps_every_node_and_edge(tmp_path):
             if field in ("input_type", "output_type", "metadata"):
                 continue
             if isinstance(value, np.ndarray):
-                np.testing.assert_allclose(getattr(other, field), value, rtol=1e-6, err_msg=f"{name}.{field}")
+                np.testing.assert_allclose(
+                    getattr(other, field), value, rtol=1e-6, err_msg=f"{name}.{field}"
+                )
             else:
-                assert np.all(np.asarray(getattr(other, field)) == np.asarray(value)), f"{name}.{field}"
+                assert np.all(np.asarray(getattr(other, field)) == np.asarray(value)), (
+                    f"{name}.{field}"
+                )
     nir.write(tmp_path / "all.nir", back)
     again = nj.nir.from_nir(tmp_path / "all.nir", dt=1.0)
     x = jnp.asarray(np.random.default_rng(7).uniform(0, 2, size=(25, 1, 4, 4)), jnp.float32)
@@ -432,7 +480,13 @@ def test_nested_graphs_are_inlined():
 
 
 def _lif(**over):
-    p = dict(tau=np.ones(2, F), r=np.ones(2, F), v_leak=np.zeros(2, F), v_threshold=np.ones(2, F), v_reset=np.zeros(2, F))
+    p = dict(
+        tau=np.ones(2, F),
+        r=np.ones(2, F),
+        v_leak=np.zeros(2, F),
+        v_threshold=np.ones(2, F),
+        v_reset=np.zeros(2, F),
+    )
     p.update(over)
     return nir.LIF(**p)
 
@@ -440,12 +494,24 @@ def _lif(**over):
 @pytest.mark.parametrize(
     "node,match",
     [
-        (_lif(v_reset=np.array([0.0, 1.0], F)), r"node 'node' \(LIF\): v_reset must be < v_threshold everywhere"),
-        (_lif(tau=np.array([1.0, -1.0], F)), r"node 'node' \(LIF\): tau must be > 0 everywhere, got \[1.0, -1.0\]"),
+        (
+            _lif(v_reset=np.array([0.0, 1.0], F)),
+            r"node 'node' \(LIF\): v_reset must be < v_threshold everywhere",
+        ),
+        (
+            _lif(tau=np.array([1.0, -1.0], F)),
+            r"node 'node' \(LIF\): tau must be > 0 everywhere, got \[1.0, -1.0\]",
+        ),
         (_lif(r=np.array([1.0, np.nan], F)), r"node 'node' \(LIF\): r must be finite"),
-        (nir.Delay(delay=np.array([0.25, 1.0], F)), r"node 'node' \(Delay\): delay must be a whole number of time steps dt=0.5"),
+        (
+            nir.Delay(delay=np.array([0.25, 1.0], F)),
+            r"node 'node' \(Delay\): delay must be a whole number of time steps dt=0.5",
+        ),
         (nir.Delay(delay=np.array([-1.0, 1.0], F)), r"node 'node' \(Delay\): delay must be >= 0"),
-        (nir.Affine(weight=np.ones((1, 2, 2), F), bias=np.zeros(2, F)), r"node 'node' \(Affine\): weight must be a matrix"),
+        (
+            nir.Affine(weight=np.ones((1, 2, 2), F), bias=np.zeros(2, F)),
+            r"node 'node' \(Affine\): weight must be a matrix",
+        ),
     ],
 )
 def test_refusals_name_the_node_and_field(node, match):
@@ -457,7 +523,10 @@ def test_unsupported_primitive_is_refused():
     from nir.ir.graph import Identity
 
     node = Identity(input_type={"input": np.array([2])})
-    with pytest.raises(ValueError, match=r"node 'node' has type Identity, which neurojax does not support; supported: Input"):
+    with pytest.raises(
+        ValueError,
+        match=r"node 'node' has type Identity, which neurojax does not support; supported: Input",
+    ):
         nj.nir.from_nir(_graph(node, (2,)), dt=1.0)
 
 
@@ -467,10 +536,16 @@ def test_bad_arguments_are_refused():
         nj.nir.from_nir(graph, dt=-1.0)
     with pytest.raises(ValueError, match=r"from_nir: method must be one of"):
         nj.nir.from_nir(graph, dt=1.0, method="rk4")
-    with pytest.raises(TypeError, match=r"from_nir: graph must be a nir.NIRGraph or a path to a .nir file, got dict"):
+    with pytest.raises(
+        TypeError,
+        match=r"from_nir: graph must be a nir.NIRGraph or a path to a .nir file, got dict",
+    ):
         nj.nir.from_nir({}, dt=1.0)
     net = nj.nir.from_nir(graph, dt=1.0)
-    with pytest.raises(ValueError, match=r"NIRNetwork: dt must be the dt the graph was imported with \(1.0\), got 0.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"NIRNetwork: dt must be the dt the graph was imported with \(1.0\), got 0.5",
+    ):
         net.step(net.init_state(), jnp.zeros(2), 0.5)
     with pytest.raises(ValueError, match=r"to_nir: time_scale must be finite and > 0, got -1.0"):
         nj.nir.to_nir(net, time_scale=-1.0)
@@ -480,10 +555,16 @@ def test_bad_arguments_are_refused():
 
 def test_export_refuses_what_nir_cannot_express():
     layer = nj.training.SpikingDense(2, 2, key=jr.key(0), neuron=nj.Izhikevich())
-    with pytest.raises(ValueError, match=r"to_nir: layer 0 \(SpikingDense\) has a Izhikevich neuron; NIR has a primitive"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_nir: layer 0 \(SpikingDense\) has a Izhikevich neuron; NIR has a primitive",
+    ):
         nj.nir.to_nir(layer)
     layer = nj.training.SpikingDense(2, 2, key=jr.key(0), neuron=nj.LIF(t_ref=2.0))
-    with pytest.raises(ValueError, match=r"to_nir: layer 0 \(SpikingDense\) has an nj.LIF with t_ref=2.0 ms; NIR's LIF has no refractory period"):
+    with pytest.raises(
+        ValueError,
+        match=r"to_nir: layer 0 \(SpikingDense\) has an nj.LIF with t_ref=2.0 ms; NIR's LIF has no refractory period",
+    ):
         nj.nir.to_nir(layer)
 
 
@@ -496,7 +577,10 @@ def test_missing_nir_package_gives_an_install_hint(monkeypatch):
         return real(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", fake)
-    with pytest.raises(ImportError, match=r"nj.nir.from_nir needs the `nir` package .*pip install 'neurojax\[nir\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"nj.nir.from_nir needs the `nir` package .*pip install 'neurojax\[nir\]'",
+    ):
         nj.nir.from_nir(_graph(_lif(), (2,)), dt=1.0)
 
 

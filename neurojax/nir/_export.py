@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from ..neurons import LIF
-from ..training._conv import AvgPool2d, Flatten, SumPool2d, SpikingConv
+from ..training._conv import AvgPool2d, Flatten, SpikingConv, SumPool2d
 from ..training._layers import LeakyReadout, Sequential, SpikingDense, SpikingRecurrent
 from ._graph import NIRNetwork
 from ._require import require_nir
@@ -127,9 +127,7 @@ def _layer(nir, i: int, layer, time_scale: float):
         name = f"{p}_{'sumpool' if isinstance(layer, SumPool2d) else 'avgpool'}"
         return {name: node}, [], name, name
     if isinstance(layer, Flatten):
-        node = nir.Flatten(
-            input_type={"input": np.array(layer.in_shape)}, start_dim=0, end_dim=-1
-        )
+        node = nir.Flatten(input_type={"input": np.array(layer.in_shape)}, start_dim=0, end_dim=-1)
         return {f"{p}_flatten": node}, [], f"{p}_flatten", f"{p}_flatten"
     raise TypeError(f"to_nir: {owner} cannot be exported; layers must be {_LAYERS}")
 
@@ -149,14 +147,15 @@ def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
 
     | neurojax | NIR nodes |
     | --- | --- |
-    | `SpikingDense` | `layer{i}_affine` (`Affine`, or `Linear` without bias) -> `layer{i}_lif` (`LIF`) |
-    | `SpikingRecurrent` | as `SpikingDense`, plus `layer{i}_lif` -> `layer{i}_recurrent` (`Linear`) -> `layer{i}_lif` |
+    | `SpikingDense` | `layer{i}_affine` (`Affine`; `Linear` without bias) -> `layer{i}_lif` |
+    | `SpikingRecurrent` | as `SpikingDense`, and `layer{i}_lif` <-> `layer{i}_recurrent` |
     | `LeakyReadout` | `layer{i}_affine` -> `layer{i}_li` (`LI` with `r = 1`, `v_leak = 0`) |
     | `SpikingConv1d`, `SpikingConv2d` | `layer{i}_conv` (`Conv1d`/`Conv2d`) -> `layer{i}_lif` |
     | `SumPool2d`, `AvgPool2d`, `Flatten` | the node of the same name |
     | `Sequential` | its layers in a chain between `input` and `output` |
     | `NIRNetwork` (from `from_nir`) | its own nodes and edges, names kept |
 
+    `layer{i}_lif` is a `LIF` node; `layer{i}_recurrent` a `Linear` from it back to itself.
     An `nj.LIF` neuron becomes NIR's LIF with `tau = tau_m`, `r = r_m`, `v_leak = v_rest`,
     `v_threshold = v_th`, `v_reset = v_reset` (broadcast to one value per neuron); weights are
     transposed to NIR's `(n_out, n_in)`. A layer's bias is the `Affine`'s bias. Models NIR
@@ -189,9 +188,7 @@ def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
     else:
         layers = model.layers if isinstance(model, Sequential) else (model,)
         if not hasattr(layers[0], "n_in"):
-            raise TypeError(
-                f"to_nir: model must be {_LAYERS}, got {type(model).__name__}"
-            )
+            raise TypeError(f"to_nir: model must be {_LAYERS}, got {type(model).__name__}")
         nodes = {"input": nir.Input(input_type=np.array(_shape(layers[0].n_in)))}
         edges = []
         prev = "input"

@@ -298,10 +298,15 @@ def from_nir(
                     f"from_nir: an edge {a!r} -> {b!r} has {role} {end!r}, which is not a node "
                     f"of the graph"
                 )
-    inputs = tuple(n for n, op in ops.items() if isinstance(op, InputOp) and not isinstance(op, OutputOp) and not any(b == n for _, b in edges))  # fmt: skip
-    outputs = tuple(
-        n for n, op in ops.items() if isinstance(op, OutputOp) and not any(a == n for a, _ in edges)
+    targets = {b for _, b in edges}
+    sources = {a for a, _ in edges}
+    # Input and Output nodes of inlined sub-graphs have edges on both sides: pass-throughs.
+    inputs = tuple(
+        n
+        for n, op in ops.items()
+        if isinstance(op, InputOp) and not isinstance(op, OutputOp) and n not in targets
     )
+    outputs = tuple(n for n, op in ops.items() if isinstance(op, OutputOp) and n not in sources)
     if not inputs or not outputs:
         raise ValueError(
             f"from_nir: graph must have at least one Input and one Output node, got inputs "

@@ -309,7 +309,9 @@ class _NeuronOp(_Op):
         return drive + (v - drive) * jnp.exp(-dt / tau)
 
     def _fire(self, v):
-        z = _strict_spike(self.surrogate, (v - self.v_threshold) / (self.v_threshold - self.v_reset))
+        z = _strict_spike(
+            self.surrogate, (v - self.v_threshold) / (self.v_threshold - self.v_reset)
+        )
         return jnp.where(z > 0, self.v_reset, v), z
 
 
@@ -480,8 +482,10 @@ def _field(name, node, field, *, positive=False, shape=None) -> Float[Array, "..
     value = getattr(node, field)
     try:
         a = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise _refuse(name, node, field, f"must be an array of real numbers, got {value!r}")
+    except (TypeError, ValueError) as err:
+        raise _refuse(
+            name, node, field, f"must be an array of real numbers, got {value!r}"
+        ) from err
     if not np.all(np.isfinite(a)):
         raise _refuse(name, node, field, f"must be finite, got {a.tolist()}")
     if positive and not np.all(a > 0):
@@ -582,9 +586,7 @@ def _delay(name, node, method, surrogate, dt):
 def _flatten(name, node, method, surrogate, dt):
     in_shape = _type_shape(node, "input", "input_type")
     if in_shape is None:
-        raise _refuse(
-            name, node, "input_type", "must give the input shape to flatten, got None"
-        )
+        raise _refuse(name, node, "input_type", "must give the input shape to flatten, got None")
     out_shape = _type_shape(node, "output", "output_type")
     if out_shape is None or math.prod(out_shape) != math.prod(in_shape):
         raise _refuse(
@@ -601,7 +603,10 @@ def _conv_node(name, node, method, surrogate, dt):
     w = np.asarray(node.weight)
     if w.ndim != ndim + 2:
         raise _refuse(
-            name, node, "weight", f"must have {ndim + 2} axes (c_out, c_in/groups, *k), got {w.shape}"
+            name,
+            node,
+            "weight",
+            f"must have {ndim + 2} axes (c_out, c_in/groups, *k), got {w.shape}",
         )
     groups = node.groups
     if isinstance(groups, bool) or int(np.asarray(groups)) != np.asarray(groups) or groups < 1:

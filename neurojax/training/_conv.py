@@ -281,9 +281,10 @@ def _conv_sequence(owner: str, x_seq: ArrayLike, in_shape: tuple[int, ...]):
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(default_float())
     if x.ndim < len(in_shape) + 1 or x.shape[x.ndim - len(in_shape) :] != in_shape:
+        shape = ", ".join(map(str, in_shape))
         raise ValueError(
-            f"{owner}: inputs must be time-major with shape (t, *batch, {', '.join(map(str, in_shape))}), "
-            f"got shape {x.shape}"
+            f"{owner}: inputs must be time-major with shape (t, *batch, {shape}), got shape "
+            f"{x.shape}"
         )
     return x
 
@@ -569,7 +570,9 @@ class _Pool2d(StatelessLayer):
         self.in_shape = _in_shape(owner, in_shape, 2)
         self.kernel_size = _int_tuple(owner, "kernel_size", kernel_size, 2, minimum=1)
         self.stride = (
-            self.kernel_size if stride is None else _int_tuple(owner, "stride", stride, 2, minimum=1)
+            self.kernel_size
+            if stride is None
+            else _int_tuple(owner, "stride", stride, 2, minimum=1)
         )
         self.padding = _int_tuple(owner, "padding", padding, 2, minimum=0)
         spatial = conv_output_shape(
@@ -624,7 +627,9 @@ class Flatten(StatelessLayer):
         if isinstance(in_shape, int):
             in_shape = (in_shape,)
         if not isinstance(in_shape, (tuple, list)) or not in_shape:
-            raise ValueError(f"Flatten: in_shape must be a non-empty tuple of ints, got {in_shape!r}")
+            raise ValueError(
+                f"Flatten: in_shape must be a non-empty tuple of ints, got {in_shape!r}"
+            )
         self.in_shape = _int_tuple("Flatten", "in_shape", tuple(in_shape), len(in_shape), minimum=1)
         self.out_shape = math.prod(self.in_shape)
 
