@@ -476,6 +476,67 @@ def test_nested_graphs_are_inlined():
     np.testing.assert_allclose(np.asarray(net(jnp.ones((3, 2)))), 2.0)
 
 
+def test_open_shapes_are_inferred_from_the_graph():
+    # As Norse and snnTorch write them: scalar neuron parameters, an Input without a shape.
+    w = np.array([[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]], F)
+    scalar = dict(
+        tau=np.array(5.0, F),
+        r=np.array(2.0, F),
+        v_leak=np.array(0.0, F),
+        v_threshold=np.array(1.0, F),
+        v_reset=np.array(0.0, F),
+    )
+    vector = {k: np.full(2, v, F) for k, v in scalar.items()}
+    x = _inputs((30, 3), key=9)
+    outs, nets = [], []
+    for params in (scalar, vector):
+        graph = nir.NIRGraph(
+            nodes={
+                "in": nir.Input(input_type=np.array([3])),
+                "w": nir.Linear(weight=w),
+                "lif": nir.LIF(**params),
+                "out": nir.Output(output_type=np.array([2])),
+            },
+            edges=[("in", "w"), ("w", "lif"), ("lif", "out")],
+            type_check=False,
+        )
+        graph.nodes["in"].input_type = {"input": None}
+        graph.nodes["out"].output_type = {"output": None}
+        net = nj.nir.from_nir(graph, dt=1.0)
+        assert net.nodes["in"].shape == (3,) and net.nodes["lif"].shape == (2,)
+        outs.append(np.asarray(net(x)))
+        nets.append(net)
+    assert outs[0].shape == (30, 2) and outs[0].sum() > 0
+    np.testing.assert_array_equal(outs[0], outs[1])
+    # Written back, the scalar parameters stay scalars.
+    assert nj.nir.to_nir(nets[0]).nodes["lif"].tau.shape == ()
+    assert nj.nir.to_nir(nets[1]).nodes["lif"].tau.shape == (2,)
+
+
+def test_a_neuron_whose_shape_disagrees_with_its_input_is_refused():
+    graph = nir.NIRGraph(
+        nodes={
+            "in": nir.Input(input_type=np.array([3])),
+            "w": nir.Linear(weight=np.ones((2, 3), F)),
+            "lif": _lif(
+                tau=np.ones(3, F),
+                r=np.ones(3, F),
+                v_leak=np.zeros(3, F),
+                v_threshold=np.ones(3, F),
+                v_reset=np.zeros(3, F),
+            ),
+            "out": nir.Output(output_type=np.array([3])),
+        },
+        edges=[("in", "w"), ("w", "lif"), ("lif", "out")],
+        type_check=False,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"from_nir: node 'lif' \(LIF\): its parameters have shape \(3,\) but its input has shape \(2,\)",
+    ):
+        nj.nir.from_nir(graph, dt=1.0)
+
+
 # ---------------------------------------------------------------------------------- refusals
 
 
@@ -620,31 +681,44 @@ def test_graph_exported_by_snntorch():
         torch.nn.Linear(4, 3),
         snn.Leaky(beta=0.9, threshold=1.0, init_hidden=True, reset_mechanism="zero"),
     )
-    x = (torch.rand(40, 2, 4) < 0.5).float() * 2
+    x = (torch.rand(40, 4) < 0.5).float() * 0.6
     graph = export_to_nir(net, x[0])
     with torch.no_grad():
         ref = torch.stack([net(xt) for xt in x]).numpy()
-    # snnTorch writes tau = dt / (1 - beta) with dt = 1e-4 and steps by forward Euler.
+    assert ref.sum() > 0, "the reference should spike"
+    # snnTorch writes tau = dt / (1 - beta), r = tau / dt with dt = 1e-4 and steps by forward
+    # Euler, which method="euler" reproduces: v <- beta v + x.
     ours = np.asarray(nj.nir.from_nir(graph, dt=1e-4, method="euler")(jnp.asarray(x.numpy())))
-    # snnTorch applies a spike's reset one step later than NIR's definition (it zeroes the
-    # next step's membrane), so the trains agree up to that: at most one spike per neuron
-    # and sample may differ in count.
-    assert np.abs(ours.sum(0) - ref.sum(0)).max() <= 1
+    # Up to each neuron's first spike the two runs are the same computation. After it they
+    # may part: snnTorch applies a reset one step late (it zeroes the next step's membrane,
+    # input included), NIR resets at once.
+    for j in range(ref.shape[1]):
+        first = int(np.argmax(ref[:, j])) if ref[:, j].any() else len(ref) - 1
+        np.testing.assert_array_equal(ours[: first + 1, j], ref[: first + 1, j])
 
 
 def test_graph_exported_by_norse():
+    import inspect
+
     torch = pytest.importorskip("torch", reason="Norse's export needs torch (the `bench` extra)")
     norse = pytest.importorskip("norse.torch", reason="Norse is not installed (the `bench` extra)")
 
     torch.manual_seed(0)
     model = norse.SequentialState(torch.nn.Linear(4, 3, bias=False), norse.LIFBoxCell())
-    x = (torch.rand(40, 4) < 0.5).float() * 3
-    graph = norse.to_nir(model, x[0])
+    x = (torch.rand(40, 4) < 0.5).float() * 30
+    # Recent Norse reads the graph from the module alone (sample_data is deprecated there).
+    if inspect.signature(norse.to_nir).parameters["sample_data"].default is inspect._empty:
+        graph = norse.to_nir(model, x[0])
+    else:
+        graph = norse.to_nir(model, type_check=False)
     state, ref = None, []
     with torch.no_grad():
         for xt in x:
             z, state = model(xt, state)
             ref.append(z.numpy())
-    # Norse steps the NIR LIF by forward Euler with its own dt = 1e-3.
+    ref = np.array(ref)
+    assert ref.sum() > 0, "the reference should spike"
+    # Norse steps the NIR LIF (its LIFBox, r = 1) by forward Euler with its dt = 1e-3 s, a
+    # spike where v > v_th and a reset to v_reset at once: the same steps as method="euler".
     ours = np.asarray(nj.nir.from_nir(graph, dt=1e-3, method="euler")(jnp.asarray(x.numpy())))
-    np.testing.assert_array_equal(ours, np.array(ref))
+    np.testing.assert_array_equal(ours, ref)

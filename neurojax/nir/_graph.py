@@ -1,5 +1,6 @@
 """A NIR graph as a steppable neurojax model, and `from_nir` which builds it."""
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,16 @@ from jaxtyping import PRNGKeyArray
 
 from .._validation import check_choice, check_dt, default_float, normalize_shape
 from ..surrogate import FastSigmoid, Surrogate, as_surrogate
-from ._nodes import NODE_TYPES, InputOp, OutputOp, RefusedNode
+from ._nodes import (
+    NODE_TYPES,
+    AffineOp,
+    ConvOp,
+    DelayOp,
+    InputOp,
+    OutputOp,
+    RefusedNode,
+    _NeuronOp,
+)
 from ._require import require_nir
 
 __all__ = ["NIRNetwork", "NIRState", "from_nir"]
@@ -86,6 +96,7 @@ class NIRNetwork(eqx.Module):
     edges: tuple[tuple[str, str], ...] = eqx.field(static=True)
     order: tuple[str, ...] = eqx.field(static=True)
     feedback_edges: tuple[tuple[str, str], ...] = eqx.field(static=True)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = eqx.field(static=True)
     inputs: tuple[str, ...] = eqx.field(static=True)
     outputs: tuple[str, ...] = eqx.field(static=True)
     dt: float = eqx.field(static=True)
@@ -101,10 +112,10 @@ class NIRNetwork(eqx.Module):
             st = self.nodes[name].init_state(batch)
             if st is not None:
                 nodes[name] = st
+        shapes = dict(self.shapes)
         feedback = {}
         for src, _ in self.feedback_edges:
-            out = self.nodes[src].out_shape
-            feedback[src] = jnp.zeros(batch + tuple(out), default_float())
+            feedback[src] = jnp.zeros(batch + shapes[src], default_float())
         return NIRState(nodes=nodes, feedback=feedback)
 
     def _check_dt(self, dt) -> None:
@@ -217,6 +228,86 @@ def _flatten_graph(nir, graph, prefix: str = ""):
     return nodes, edges
 
 
+def _input_shape_from_successors(name, ops, edges):
+    for a, b in edges:
+        if a != name:
+            continue
+        op = ops[b]
+        if isinstance(op, AffineOp):
+            return (int(op.weight.shape[1]),)
+        if isinstance(op, ConvOp) and op.input_shape is not None:
+            return (int(op.weight.shape[1]) * op.groups,) + tuple(op.input_shape)
+    return None
+
+
+def _infer_shapes(ops, raw_nodes, order, edges, back, inputs, dt):
+    """The unbatched output shape of every node, walking the graph in execution order.
+
+    NIR leaves some shapes open: an `Input` may have none, neuron parameters may be scalars
+    shared by a whole layer, pooling and convolution nodes may omit their input shape. An
+    open `Input` takes the input size of the node it feeds (an `Affine`, `Linear` or a
+    convolution with `input_shape`); a neuron or delay node with scalar parameters takes the
+    shape of its input; every other node's output shape is traced with `jax.eval_shape`.
+    """
+    ops = dict(ops)
+    shapes: dict[str, tuple[int, ...]] = {}
+    back = set(back)
+
+    def kind(n):
+        return type(raw_nodes[n]).__name__
+
+    for name in order:
+        op = ops[name]
+        if name in inputs:
+            shape = (
+                op.shape if op.shape is not None else _input_shape_from_successors(name, ops, edges)
+            )
+            if shape is None:
+                raise RefusedNode(
+                    f"from_nir: node {name!r} (Input): shape must be given, or inferable from the "
+                    "node it feeds (an Affine, Linear or a convolution with input_shape); got None"
+                )
+            ops[name] = dataclasses.replace(op, shape=tuple(shape))
+            shapes[name] = tuple(shape)
+            continue
+        preds = [a for a, b in edges if b == name and (a, b) not in back and a in shapes]
+        if not preds:
+            raise ValueError(
+                f"from_nir: node {name!r} ({kind(name)}) is not reached from any Input node"
+            )
+        in_shape = shapes[preds[0]]
+        for other in preds[1:]:
+            if shapes[other] != in_shape:
+                raise ValueError(
+                    f"from_nir: node {name!r} ({kind(name)}) sums inputs of different shapes: "
+                    f"{preds[0]!r} gives {in_shape}, {other!r} gives {shapes[other]}"
+                )
+        if isinstance(op, OutputOp):
+            if op.shape is None:
+                op = ops[name] = dataclasses.replace(op, shape=in_shape)
+            shapes[name] = tuple(op.shape)
+        elif isinstance(op, (_NeuronOp, DelayOp)):
+            if op.shape == () and in_shape != ():
+                op = ops[name] = dataclasses.replace(op, shape=in_shape)
+            if tuple(op.shape) != in_shape:
+                raise RefusedNode(
+                    f"from_nir: node {name!r} ({kind(name)}): its parameters have shape "
+                    f"{tuple(op.shape)} but its input has shape {in_shape}"
+                )
+            shapes[name] = tuple(op.shape)
+        else:
+            x = jax.ShapeDtypeStruct(in_shape, default_float())
+            try:
+                out = jax.eval_shape(lambda x, op=op: op.step(None, x, dt)[1], x)
+            except (ValueError, TypeError) as err:
+                raise RefusedNode(
+                    f"from_nir: node {name!r} ({kind(name)}) cannot take an input of shape "
+                    f"{in_shape}: {err}"
+                ) from err
+            shapes[name] = tuple(out.shape)
+    return ops, shapes
+
+
 def from_nir(
     graph: Any,
     *,
@@ -313,17 +404,13 @@ def from_nir(
             f"{list(inputs)} and outputs {list(outputs)}"
         )
     order, back = _order(list(ops), edges, inputs)
-    for src, _ in back:
-        if ops[src].out_shape is None:
-            raise ValueError(
-                f"from_nir: node {src!r} ({type(raw_nodes[src]).__name__}) feeds back into the "
-                "graph, but its output shape is unknown; give its input_shape"
-            )
+    ops, shapes = _infer_shapes(ops, raw_nodes, order, edges, back, inputs, dt)
     return NIRNetwork(
         nodes=ops,
         edges=tuple((a, b) for a, b in edges),
         order=order,
         feedback_edges=back,
+        shapes=tuple((n, shapes[n]) for n in order),
         inputs=inputs,
         outputs=outputs,
         dt=dt,

@@ -71,7 +71,7 @@ class _Op(eqx.Module):
 class InputOp(_Op):
     """A graph input: passes the data on."""
 
-    shape: tuple[int, ...] = eqx.field(static=True)
+    shape: tuple[int, ...] | None = eqx.field(static=True)
     nir_type: ClassVar[str] = "Input"
 
     @property
@@ -540,8 +540,7 @@ def _io(name, node, method, surrogate, dt):
     else:
         shape = _type_shape(node, "output", "output_type")
         cls = OutputOp
-    if shape is None:
-        raise _refuse(name, node, "shape", "must be given (the graph's data shape), got None")
+    # An unknown shape (None) is inferred from the graph by `from_nir`.
     return cls(shape=shape)
 
 
