@@ -11,7 +11,7 @@ surrogate so that gradients flow; the reset to `v_reset` is detached from the gr
 """
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -52,8 +52,6 @@ class NodeState(eqx.Module):
 class _Op(eqx.Module):
     """The interface of every operation (see the module docstring)."""
 
-    nir_type: ClassVar[str] = ""
-
     def init_state(self, batch: tuple[int, ...]) -> Any:
         return None
 
@@ -72,7 +70,6 @@ class InputOp(_Op):
     """A graph input: passes the data on."""
 
     shape: tuple[int, ...] | None = eqx.field(static=True)
-    nir_type: ClassVar[str] = "Input"
 
     @property
     def out_shape(self):
@@ -88,8 +85,6 @@ class InputOp(_Op):
 class OutputOp(InputOp):
     """A graph output: passes the data on."""
 
-    nir_type: ClassVar[str] = "Output"
-
     def to_nir(self, nir, time_scale):
         return nir.Output(output_type=np.array(self.shape))
 
@@ -99,7 +94,6 @@ class AffineOp(_Op):
 
     weight: Float[Array, "n_out n_in"]
     bias: Float[Array, " n_out"] | None
-    nir_type: ClassVar[str] = "Affine"
 
     @property
     def out_shape(self):
@@ -119,7 +113,6 @@ class ScaleOp(_Op):
     """`y = x * s`, elementwise."""
 
     scale: Float[Array, "..."]
-    nir_type: ClassVar[str] = "Scale"
 
     @property
     def out_shape(self):
@@ -137,7 +130,6 @@ class ThresholdOp(_Op):
 
     threshold: Float[Array, "..."]
     surrogate: Surrogate
-    nir_type: ClassVar[str] = "Threshold"
 
     @property
     def out_shape(self):
@@ -157,7 +149,6 @@ class DelayOp(_Op):
     steps: Int[Array, "..."]
     max_steps: int = eqx.field(static=True)
     shape: tuple[int, ...] = eqx.field(static=True)
-    nir_type: ClassVar[str] = "Delay"
 
     @property
     def out_shape(self):
@@ -189,7 +180,6 @@ class FlattenOp(_Op):
     shape: tuple[int, ...] = eqx.field(static=True)
     start_dim: int = eqx.field(static=True)
     end_dim: int = eqx.field(static=True)
-    nir_type: ClassVar[str] = "Flatten"
 
     @property
     def out_shape(self):
@@ -217,10 +207,6 @@ class ConvOp(_Op):
     dilation: tuple[int, ...] = eqx.field(static=True)
     groups: int = eqx.field(static=True)
     input_shape: tuple[int, ...] | None = eqx.field(static=True)
-
-    @property
-    def nir_type(self) -> str:  # type: ignore[override]
-        return f"Conv{self.weight.ndim - 2}d"
 
     @property
     def out_shape(self):
@@ -268,10 +254,6 @@ class PoolOp(_Op):
     kernel_size: tuple[int, int] = eqx.field(static=True)
     stride: tuple[int, int] = eqx.field(static=True)
     padding: tuple[int, int] = eqx.field(static=True)
-
-    @property
-    def nir_type(self) -> str:  # type: ignore[override]
-        return "SumPool2d" if self.kind == "sum" else "AvgPool2d"
 
     def step(self, state, x, dt):
         pool = sum_pool2d if self.kind == "sum" else avg_pool2d
@@ -321,7 +303,6 @@ class LIOp(_NeuronOp):
     tau: Float[Array, "..."]
     r: Float[Array, "..."]
     v_leak: Float[Array, "..."]
-    nir_type: ClassVar[str] = "LI"
 
     def step(self, state, x, dt):
         v = self._leak(state.v, self.tau, self.v_leak + self.r * x, dt)
@@ -340,7 +321,6 @@ class LIFOp(_NeuronOp):
     v_threshold: Float[Array, "..."]
     v_reset: Float[Array, "..."]
     surrogate: Surrogate
-    nir_type: ClassVar[str] = "LIF"
 
     def step(self, state, x, dt):
         v, z = self._fire(self._leak(state.v, self.tau, self.v_leak + self.r * x, dt))
@@ -360,7 +340,6 @@ class IOp(_NeuronOp):
     """`dv/dt = r I`; the output is `v`."""
 
     r: Float[Array, "..."]
-    nir_type: ClassVar[str] = "I"
 
     def step(self, state, x, dt):
         v = state.v + dt * self.r * x
@@ -377,7 +356,6 @@ class IFOp(_NeuronOp):
     v_threshold: Float[Array, "..."]
     v_reset: Float[Array, "..."]
     surrogate: Surrogate
-    nir_type: ClassVar[str] = "IF"
 
     def _v0(self):
         return 0.0
@@ -400,7 +378,6 @@ class CubaLIOp(_NeuronOp):
     r: Float[Array, "..."]
     v_leak: Float[Array, "..."]
     w_in: Float[Array, "..."]
-    nir_type: ClassVar[str] = "CubaLI"
 
     def init_state(self, batch):
         return NodeState(v=_zeros(batch, self.shape) + self.v_leak, i=_zeros(batch, self.shape))
@@ -448,7 +425,6 @@ class CubaLIFOp(CubaLIOp):
     v_threshold: Float[Array, "..."]
     v_reset: Float[Array, "..."]
     surrogate: Surrogate
-    nir_type: ClassVar[str] = "CubaLIF"
 
     def step(self, state, x, dt):
         v, i = self._integrate(state, x, dt)
