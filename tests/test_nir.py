@@ -768,3 +768,42 @@ def test_smooth_gradients_match_finite_differences():
         fd = (float(loss(w0 + e)) - float(loss(w0 - e))) / (2 * eps)
         # central differences of a quadratic in w_in are exact up to float32 rounding
         assert abs(grad[k] - fd) <= 1e-3 * abs(fd)
+
+
+def test_flatten_without_input_type_takes_its_inputs_shape():
+    # snnTorch writes Flatten with input_type None and the batch axis already left out.
+    w = np.random.default_rng(12).normal(size=(2, 1, 3, 3)).astype(F)
+    nodes = {
+        "input": nir.Input(input_type=np.array([1, 5, 5])),
+        "conv": nir.Conv2d(
+            input_shape=None,
+            weight=w,
+            stride=1,
+            padding=0,
+            dilation=1,
+            groups=1,
+            bias=np.zeros(2, F),
+        ),
+        "flat": nir.Flatten(input_type=None, start_dim=0, end_dim=-1),
+        "output": nir.Output(output_type=None),
+    }
+    graph = nir.NIRGraph(
+        nodes=nodes,
+        edges=[("input", "conv"), ("conv", "flat"), ("flat", "output")],
+        type_check=False,
+    )
+    net = nj.nir.from_nir(graph, dt=1.0)
+    assert net.nodes["flat"].shape == (18,) and net.nodes["output"].shape == (18,)
+    x = jnp.ones((2, 3, 1, 5, 5))
+    assert net(x).shape == (2, 3, 18)
+    nodes["flat"] = nir.Flatten(input_type=None, start_dim=2, end_dim=1)
+    graph = nir.NIRGraph(
+        nodes=nodes,
+        edges=[("input", "conv"), ("conv", "flat"), ("flat", "output")],
+        type_check=False,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"from_nir: node 'flat' \(Flatten\): start_dim=2 and end_dim=1 do not select axes of an input of shape \(2, 3, 3\)",
+    ):
+        nj.nir.from_nir(graph, dt=1.0)

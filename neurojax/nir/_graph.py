@@ -16,6 +16,7 @@ from ._nodes import (
     AffineOp,
     ConvOp,
     DelayOp,
+    FlattenOp,
     InputOp,
     OutputOp,
     RefusedNode,
@@ -246,8 +247,9 @@ def _infer_shapes(ops, raw_nodes, order, edges, back, inputs, dt):
     NIR leaves some shapes open: an `Input` may have none, neuron parameters may be scalars
     shared by a whole layer, pooling and convolution nodes may omit their input shape. An
     open `Input` takes the input size of the node it feeds (an `Affine`, `Linear` or a
-    convolution with `input_shape`); a neuron or delay node with scalar parameters takes the
-    shape of its input; every other node's output shape is traced with `jax.eval_shape`.
+    convolution with `input_shape`); a neuron or delay node with scalar parameters, and a
+    `Flatten` without `input_type`, take the shape of their input; every other node's output
+    shape is traced with `jax.eval_shape`.
     """
     ops = dict(ops)
     shapes: dict[str, tuple[int, ...]] = {}
@@ -296,6 +298,16 @@ def _infer_shapes(ops, raw_nodes, order, edges, back, inputs, dt):
                 )
             shapes[name] = tuple(op.shape)
         else:
+            if isinstance(op, FlattenOp) and op.in_shape is None:
+                try:
+                    op = ops[name] = op.resolved(in_shape)
+                except ValueError as err:
+                    raise RefusedNode(f"from_nir: node {name!r} (Flatten): {err}") from err
+            elif isinstance(op, FlattenOp) and op.in_shape != in_shape:
+                raise RefusedNode(
+                    f"from_nir: node {name!r} (Flatten): input_type {op.in_shape} differs from "
+                    f"the shape of its input, {in_shape}"
+                )
             x = jax.ShapeDtypeStruct(in_shape, default_float())
             try:
                 out = jax.eval_shape(lambda x, op=op: op.step(None, x, dt)[1], x)

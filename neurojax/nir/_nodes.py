@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, Int
 
 from .._validation import as_float, default_float
 from ..surrogate import Surrogate
-from ..training._conv import _conv, avg_pool2d, conv_output_shape, sum_pool2d
+from ..training._conv import _conv, avg_pool2d, sum_pool2d
 
 __all__ = ["NODE_TYPES"]
 
@@ -55,10 +55,6 @@ class _Op(eqx.Module):
     def init_state(self, batch: tuple[int, ...]) -> Any:
         return None
 
-    @property
-    def out_shape(self) -> tuple[int, ...] | None:
-        return None
-
     def step(self, state, x, dt: float):
         raise NotImplementedError
 
@@ -70,10 +66,6 @@ class InputOp(_Op):
     """A graph input: passes the data on."""
 
     shape: tuple[int, ...] | None = eqx.field(static=True)
-
-    @property
-    def out_shape(self):
-        return self.shape
 
     def step(self, state, x, dt):
         return state, x
@@ -95,10 +87,6 @@ class AffineOp(_Op):
     weight: Float[Array, "n_out n_in"]
     bias: Float[Array, " n_out"] | None
 
-    @property
-    def out_shape(self):
-        return (self.weight.shape[0],)
-
     def step(self, state, x, dt):
         y = x @ self.weight.T
         return state, y if self.bias is None else y + self.bias
@@ -114,10 +102,6 @@ class ScaleOp(_Op):
 
     scale: Float[Array, "..."]
 
-    @property
-    def out_shape(self):
-        return tuple(self.scale.shape)
-
     def step(self, state, x, dt):
         return state, x * self.scale
 
@@ -130,10 +114,6 @@ class ThresholdOp(_Op):
 
     threshold: Float[Array, "..."]
     surrogate: Surrogate
-
-    @property
-    def out_shape(self):
-        return tuple(self.threshold.shape)
 
     def step(self, state, x, dt):
         return state, _strict_spike(self.surrogate, x - self.threshold)
@@ -149,10 +129,6 @@ class DelayOp(_Op):
     steps: Int[Array, "..."]
     max_steps: int = eqx.field(static=True)
     shape: tuple[int, ...] = eqx.field(static=True)
-
-    @property
-    def out_shape(self):
-        return self.shape
 
     def init_state(self, batch):
         # The last `max_steps` inputs, newest first, on the axis after the batch axes.
@@ -174,24 +150,35 @@ class DelayOp(_Op):
 
 
 class FlattenOp(_Op):
-    """Reshape one example from `in_shape` to `shape` (batch axes kept)."""
+    """Reshape one example from `in_shape` to `shape` (batch axes kept); both `None` until
+    `from_nir` infers them when the graph leaves them open."""
 
-    in_shape: tuple[int, ...] = eqx.field(static=True)
-    shape: tuple[int, ...] = eqx.field(static=True)
+    in_shape: tuple[int, ...] | None = eqx.field(static=True)
+    shape: tuple[int, ...] | None = eqx.field(static=True)
     start_dim: int = eqx.field(static=True)
     end_dim: int = eqx.field(static=True)
-
-    @property
-    def out_shape(self):
-        return self.shape
 
     def step(self, state, x, dt):
         lead = x.shape[: x.ndim - len(self.in_shape)]
         return state, x.reshape(lead + self.shape)
 
+    def resolved(self, in_shape: tuple[int, ...]) -> "FlattenOp":
+        """This operation for inputs of `in_shape`, axes `start_dim..end_dim` merged."""
+        n = len(in_shape)
+        start, end = self.start_dim % max(n, 1), self.end_dim % max(n, 1)
+        if n == 0 or start > end:
+            raise ValueError(
+                f"start_dim={self.start_dim} and end_dim={self.end_dim} do not select axes of "
+                f"an input of shape {in_shape}"
+            )
+        shape = in_shape[:start] + (math.prod(in_shape[start : end + 1]),) + in_shape[end + 1 :]
+        return FlattenOp(
+            in_shape=in_shape, shape=shape, start_dim=self.start_dim, end_dim=self.end_dim
+        )
+
     def to_nir(self, nir, time_scale):
         return nir.Flatten(
-            input_type={"input": np.array(self.in_shape)},
+            input_type={"input": None if self.in_shape is None else np.array(self.in_shape)},
             start_dim=self.start_dim,
             end_dim=self.end_dim,
         )
@@ -207,16 +194,6 @@ class ConvOp(_Op):
     dilation: tuple[int, ...] = eqx.field(static=True)
     groups: int = eqx.field(static=True)
     input_shape: tuple[int, ...] | None = eqx.field(static=True)
-
-    @property
-    def out_shape(self):
-        if self.input_shape is None:
-            return None
-        spatial = conv_output_shape(
-            self.input_shape, self.weight.shape[2:], stride=self.stride,
-            padding=self.padding, dilation=self.dilation,
-        )  # fmt: skip
-        return (self.weight.shape[0],) + spatial
 
     def step(self, state, x, dt):
         ndim = self.weight.ndim - 2
@@ -273,10 +250,6 @@ class _NeuronOp(_Op):
 
     shape: tuple[int, ...] = eqx.field(static=True)
     method: str = eqx.field(static=True)
-
-    @property
-    def out_shape(self):
-        return self.shape
 
     def init_state(self, batch):
         return NodeState(v=_zeros(batch, self.shape) + self._v0())
@@ -560,8 +533,10 @@ def _delay(name, node, method, surrogate, dt):
 
 def _flatten(name, node, method, surrogate, dt):
     in_shape = _type_shape(node, "input", "input_type")
-    if in_shape is None:
-        raise _refuse(name, node, "input_type", "must give the input shape to flatten, got None")
+    if in_shape is None:  # inferred from the graph by `from_nir`
+        return FlattenOp(
+            in_shape=None, shape=None, start_dim=int(node.start_dim), end_dim=int(node.end_dim)
+        )
     out_shape = _type_shape(node, "output", "output_type")
     if out_shape is None or math.prod(out_shape) != math.prod(in_shape):
         raise _refuse(
