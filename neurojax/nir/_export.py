@@ -153,7 +153,7 @@ def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
     | `SpikingConv1d`, `SpikingConv2d` | `layer{i}_conv` (`Conv1d`/`Conv2d`) -> `layer{i}_lif` |
     | `SumPool2d`, `AvgPool2d`, `Flatten` | the node of the same name |
     | `Sequential` | its layers in a chain between `input` and `output` |
-    | `NIRNetwork` (from `from_nir`) | its own nodes and edges, names kept |
+    | `NIRNetwork` (from `from_nir`) | its nodes and edges, names kept (nested graphs inlined) |
 
     `layer{i}_lif` is a `LIF` node; `layer{i}_recurrent` a `Linear` from it back to itself.
     An `nj.LIF` neuron becomes NIR's LIF with `tau = tau_m`, `r = r_m`, `v_leak = v_rest`,
