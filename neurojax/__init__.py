@@ -18,6 +18,7 @@ from . import kernels as kernels
 from . import models as models
 from . import network as network
 from . import neurons as neurons
+from . import nir as nir
 from . import parallel as parallel
 from . import plasticity as plasticity
 from . import surrogate as surrogate

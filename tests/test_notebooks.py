@@ -24,6 +24,7 @@ EXPECTED = (
     "06_sweeps_and_sharding.ipynb",
     "07_izhikevich_lattice.ipynb",
     "08_write_your_own_model.ipynb",
+    "09_nir.ipynb",
 )
 MAX_BYTES = 400_000  # stored notebooks stay small: modest PNGs, no large text outputs
 CELL_TIMEOUT_S = 300  # each notebook runs in about a minute on 2 CPU cores

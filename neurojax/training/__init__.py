@@ -5,6 +5,10 @@
 - Layers built from neurojax neuron models: `SpikingDense`, `SpikingRecurrent`,
   `LeakyReadout`, `Sequential`; `trainable` selects the leaves to train. With
   `sparse_input=True` a layer's input product skips zero inputs (`spike_matmul`).
+- Convolution and pooling: the operations `conv1d`, `conv2d`, `sum_pool2d`, `avg_pool2d`,
+  `conv_output_shape` on `(*batch, channels, *spatial)` arrays (PyTorch's conventions) and
+  the layers `SpikingConv1d`, `SpikingConv2d`, `SumPool2d`, `AvgPool2d`, `Flatten` (bases
+  `SpikingConv` and `StatelessLayer`).
 - Readouts and losses on time-major outputs: `spike_count_cross_entropy`,
   `max_membrane_cross_entropy`, `rate_mse`, `rate_regularizer`, `accuracy`,
   `spike_counts`, `firing_rates`.
@@ -16,6 +20,18 @@ each step in the backward pass) and `truncate_backprop=K` (truncated backpropaga
 time).
 """
 
+from ._conv import AvgPool2d as AvgPool2d
+from ._conv import Flatten as Flatten
+from ._conv import SpikingConv as SpikingConv
+from ._conv import SpikingConv1d as SpikingConv1d
+from ._conv import SpikingConv2d as SpikingConv2d
+from ._conv import StatelessLayer as StatelessLayer
+from ._conv import SumPool2d as SumPool2d
+from ._conv import avg_pool2d as avg_pool2d
+from ._conv import conv1d as conv1d
+from ._conv import conv2d as conv2d
+from ._conv import conv_output_shape as conv_output_shape
+from ._conv import sum_pool2d as sum_pool2d
 from ._encoders import current_encode as current_encode
 from ._encoders import latency_encode as latency_encode
 from ._encoders import poisson_encode as poisson_encode
