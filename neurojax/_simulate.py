@@ -795,7 +795,7 @@ def simulate(
         cat = np.concatenate if to_host else jnp.concatenate
         spikes, values = jtu.tree_map(lambda *xs: cat(xs, axis=0), *chunks)
 
-    if fits and traced:
+    if fits and traced and model.buffers_may_overflow():
         # No rerun is possible under the caller's transformation: one check after the run.
         state = model.check_capacity(state)
 

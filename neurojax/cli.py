@@ -128,6 +128,18 @@ def _restrict_threads(n: int) -> None:
         ).strip()
 
 
+def _enable_cache() -> None:
+    """JAX's persistent compilation cache in neurojax's cache folder: a repeated command
+    loads its compiled programs instead of compiling them. A folder that cannot be written
+    leaves the cache off with a warning; the run goes on."""
+    from ._compilation_cache import enable_compilation_cache
+
+    try:
+        enable_compilation_cache()
+    except ValueError as err:
+        print(f"neurojax: compilation cache off: {err}", file=sys.stderr)
+
+
 def seed_int(text: str) -> int:
     """A PRNG seed: an integer in [0, 2**32)."""
     try:
@@ -292,6 +304,16 @@ def _add_common_arguments(p: argparse.ArgumentParser, model: RunModel) -> None:
             "CPU cores to run on: N >= 1 restricts the process to N cores (1, the default, is"
             " fastest for XLA:CPU at these sizes: a step is many small operations and"
             " waking a second core costs more than it brings); 0 leaves the process as started"
+        ),
+    )
+    g.add_argument(
+        "--no-compilation-cache",
+        dest="compilation_cache",
+        action="store_false",
+        help=(
+            "do not keep compiled programs in neurojax's cache folder (by default a repeated"
+            " command loads them instead of compiling; NEUROJAX_COMPILATION_CACHE=0 also turns"
+            " it off)"
         ),
     )
     g.add_argument(
@@ -708,6 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(msg)
         _restrict_threads(args.threads)
         _request_devices(args.devices, argv)
+        if args.compilation_cache and os.environ.get("NEUROJAX_COMPILATION_CACHE", "1") != "0":
+            _enable_cache()
     try:
         return args.handler(args)
     except BrokenPipeError:
