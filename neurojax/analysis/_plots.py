@@ -251,7 +251,10 @@ def rate_histogram(
         dt: simulation step [ms].
         record_every: steps per raster row, as given to `simulate`.
         ax: matplotlib Axes to draw into; `None` makes a new figure.
-        bins: number of bins (positive int) or the bin edges [Hz].
+        bins: the most bins to draw (positive int) or the bin edges [Hz]. A run of duration
+            `T` gives rates that are multiples of `1 / T`; with an int each bin holds the
+            same number of those levels, its edges halfway between two of them, so a finite
+            run shows no empty bins between populated ones.
         colors: `None`, one colour, or a dict `{population: colour}`.
 
     Returns:
@@ -268,7 +271,8 @@ def rate_histogram(
     palette = _palette(owner, colors, list(data), is_dict)
     rates = {k: firing_rates(r, dt=dt, record_every=record_every).ravel() for k, r in data.items()}
     if isinstance(bins, int):
-        bins = np.histogram_bin_edges(np.concatenate(list(rates.values())), bins=bins)
+        duration_ms = max(r.shape[0] for r in data.values()) * record_every * dt
+        bins = _rate_edges(np.concatenate(list(rates.values())), bins, 1000.0 / duration_ms)
     ax = _axes(owner, ax)
     for k, r in rates.items():
         ax.hist(
@@ -283,6 +287,17 @@ def rate_histogram(
     if is_dict:
         ax.legend(loc="upper right")
     return ax
+
+
+def _rate_edges(rates: np.ndarray, bins: int, quantum: float) -> np.ndarray:
+    """At most `bins` bins over `rates`, each holding the same whole number of the rate
+    levels a run of finite duration can produce (multiples of `quantum` = 1 / duration), the
+    edges half a level off them: no bin falls between two levels and stays empty."""
+    lo, hi = float(np.min(rates)), float(np.max(rates))
+    first, last = round(lo / quantum), round(hi / quantum)
+    per_bin = max(1, -(-(last - first + 1) // bins))
+    n_bins = -(-(last - first + 1) // per_bin)
+    return (first - 0.5 + per_bin * np.arange(n_bins + 1)) * quantum
 
 
 def _weights(owner: str, weights: Any) -> np.ndarray:
