@@ -386,8 +386,9 @@ A batch of N independent neurons (nj.HodgkinHuxley, classic parameters, rest nea
 receives constant currents linspace(I_MIN, I_MAX, N) switched on at t = 0 and is run with
 nj.simulate, recording spikes only (upward crossings of 0 mV). For each current the table gives
 the spike count over the whole run, the firing rate over the second half of the run (so that
-the onset transient is excluded; the rate is a count over that window, so it is quantised in
-steps of 1 / (duration / 2)), and the latency of the first spike. With the classic parameters
+the onset transient is excluded: the inverse of the mean interspike interval of the spikes in
+that window, as an f-I curve is measured; a neuron with fewer than two spikes there gets its
+count over the window), and the latency of the first spike. With the classic parameters
 repetitive firing starts abruptly near 6.26 uA/cm^2 at about 52 Hz (class 2 excitability) and
 reaches about 68 Hz at 10 uA/cm^2.
 
@@ -450,6 +451,17 @@ def _hh_run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     window_ms = (n_steps - half) * args.dt
     counts = spikes.sum(axis=0)
     late = spikes[half:].sum(axis=0)
+    # The rate of repetitive firing is the inverse of the mean interspike interval of the
+    # spikes in the window, (n - 1) / (t_last - t_first): not quantised like a count over
+    # the window. With fewer than two spikes there is no interval; the count over the
+    # window (0 or 1 spike) stands.
+    rates = []
+    for j in range(spikes.shape[1]):
+        steps = np.flatnonzero(spikes[half:, j])
+        if steps.size >= 2:
+            rates.append(1000.0 * (steps.size - 1) / ((steps[-1] - steps[0]) * args.dt))
+        else:
+            rates.append(float(late[j]) * 1000.0 / window_ms)
     fired = spikes.any(axis=0)
     first = np.where(fired, (spikes.argmax(axis=0) + 1) * args.dt, np.nan)
     return {
@@ -463,7 +475,8 @@ def _hh_run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
         "currents": currents.tolist(),
         "current_unit": "uA/cm^2",
         "spike_counts": [int(c) for c in counts],
-        "rates_hz": [float(c) * 1000.0 / window_ms for c in late],
+        "rates_hz": [float(r) for r in rates],
+        "rate_method": "inverse mean interspike interval over the window",
         "rate_window_ms": [half * args.dt, n_steps * args.dt],
         # Rounded to 1e-9 ms to drop the float noise of (index + 1) * dt from the output.
         "first_spike_ms": [None if math.isnan(x) else round(float(x), 9) for x in first],
