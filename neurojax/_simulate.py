@@ -138,13 +138,77 @@ def _step_ok_uncached(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool
     got = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), new_state)
     if jtu.tree_structure(want) != jtu.tree_structure(got):
         return False, "the step changed the state's structure"
-    for a, b in zip(jtu.tree_leaves(want), jtu.tree_leaves(got)):
+    for (path, a), b in zip(jtu.tree_leaves_with_path(want), jtu.tree_leaves(got)):
         if a.shape != b.shape or a.dtype != b.dtype:
             return False, (
-                f"the step turned a state leaf of shape {a.shape} {a.dtype} into "
-                f"{b.shape} {b.dtype}"
+                f"the step turned the state field {jtu.keystr(path).lstrip('.')!r} of shape "
+                f"{a.shape} {a.dtype} into {b.shape} {b.dtype}"
             )
     return True, ""
+
+
+def _broadcasts(shape: tuple, to: tuple) -> bool:
+    try:
+        np.broadcast_shapes(shape, to)
+    except ValueError:
+        return False
+    return np.broadcast_shapes(shape, to) == tuple(to)
+
+
+def _model_fault(model: Any, state: Any, dt: float) -> str | None:
+    """What is wrong with the model itself, whatever the inputs, or None.
+
+    Checks every population's array parameters against its number of neurons (a
+    per-neuron parameter of the wrong length), then steps the model on its own state with a
+    neutral input (none for a network, zeros of the state's shape and dtype for a neuron
+    model): a step that then changes a state field's shape or dtype is the model's fault.
+    """
+    sizes = getattr(model, "sizes", None)
+    populations = getattr(model, "populations", None)
+    if isinstance(sizes, dict) and isinstance(populations, dict):
+        members = [(f"population {k!r} ", populations[k], sizes[k]) for k in sizes]
+        probe = None
+    else:
+        v = getattr(state, "v", None)
+        if v is None:
+            floats = [x for x in jtu.tree_leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+            v = floats[0] if floats else None
+        if v is None or not hasattr(v, "shape") or not v.shape:
+            return None
+        members = [("", model, v.shape[-1])]
+        probe = jax.ShapeDtypeStruct(v.shape, v.dtype)
+    for where, member, n in members:
+        # Only a neuron model's parameters are per neuron (a neuron model declares the state
+        # fields others may read); a layer's weight matrix is not.
+        if not hasattr(member, "required_state_fields"):
+            continue
+        params = eqx.filter(member, eqx.is_array)
+        for path, leaf in jtu.tree_leaves_with_path(params):
+            shape = tuple(np.shape(leaf))
+            if len(shape) >= 1 and not _broadcasts(shape, (n,)):
+                name = jtu.keystr(path).lstrip(".")
+                return (
+                    f"{where}{type(member).__name__}: parameter {name} has shape {shape}, which "
+                    f"does not broadcast to the population's {n} neurons (a per-neuron parameter "
+                    f"needs shape ({n},))"
+                )
+    if probe is not None:
+        probe = jnp.zeros(probe.shape, probe.dtype)
+    ok, why = _step_ok(model, state, probe, dt)
+    if not ok and why.startswith(("the step turned", "the step changed")):
+        return (
+            f"{type(model).__name__}.step, given its own state, changes it: {why}; a step must "
+            "return a state with the structure, shapes and dtypes it received"
+        )
+    return None
+
+
+def _inputs_error(model: Any, state: Any, dt: float, message: str) -> ValueError:
+    """The error for inputs that do not fit, unless the model itself is at fault."""
+    fault = _model_fault(model, state, dt)
+    if fault is not None:
+        return ValueError(f"simulate: the model cannot run: {fault}")
+    return ValueError(message)
 
 
 def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
@@ -168,9 +232,12 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
             kind, n_steps = "series", series_len
             ok, why = _step_ok(model, state, jtu.tree_map(lambda x: x[0], inputs), dt)
             if not ok:
-                raise ValueError(
+                raise _inputs_error(
+                    model,
+                    state,
+                    dt,
                     f"simulate: one time step of inputs (shapes {_describe(inputs)} without the "
-                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}"
+                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}",
                 )
         else:
             const_ok, const_why = _step_ok(model, state, inputs, dt)
@@ -191,10 +258,13 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
                 kind = "series"
             else:
                 why = series_why or const_why
-                raise ValueError(
+                raise _inputs_error(
+                    model,
+                    state,
+                    dt,
                     f"simulate: inputs of shapes {_describe(inputs)} fit the state of shapes "
                     f"{_describe(state)} neither as a constant nor as a time series of n_steps="
-                    f"{n_steps} steps ({why})"
+                    f"{n_steps} steps ({why})",
                 )
     if n_steps is None:
         raise ValueError(
@@ -210,14 +280,19 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
             ) from err
         ok, why = _step_ok(model, state, sample, dt)
         if not ok:
-            raise ValueError(
+            raise _inputs_error(
+                model,
+                state,
+                dt,
                 f"simulate: the inputs function returns shapes {_describe(sample)} which do not "
-                f"fit the state of shapes {_describe(state)}: {why}"
+                f"fit the state of shapes {_describe(state)}: {why}",
             )
     if kind == "none":
         ok, why = _step_ok(model, state, None, dt)
         if not ok:
-            raise ValueError(f"simulate: the model cannot step without inputs: {why}")
+            raise _inputs_error(
+                model, state, dt, f"simulate: the model cannot step without inputs: {why}"
+            )
     return kind, n_steps
 
 

@@ -441,3 +441,58 @@ def test_the_clock_of_a_traced_network_state():
     np.testing.assert_allclose(got.t, want.t, rtol=1e-6)
     assert float(got.t[0]) == pytest.approx(3.1, rel=1e-6)
     np.testing.assert_array_equal(got_final.populations["E"].v, want_final.populations["E"].v)
+
+
+class _DtypeChanging(nj.NeuronModel):
+    """A model whose step returns its voltage in float16: the model's fault, not the input's."""
+
+    tau: float = 10.0
+
+    def init_state(self, shape, key=None):
+        z = jnp.zeros(shape, jnp.float32)
+        return nj.LIFState(v=z, refractory=z)
+
+    def step(self, state, current, dt):
+        v = state.v + dt * (current - state.v) / self.tau
+        new = nj.LIFState(v=v.astype(jnp.float16), refractory=state.refractory)
+        return new, (v > 1).astype(jnp.float32)
+
+
+class _PerNeuronWeight(_DtypeChanging):
+    """A model with a per-neuron parameter that may have the wrong length."""
+
+    w: jax.Array = eqx.field(default_factory=lambda: jnp.ones(3))
+
+    def step(self, state, current, dt):
+        v = state.v + dt * (current * self.w - state.v) / self.tau
+        return nj.LIFState(v=v, refractory=state.refractory), (v > 1).astype(jnp.float32)
+
+
+def test_errors_blame_the_model_not_the_inputs():
+    # Before: both read "inputs of shapes () fit the state ... neither as a constant nor as a
+    # time series", and inside a network "the model cannot step without inputs".
+    bad = _DtypeChanging()
+    with pytest.raises(
+        ValueError,
+        match=r"the model cannot run: _DtypeChanging.step, given its own state, changes it: the "
+        r"step turned the state field 'v' of shape \(4,\) float32 into \(4,\) float16",
+    ):
+        nj.simulate(bad, bad.init_state(4), 1.0, dt=0.1, n_steps=5)
+    wrong = _PerNeuronWeight()
+    with pytest.raises(
+        ValueError,
+        match=r"the model cannot run: _PerNeuronWeight: parameter w has shape \(3,\), which does "
+        r"not broadcast to the population's 4 neurons",
+    ):
+        nj.simulate(wrong, wrong.init_state(4), 1.0, dt=0.1, n_steps=5)
+    net = nj.Network({"A": (wrong, 4)}, inputs={"A": 1.0})
+    with pytest.raises(
+        ValueError, match=r"the model cannot run: population 'A' _PerNeuronWeight: parameter w"
+    ):
+        nj.simulate(net, net.init_state(), dt=0.1, n_steps=5)
+    # The right length runs; a wrong input to a sound model still blames the inputs.
+    right = _PerNeuronWeight(w=jnp.ones(4))
+    nj.simulate(right, right.init_state(4), 1.0, dt=0.1, n_steps=5)
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match=r"simulate: inputs of shapes \(3,\) fit the state"):
+        nj.simulate(lif, lif.init_state(4), jnp.ones(3), dt=0.1, n_steps=5)
