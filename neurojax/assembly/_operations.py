@@ -67,7 +67,9 @@ def project_until_stable(
     Stops after the first step at which every target area keeps exactly its previous winners
     (hence no first-time winners either). Returns the state and the number of steps taken;
     `max_steps` taken means it did not converge. A `jax.lax.while_loop`: under `vmap` the
-    batch runs until its slowest member has converged.
+    batch runs until its slowest member has converged. Jitted as a whole, so the capacity
+    of a sparse area cannot grow here: a step that exceeds it raises (build the Brain with a
+    larger capacity, or grow the state first with `Brain.grow_capacity`).
     """
     max_steps = _check_steps("project_until_stable", max_steps)
     routes = brain._routes(stimuli, areas, "project_until_stable")
@@ -79,17 +81,22 @@ def project_until_stable(
 
     def body(carry):
         s, steps, _ = carry
-        new = brain.project(s, stimuli, areas, plasticity=plasticity)
+        # The unchecked step: its faults stay in the state and are checked once, after the
+        # loop (a check per step would be a branch per step). A step that overflows or reads
+        # an empty source stops the loop, whose result then raises.
+        new = brain._run(s, routes, plasticity, None)
         stable = jnp.array(True)
         for t in targets:
             k = jnp.sum(new.winners[t] >= 0)
             stable = stable & (overlap(new.winners[t], s.winners[t]) == k)
+        for a in brain.area_names:
+            stable = stable | (new.faults[a] != 0) | (new.overflow[a] != 0)
         return new, steps + 1, stable
 
     state, steps, _ = jax.lax.while_loop(
         cond, body, (state, jnp.zeros((), jnp.int32), jnp.array(False))
     )
-    return state, steps
+    return brain._error_if("project_until_stable", (state, steps), state)
 
 
 def _two_phase(brain, state, first, then, steps, where):

@@ -6,12 +6,15 @@
 // operations, each of which the CPU runtime dispatches on its own.
 //
 // nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (entries outside
-// [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The sum starts from
-// zero and adds the rows in list order. XLA reduces the gathered rows of the pure-JAX path in
-// an order of its own, so with non-integer weights the two may differ in the last bit of a
-// sum; with integer weights (beta = 0) they agree exactly. Only the first `limit` columns are
-// read: in sparse mode the columns beyond an area's support belong to neurons that have not
-// fired yet, and the caller masks them.
+// [0, R) count as rows of zeros), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The rows
+// are added as a balanced binary tree over their positions in the list: the sum of positions
+// [lo, hi) is the sum of [lo, lo + h) plus the sum of [lo + h, hi), h the largest power of two
+// below hi - lo (PairwiseSum). The pure-JAX path adds neighbouring pairs level by level, which
+// is the same tree, and float addition is commutative, so both paths give the same sums bit
+// for bit and the k-cap sees identical inputs (a list-order sum here against XLA's own
+// reduction order used to flip near-ties). Only the first `limit` columns are read: in sparse
+// mode the columns beyond an area's support belong to neurons that have not fired yet, and the
+// caller masks them.
 //
 // nj_asm_update: in place on W (*batch, R, C), first the synapses of first-time winners, then
 // the Hebbian factor:
@@ -29,8 +32,8 @@
 // nj_asm_update_sum: nj_asm_update, then x = nj_asm_rowsum of the updated W with rows
 // sum_rows and limit sum_limit (a second result), in one pass: a row that is both scaled and
 // summed (in a converged projection the winners that the next step sums are the rows this
-// step scales) is read once. The sum adds the rows in list order as nj_asm_rowsum does, so
-// both results equal those of the two separate calls bit for bit.
+// step scales) is read once. The sum uses nj_asm_rowsum's tree, so both results equal those
+// of the two separate calls bit for bit.
 
 #include <algorithm>
 #include <cstdint>
@@ -67,19 +70,78 @@ inline int64_t ClampLimit(int64_t lim, int64_t n_cols) {
   return lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
 }
 
-// Adds the first `lim` entries of the rows `rows[0..k)` of wb (entries outside [0, n_rows)
-// skipped) to xb, in list order.
+// The pairwise (balanced binary tree) sum of `k` rows of `lim` entries, the rows given by
+// position: `leaf(i, out, add)` writes (add = false) or adds (add = true) the row at position i
+// into `out` and returns true, or returns false for a row of zeros (an invalid entry), leaving
+// `out` as it is. Positions are visited in increasing order, so a leaf may prefetch the next.
+// A zero row is left out of an addition, which equals adding it (x + 0 == x for the
+// non-negative weights of a brain).
+template <typename F>
+class PairwiseSum {
+ public:
+  // Sums positions [0, k) into out; false (out untouched) if every row is zero.
+  template <typename Leaf>
+  bool Run(int64_t k, int64_t lim, F* out, const Leaf& leaf) {
+    if (k <= 0) return false;
+    lim_ = lim;
+    int depth = 1;
+    for (int64_t span = 1; span < k; span *= 2) ++depth;
+    if (static_cast<int64_t>(scratch_.size()) < depth * lim) scratch_.resize(depth * lim);
+    return Node(0, k, out, 0, leaf);
+  }
+
+ private:
+  template <typename Leaf>
+  bool Node(int64_t lo, int64_t hi, F* out, int depth, const Leaf& leaf) {
+    if (hi - lo == 1) return leaf(lo, out, false);
+    int64_t half = 1;
+    while (half * 2 < hi - lo) half *= 2;
+    const bool left = Node(lo, lo + half, out, depth + 1, leaf);
+    if (hi - lo - half == 1) {
+      // A single row on the right: added into the left sum in place.
+      return left ? (leaf(lo + half, out, true), true) : leaf(lo + half, out, false);
+    }
+    F* right_sum = scratch_.data() + depth * lim_;
+    const bool right = Node(lo + half, hi, right_sum, depth + 1, leaf);
+    if (right) {
+      if (left) {
+        AddRow(out, right_sum, lim_);
+      } else {
+        std::memcpy(out, right_sum, lim_ * sizeof(F));
+      }
+    }
+    return left || right;
+  }
+
+  std::vector<F> scratch_;  // one row of partial sums per tree depth
+  int64_t lim_ = 0;
+};
+
+template <typename F>
+PairwiseSum<F>& TreeScratch() {
+  // (A local reference: each use of a thread_local of a shared library is a call.)
+  thread_local PairwiseSum<F> tree;
+  return tree;
+}
+
+// The pairwise sum of the first `lim` entries of the rows `rows[0..k)` of wb (entries outside
+// [0, n_rows) are zero rows) into xb (all `lim` entries written).
 template <typename F>
 void AddRows(const F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols,
              int64_t lim, F* xb) {
-  for (int64_t i = 0; i < k; ++i) {
+  const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
+  const auto leaf = [&](int64_t i, F* out, bool add) {
     const int64_t r = rows[i];
-    if (r < 0 || r >= n_rows) continue;
-    if (i + 1 < k && rows[i + 1] >= 0 && rows[i + 1] < n_rows) {
-      PrefetchRowStart(wb + rows[i + 1] * n_cols, lim, false);
+    if (!valid(r)) return false;
+    if (i + 1 < k && valid(rows[i + 1])) PrefetchRowStart(wb + rows[i + 1] * n_cols, lim, false);
+    if (add) {
+      AddRow(out, wb + r * n_cols, lim);
+    } else {
+      std::memcpy(out, wb + r * n_cols, lim * sizeof(F));
     }
-    AddRow(xb, wb + r * n_cols, lim);
-  }
+    return true;
+  };
+  if (!TreeScratch<F>().Run(k, lim, xb, leaf)) std::fill(xb, xb + lim, F(0));
 }
 
 template <typename F>
@@ -87,9 +149,9 @@ void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t
             int64_t n_rows, int64_t n_cols, int64_t k) {
   for (int64_t b = 0; b < n_batch; ++b) {
     F* xb = x + b * n_cols;
-    for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
-    AddRows(w + b * n_rows * n_cols, rows + b * k, k, n_rows, n_cols,
-            ClampLimit(limit[b], n_cols), xb);
+    const int64_t lim = ClampLimit(limit[b], n_cols);
+    AddRows(w + b * n_rows * n_cols, rows + b * k, k, n_rows, n_cols, lim, xb);
+    for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
   }
 }
 
@@ -148,18 +210,32 @@ __attribute__((noinline)) void ScaleRow(F* __restrict row, const F* __restrict m
   for (int64_t c = 0; c < n; ++c) row[c] *= m[c];
 }
 
-// ScaleRow on [0, width) and AddRow of the scaled row on [0, limit), in one pass.
+// ScaleRow on [0, width) and, on [0, limit), the scaled row added to x (add) or written to it,
+// in one pass.
 template <typename F>
 __attribute__((noinline)) void ScaleAddRow(F* __restrict row, const F* __restrict m,
-                                           int64_t width, F* __restrict x, int64_t limit) {
+                                           int64_t width, F* __restrict x, int64_t limit,
+                                           bool add) {
   const int64_t both = std::min(width, limit);
-  for (int64_t c = 0; c < both; ++c) {
-    const F v = row[c] * m[c];
-    row[c] = v;
-    x[c] += v;
+  if (add) {
+    for (int64_t c = 0; c < both; ++c) {
+      const F v = row[c] * m[c];
+      row[c] = v;
+      x[c] += v;
+    }
+  } else {
+    for (int64_t c = 0; c < both; ++c) {
+      const F v = row[c] * m[c];
+      row[c] = v;
+      x[c] = v;
+    }
   }
   for (int64_t c = both; c < width; ++c) row[c] *= m[c];
-  for (int64_t c = both; c < limit; ++c) x[c] += row[c];
+  if (add) {
+    for (int64_t c = both; c < limit; ++c) x[c] += row[c];
+  } else {
+    for (int64_t c = both; c < limit; ++c) x[c] = row[c];
+  }
 }
 
 // The input sum of nj_asm_update_sum (x == nullptr: none).
@@ -232,7 +308,7 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
       xb = x + b * n_cols;
       sum_rows = sum.rows + b * sum.kq;
       lim = ClampLimit(sum.limit[b], n_cols);
-      for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
+      for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
     }
     const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
     if (!plastic) {
@@ -256,26 +332,31 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     const F* m = mult.data();
     const int32_t* heb_rows = a.heb_rows + b * a.kr;
     if (xb != nullptr) {
-      // The summed rows in list order, each scaled first where it is a previous winner's
-      // row; then the previous winners' rows that are not summed.
+      // The summed rows in nj_asm_rowsum's tree, each scaled first where it is a previous
+      // winner's row; then the previous winners' rows that are not summed.
       for (int64_t i = 0; i < a.kr; ++i) {
         if (valid(heb_rows[i])) pending[heb_rows[i]] = 1;
       }
-      for (int64_t i = 0; i < sum.kq; ++i) {
+      const auto leaf = [&](int64_t i, F* out, bool add) {
         const int64_t r = sum_rows[i];
-        if (!valid(r)) continue;
+        if (!valid(r)) return false;
         if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
           const int64_t next = sum_rows[i + 1];
           PrefetchRowStart(wb + next * n_cols, pending[next] ? std::max(width, lim) : lim,
                            pending[next] != 0);
         }
+        F* row = wb + r * n_cols;
         if (pending[r]) {
-          ScaleAddRow(wb + r * n_cols, m, width, xb, lim);
+          ScaleAddRow(row, m, width, out, lim, add);
           pending[r] = 0;
+        } else if (add) {
+          AddRow(out, row, lim);
         } else {
-          AddRow(xb, wb + r * n_cols, lim);
+          std::memcpy(out, row, lim * sizeof(F));
         }
-      }
+        return true;
+      };
+      if (!TreeScratch<F>().Run(sum.kq, lim, xb, leaf)) std::fill(xb, xb + lim, F(0));
     }
     for (int64_t i = 0; i < a.kr; ++i) {
       const int64_t r = heb_rows[i];
@@ -401,6 +482,23 @@ ffi::Error UpdateSumImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyB
 // floor(u * (j + 1) / 2**32) of the word u = words[b, slot[b, r], i], computed in 16-bit halves
 // exactly as the pure-JAX path does (j + 1 < 2**16). chosen[b, r, i] holds the i-th kept item;
 // entries from m onwards hold `total`.
+// One row of nj_asm_choose: m distinct items of range(total) into kept[0..width), drawn with
+// the words w[0..min(m, width)) (w == nullptr: no words, nothing drawn); `total` pads.
+inline void FloydRow(const uint32_t* w, int32_t tot, int64_t m_r, int64_t width, int32_t* kept) {
+  const int64_t n_draw = m_r < width ? m_r : width;
+  for (int64_t i = 0; i < width; ++i) kept[i] = tot;
+  if (n_draw <= 0 || w == nullptr) return;
+  for (int64_t i = 0; i < n_draw; ++i) {
+    int64_t j = static_cast<int64_t>(tot) - m_r + i;
+    j = j < 0 ? 0 : j;
+    const uint32_t span = static_cast<uint32_t>(j + 1);
+    const uint32_t t = ((w[i] >> 16) * span + (((w[i] & 0xFFFFu) * span) >> 16)) >> 16;
+    bool seen = false;
+    for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
+    kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
+  }
+}
+
 ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer m,
                       ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> chosen) {
   if (words.element_type() != ffi::DataType::U32 || slot.element_type() != ffi::DataType::S32 ||
@@ -427,24 +525,11 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
   const auto* tt = static_cast<const int32_t*>(total.untyped_data());
   auto* out = static_cast<int32_t*>(chosen->untyped_data());
   for (int64_t b = 0; b < n_batch; ++b) {
-    const int32_t tot = tt[b];
     for (int64_t r = 0; r < rows; ++r) {
-      int32_t* kept = out + (b * rows + r) * width;
-      const int64_t m_r = mm[b * rows + r];
-      const int64_t n_draw = m_r < width ? m_r : width;
-      for (int64_t i = 0; i < width; ++i) kept[i] = tot;
       const int64_t s = sl[b * rows + r];
-      if (n_draw <= 0 || s < 0 || s >= n_words) continue;
-      const uint32_t* w = u + (b * n_words + s) * width;
-      for (int64_t i = 0; i < n_draw; ++i) {
-        int64_t j = static_cast<int64_t>(tot) - m_r + i;
-        j = j < 0 ? 0 : j;
-        const uint32_t span = static_cast<uint32_t>(j + 1);
-        const uint32_t t = ((w[i] >> 16) * span + (((w[i] & 0xFFFFu) * span) >> 16)) >> 16;
-        bool seen = false;
-        for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
-        kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
-      }
+      const bool has_words = s >= 0 && s < n_words;
+      FloydRow(has_words ? u + (b * n_words + s) * width : nullptr, tt[b], mm[b * rows + r],
+               width, out + (b * rows + r) * width);
     }
   }
   return ffi::Error::Success();
@@ -650,12 +735,13 @@ ffi::Error TopKImpl(ffi::AnyBuffer x1, ffi::AnyBuffer x2, ffi::Result<ffi::AnyBu
 // 3", SC'11; rotation constants and key schedule as published for Threefry-2x32.
 inline uint32_t RotL(uint32_t v, int d) { return (v << d) | (v >> (32 - d)); }
 
-void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n) {
+// Words first .. first + n - 1 of that sequence.
+void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n, int64_t first = 0) {
   static constexpr int kRot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
   const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x0 = 0u + ks[0];
-    uint32_t x1 = static_cast<uint32_t>(i) + ks[1];
+    uint32_t x1 = static_cast<uint32_t>(first + i) + ks[1];
 #pragma GCC unroll 5
     for (int j = 0; j < 5; ++j) {
 #pragma GCC unroll 4
@@ -687,6 +773,53 @@ ffi::Error BitsImpl(ffi::AnyBuffer key, ffi::Result<ffi::AnyBuffer> words) {
   const auto* k = static_cast<const uint32_t*>(key.untyped_data());
   auto* out = static_cast<uint32_t*>(words->untyped_data());
   for (int64_t b = 0; b < n_batch; ++b) ThreefryWords(k[2 * b], k[2 * b + 1], out + b * n, n);
+  return ffi::Error::Success();
+}
+
+// nj_asm_choose_threefry: nj_asm_choose with the words of the threefry key key[b] (as
+// nj_asm_bits draws them): row r's words are words (slot[b, r] * width) .. onwards of the
+// sequence, which is the row slot[b, r] of jax.random.bits(key, (rows * width,)) reshaped to
+// (rows, width). Only the words that Floyd's loop reads are computed (a converged step draws
+// none), so the words of all `rows` rows are never materialised.
+ffi::Error ChooseThreefryImpl(ffi::AnyBuffer key, ffi::AnyBuffer slot, ffi::AnyBuffer m,
+                              ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> chosen) {
+  if (key.element_type() != ffi::DataType::U32 || slot.element_type() != ffi::DataType::S32 ||
+      m.element_type() != ffi::DataType::S32 || total.element_type() != ffi::DataType::S32 ||
+      chosen->element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument(
+        "nj_asm_choose_threefry: key must be uint32 and slot, m, total, chosen int32");
+  }
+  const int64_t n_batch = total.element_count();
+  if (n_batch == 0) return ffi::Error::Success();
+  const int64_t rows = m.element_count() / n_batch;
+  const auto cdims = chosen->dimensions();
+  const int64_t width = cdims.size() ? cdims[cdims.size() - 1] : 0;
+  if (rows * n_batch != static_cast<int64_t>(m.element_count()) ||
+      static_cast<int64_t>(slot.element_count()) != n_batch * rows ||
+      static_cast<int64_t>(key.element_count()) != 2 * n_batch ||
+      static_cast<int64_t>(chosen->element_count()) != n_batch * rows * width ||
+      rows * width >= (int64_t{1} << 32)) {
+    return ffi::Error::InvalidArgument("nj_asm_choose_threefry: argument sizes do not match");
+  }
+  const auto* kd = static_cast<const uint32_t*>(key.untyped_data());
+  const auto* sl = static_cast<const int32_t*>(slot.untyped_data());
+  const auto* mm = static_cast<const int32_t*>(m.untyped_data());
+  const auto* tt = static_cast<const int32_t*>(total.untyped_data());
+  auto* out = static_cast<int32_t*>(chosen->untyped_data());
+  thread_local std::vector<uint32_t> words_buf;
+  std::vector<uint32_t>& words = words_buf;
+  words.resize(width);
+  for (int64_t b = 0; b < n_batch; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t m_r = mm[b * rows + r];
+      const int64_t s = sl[b * rows + r];
+      const int64_t n_draw = std::min<int64_t>(std::max<int64_t>(m_r, 0), width);
+      const bool has_words = n_draw > 0 && s >= 0 && s < rows;
+      if (has_words) ThreefryWords(kd[2 * b], kd[2 * b + 1], words.data(), n_draw, s * width);
+      FloydRow(has_words ? words.data() : nullptr, tt[b], m_r, width,
+               out + (b * rows + r) * width);
+    }
+  }
   return ffi::Error::Success();
 }
 
@@ -849,6 +982,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // words (*batch, n_words, width) u32
+                                  .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
+                                  .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
+                                  .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
+                                  .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // key (*batch, 2) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
