@@ -120,6 +120,10 @@ def _contains(sorted_b: Int[Array, " m"], a: Int[Array, " k"]) -> Bool[Array, " 
     return sorted_b[pos] == a
 
 
+def _is_plain_array(x: Any) -> bool:
+    return eqx.is_array(x) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -786,9 +790,12 @@ class Brain(eqx.Module):
         (so that it stays in a compiled program that keeps any part of the result)."""
         checks = self._messages(where, state)
         failed = jnp.stack([jnp.any(c) for c, _ in checks])
-        return eqx.branched_error_if(
-            out, jnp.any(failed), jnp.argmax(failed), [msg for _, msg in checks]
+        # PRNG keys cannot pass through the check's callback; they go around it.
+        plain, keys = eqx.partition(out, _is_plain_array)
+        plain = eqx.branched_error_if(
+            plain, jnp.any(failed), jnp.argmax(failed), [msg for _, msg in checks]
         )
+        return eqx.combine(plain, keys)
 
     @eqx.filter_jit
     def _run(self, state: BrainState, routes: tuple, plasticity: bool, steps: int | None):
