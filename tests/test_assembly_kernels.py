@@ -532,7 +532,7 @@ def test_trace_overlap_equals_overlap():
             b[:25] = a[rng.choice(50, 25, replace=False)]
             a[rng.random(50) < 0.1] = -1
             b[rng.random(50) < 0.1] = -1
-            got = brain._overlap("A", jnp.asarray(a), jnp.asarray(b))
+            got = _brain._overlap_labels(jnp.asarray(a), jnp.asarray(b), size)
             assert int(got) == int(A.overlap(jnp.asarray(a), jnp.asarray(b)))
             assert int(got) == len(set(a[a >= 0].tolist()) & set(b[b >= 0].tolist()))
 

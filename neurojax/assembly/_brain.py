@@ -24,8 +24,19 @@ _DENSE_MAX = 1 << 24
 # Bits of `BrainState.faults`.
 _EMPTY_SOURCE = 1  # the area was a source of a projection while it had no assembly
 _ABOVE_BOUND = 2  # a first-time winner of the area drew an input above the static bound
-# Default support capacity of a sparse area, in multiples of k (see `Brain`).
-_CAPACITY_PER_K = 12
+
+
+def _default_capacity(n: int, k: int, beta: float) -> int:
+    """The default capacity of a sparse area whose smallest plasticity is `beta`.
+
+    About twice the support after 100 steps of the reference projection (n = 10^5, k = 317,
+    p = 0.01; means of 8 seeds, largest seed in brackets): 3.9k (4.0k) at beta = 0.05, 6.2k
+    (6.6k) at 0.02, 8.0k (8.7k) at 0.01 and 10.0k (10.5k, still growing) at 0.005, a growth
+    close to beta^-0.45. Hence `8k (0.05 / beta)^0.45`, at least `8k` and at most `32k`
+    (beta <= 0.0023, and no plasticity), and at least 1024, at most `n - k`.
+    """
+    per_k = 32.0 if beta <= 0 else min(32.0, max(8.0, 8.0 * (0.05 / beta) ** 0.45))
+    return min(n - k, max(math.ceil(per_k * k), 1024))
 
 
 class BrainState(eqx.Module):
@@ -186,10 +197,13 @@ class Brain(eqx.Module):
             positive); 0 switches a connection's plasticity off.
         mode: `"sparse"` or `"explicit"`.
         capacity: sparse mode only: how many fired neurons `init_state` makes room for in an
-            area, an int for all areas or `{area: int}`; `k <= capacity <= n - k`. Default
-            `min(n - k, max(12k, 1024))`: supports settle near `4k` at `beta = 0.05` and
-            reach about `8.2k` after 100 steps at `beta = 0.01` (n = 10^5, k = 317, p =
-            0.01; the reference code's experiments). Eager projections grow it as needed.
+            area, an int for all areas or `{area: int}`; `k <= capacity <= n - k`. Default:
+            about twice the support of the reference projection after 100 steps at the
+            area's smallest `beta`, `min(n - k, max(1024, 8k (0.05 / beta)^0.45))` with the
+            factor kept within `[8k, 32k]`: `8k` at `beta >= 0.05` (supports settle near
+            `4k`), `16.5k` at `beta = 0.01` (supports reach about `8k`; 5233 neurons for the
+            reference experiment n = 10^5, k = 317, p = 0.01). Eager projections grow it as
+            needed; under `jit` a projection that outgrows it raises.
         storage: explicit mode only: `"auto"`, `"dense"` or `"fanout"`.
         key: PRNG key of the random synapses (and of the sparse-mode draws).
 
@@ -274,9 +288,9 @@ class Brain(eqx.Module):
         self.stimulus_names, self.stimulus_sizes = tuple(stim_names), tuple(stim_sizes)
         self.p = float(p)
         self.mode = mode
+        self.beta = self._resolve_beta(beta)
         self.capacities = self._resolve_capacity(capacity)
         self.layouts = self._resolve_storage(storage)
-        self.beta = self._resolve_beta(beta)
         if key is None:
             raise ValueError("Brain: key is required (a jax.random.key)")
         self.key = key
@@ -314,7 +328,8 @@ class Brain(eqx.Module):
                     f"Brain: sparse mode needs n >= 2k (never-fired candidates must outnumber the "
                     f"cap), got n={n}, k={k} in area {name!r}; use mode='explicit' for small areas"
                 )
-            c = per.get(name, min(n - k, max(_CAPACITY_PER_K * k, 1024)))
+            beta = min(float(v) for (_, t), v in self.beta.items() if t == name)
+            c = per.get(name, _default_capacity(n, k, beta))
             if not _is_int(c) or not k <= c <= n - k:
                 raise ValueError(
                     f"Brain: capacity of area {name!r} must be an int with k <= capacity <= n - k "
