@@ -442,11 +442,16 @@ class Brain(eqx.Module):
             for b, cb in zip(self.area_names, self.capacities)
         }
         explicit = self.mode == "explicit"
-        zeros = {a: jnp.zeros((), jnp.int32) for a in self.area_names}
+
+        def zeros():
+            # New arrays for every field: a state whose leaves share a buffer cannot be
+            # donated to a jitted call.
+            return {a: jnp.zeros((), jnp.int32) for a in self.area_names}
+
         return BrainState(
             winners={a: jnp.full((k,), -1, jnp.int32) for a, k in zip(self.area_names, self.caps)},
-            support=dict(zeros),
-            new_winners=dict(zeros),
+            support=zeros(),
+            new_winners=zeros(),
             fixed={a: jnp.zeros((), bool) for a in self.area_names},
             fired={a: jnp.zeros((n,), bool) for a, n in zip(self.area_names, self.sizes)}
             if explicit
@@ -455,9 +460,10 @@ class Brain(eqx.Module):
             weights=weights,
             key=k_state,
             step=jnp.zeros((), jnp.int32),
-            synapse_key=key,
-            overflow=dict(zeros),
-            faults=dict(zeros),
+            # A copy: a caller that donates the state must not delete the Brain's own key.
+            synapse_key=jr.wrap_key_data(jnp.copy(jr.key_data(key)), impl=jr.key_impl(key)),
+            overflow=zeros(),
+            faults=zeros(),
         )
 
     def _stimulus_synapses(self, key: PRNGKeyArray, s: str, t: str, size: int) -> Array:

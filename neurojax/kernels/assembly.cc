@@ -70,79 +70,132 @@ inline int64_t ClampLimit(int64_t lim, int64_t n_cols) {
   return lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
 }
 
-// The pairwise (balanced binary tree) sum of `k` rows of `lim` entries, the rows given by
-// position: `leaf(i, out, add)` writes (add = false) or adds (add = true) the row at position i
-// into `out` and returns true, or returns false for a row of zeros (an invalid entry), leaving
-// `out` as it is. Positions are visited in increasing order, so a leaf may prefetch the next.
-// A zero row is left out of an addition, which equals adding it (x + 0 == x for the
-// non-negative weights of a brain).
+// The pairwise (balanced binary tree) sum of `k` rows of `lim` entries: the node over positions
+// [lo, hi) adds the nodes over [lo, lo + h) and [lo + h, hi), h the largest power of two below
+// hi - lo. `rows[i]` points to the row at position i (a row of zeros, `ZeroRow`, for an invalid
+// entry: x + 0 == x, so that equals leaving it out). Nodes of 2, 4 and 8 rows (always whole
+// subtrees) are added column by column in registers, reading their rows side by side and
+// writing the node once; only the nodes above them pass through the per-depth scratch rows.
+// `prepare(lo, hi)` runs just before rows [lo, hi) are read, in increasing order (the fused
+// update scales rows there).
+template <typename F>
+__attribute__((noinline)) void SumPairs(F* __restrict out, const F* __restrict a,
+                                        const F* __restrict b, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] = a[c] + b[c];
+}
+
+template <typename F>
+__attribute__((noinline)) void SumQuads(F* __restrict out, const F* const* r, int64_t n) {
+  const F* __restrict r0 = r[0];
+  const F* __restrict r1 = r[1];
+  const F* __restrict r2 = r[2];
+  const F* __restrict r3 = r[3];
+  for (int64_t c = 0; c < n; ++c) out[c] = (r0[c] + r1[c]) + (r2[c] + r3[c]);
+}
+
+template <typename F>
+__attribute__((noinline)) void SumOctets(F* __restrict out, const F* const* r, int64_t n) {
+  const F* __restrict r0 = r[0];
+  const F* __restrict r1 = r[1];
+  const F* __restrict r2 = r[2];
+  const F* __restrict r3 = r[3];
+  const F* __restrict r4 = r[4];
+  const F* __restrict r5 = r[5];
+  const F* __restrict r6 = r[6];
+  const F* __restrict r7 = r[7];
+  for (int64_t c = 0; c < n; ++c) {
+    out[c] = ((r0[c] + r1[c]) + (r2[c] + r3[c])) + ((r4[c] + r5[c]) + (r6[c] + r7[c]));
+  }
+}
+
 template <typename F>
 class PairwiseSum {
  public:
-  // Sums positions [0, k) into out; false (out untouched) if every row is zero.
-  template <typename Leaf>
-  bool Run(int64_t k, int64_t lim, F* out, const Leaf& leaf) {
-    if (k <= 0) return false;
+  // Sums positions [0, k) (k >= 1) into out[0, lim).
+  template <typename Prepare>
+  void Run(const F* const* rows, int64_t k, int64_t lim, F* out, const Prepare& prepare) {
     lim_ = lim;
     int depth = 1;
     for (int64_t span = 1; span < k; span *= 2) ++depth;
     if (static_cast<int64_t>(scratch_.size()) < depth * lim) scratch_.resize(depth * lim);
-    return Node(0, k, out, 0, leaf);
+    Node(rows, 0, k, out, 0, prepare);
   }
 
  private:
-  template <typename Leaf>
-  bool Node(int64_t lo, int64_t hi, F* out, int depth, const Leaf& leaf) {
-    if (hi - lo == 1) return leaf(lo, out, false);
+  template <typename Prepare>
+  void Node(const F* const* rows, int64_t lo, int64_t hi, F* out, int depth,
+            const Prepare& prepare) {
+    const int64_t n = hi - lo;
+    if (n == 1 || n == 2 || n == 4 || n == 8) {
+      prepare(lo, hi);
+      if (n == 1) std::memcpy(out, rows[lo], lim_ * sizeof(F));
+      if (n == 2) SumPairs(out, rows[lo], rows[lo + 1], lim_);
+      if (n == 4) SumQuads(out, rows + lo, lim_);
+      if (n == 8) SumOctets(out, rows + lo, lim_);
+      return;
+    }
     int64_t half = 1;
-    while (half * 2 < hi - lo) half *= 2;
-    const bool left = Node(lo, lo + half, out, depth + 1, leaf);
-    if (hi - lo - half == 1) {
-      // A single row on the right: added into the left sum in place.
-      return left ? (leaf(lo + half, out, true), true) : leaf(lo + half, out, false);
-    }
-    F* right_sum = scratch_.data() + depth * lim_;
-    const bool right = Node(lo + half, hi, right_sum, depth + 1, leaf);
-    if (right) {
-      if (left) {
-        AddRow(out, right_sum, lim_);
-      } else {
-        std::memcpy(out, right_sum, lim_ * sizeof(F));
-      }
-    }
-    return left || right;
+    while (half * 2 < n) half *= 2;
+    Node(rows, lo, lo + half, out, depth + 1, prepare);
+    F* right = scratch_.data() + depth * lim_;
+    Node(rows, lo + half, hi, right, depth + 1, prepare);
+    AddRow(out, right, lim_);
   }
 
   std::vector<F> scratch_;  // one row of partial sums per tree depth
   int64_t lim_ = 0;
 };
 
+// Per-thread buffers of the input sums: the tree's scratch, the row pointers and a row of zeros.
 template <typename F>
-PairwiseSum<F>& TreeScratch() {
+struct SumScratch {
+  PairwiseSum<F> tree;
+  std::vector<const F*> rows;
+  std::vector<F> zeros;
+  const F* Zeros(int64_t n) {
+    if (static_cast<int64_t>(zeros.size()) < n) zeros.assign(n, F(0));
+    return zeros.data();
+  }
+};
+
+template <typename F>
+SumScratch<F>& SumBuffers() {
   // (A local reference: each use of a thread_local of a shared library is a call.)
-  thread_local PairwiseSum<F> tree;
-  return tree;
+  thread_local SumScratch<F> buffers;
+  return buffers;
 }
 
 // The pairwise sum of the first `lim` entries of the rows `rows[0..k)` of wb (entries outside
-// [0, n_rows) are zero rows) into xb (all `lim` entries written).
-template <typename F>
+// [0, n_rows) are zero rows) into xb[0, lim), calling `prepare` as PairwiseSum does.
+template <typename F, typename Prepare>
 void AddRows(const F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols,
-             int64_t lim, F* xb) {
-  const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
-  const auto leaf = [&](int64_t i, F* out, bool add) {
+             int64_t lim, F* xb, const Prepare& prepare) {
+  if (k <= 0) {
+    std::fill(xb, xb + lim, F(0));
+    return;
+  }
+  SumScratch<F>& s = SumBuffers<F>();
+  const F* zeros = s.Zeros(lim);
+  s.rows.resize(k);
+  for (int64_t i = 0; i < k; ++i) {
     const int64_t r = rows[i];
-    if (!valid(r)) return false;
-    if (i + 1 < k && valid(rows[i + 1])) PrefetchRowStart(wb + rows[i + 1] * n_cols, lim, false);
-    if (add) {
-      AddRow(out, wb + r * n_cols, lim);
-    } else {
-      std::memcpy(out, wb + r * n_cols, lim * sizeof(F));
-    }
-    return true;
-  };
-  if (!TreeScratch<F>().Run(k, lim, xb, leaf)) std::fill(xb, xb + lim, F(0));
+    s.rows[i] = r >= 0 && r < n_rows ? wb + r * n_cols : zeros;
+  }
+  s.tree.Run(s.rows.data(), k, lim, xb, prepare);
 }
+
+// A `prepare` that prefetches the starts of the next rows (up to 8 ahead).
+template <typename F>
+struct PrefetchNext {
+  const F* wb;
+  const int32_t* rows;
+  int64_t k, n_rows, n_cols, lim;
+  void operator()(int64_t lo, int64_t hi) const {
+    for (int64_t i = hi; i < std::min(k, hi + (hi - lo)); ++i) {
+      if (rows[i] >= 0 && rows[i] < n_rows) PrefetchRowStart(wb + rows[i] * n_cols, lim, false);
+    }
+  }
+};
 
 template <typename F>
 void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t n_batch,
@@ -150,7 +203,9 @@ void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t
   for (int64_t b = 0; b < n_batch; ++b) {
     F* xb = x + b * n_cols;
     const int64_t lim = ClampLimit(limit[b], n_cols);
-    AddRows(w + b * n_rows * n_cols, rows + b * k, k, n_rows, n_cols, lim, xb);
+    const F* wb = w + b * n_rows * n_cols;
+    const int32_t* rb = rows + b * k;
+    AddRows(wb, rb, k, n_rows, n_cols, lim, xb, PrefetchNext<F>{wb, rb, k, n_rows, n_cols, lim});
     for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
   }
 }
@@ -208,34 +263,6 @@ struct UpdateArgs {
 template <typename F>
 __attribute__((noinline)) void ScaleRow(F* __restrict row, const F* __restrict m, int64_t n) {
   for (int64_t c = 0; c < n; ++c) row[c] *= m[c];
-}
-
-// ScaleRow on [0, width) and, on [0, limit), the scaled row added to x (add) or written to it,
-// in one pass.
-template <typename F>
-__attribute__((noinline)) void ScaleAddRow(F* __restrict row, const F* __restrict m,
-                                           int64_t width, F* __restrict x, int64_t limit,
-                                           bool add) {
-  const int64_t both = std::min(width, limit);
-  if (add) {
-    for (int64_t c = 0; c < both; ++c) {
-      const F v = row[c] * m[c];
-      row[c] = v;
-      x[c] += v;
-    }
-  } else {
-    for (int64_t c = 0; c < both; ++c) {
-      const F v = row[c] * m[c];
-      row[c] = v;
-      x[c] = v;
-    }
-  }
-  for (int64_t c = both; c < width; ++c) row[c] *= m[c];
-  if (add) {
-    for (int64_t c = both; c < limit; ++c) x[c] += row[c];
-  } else {
-    for (int64_t c = both; c < limit; ++c) x[c] = row[c];
-  }
 }
 
 // The input sum of nj_asm_update_sum (x == nullptr: none).
@@ -312,7 +339,10 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     }
     const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
     if (!plastic) {
-      if (xb != nullptr) AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb);
+      if (xb != nullptr) {
+        AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb,
+                PrefetchNext<F>{wb, sum_rows, sum.kq, n_rows, n_cols, lim});
+      }
       continue;
     }
     // Each row of a previous winner is multiplied by a vector that holds `factor` at the new
@@ -337,26 +367,25 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
       for (int64_t i = 0; i < a.kr; ++i) {
         if (valid(heb_rows[i])) pending[heb_rows[i]] = 1;
       }
-      const auto leaf = [&](int64_t i, F* out, bool add) {
-        const int64_t r = sum_rows[i];
-        if (!valid(r)) return false;
-        if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
-          const int64_t next = sum_rows[i + 1];
-          PrefetchRowStart(wb + next * n_cols, pending[next] ? std::max(width, lim) : lim,
-                           pending[next] != 0);
+      // Rows are scaled just before the tree reads them (while they are in cache), and the
+      // next ones prefetched.
+      const auto prepare = [&](int64_t lo, int64_t hi) {
+        for (int64_t i = hi; i < std::min(sum.kq, hi + (hi - lo)); ++i) {
+          const int64_t r = sum_rows[i];
+          if (valid(r)) {
+            PrefetchRowStart(wb + r * n_cols, pending[r] ? std::max(width, lim) : lim,
+                             pending[r] != 0);
+          }
         }
-        F* row = wb + r * n_cols;
-        if (pending[r]) {
-          ScaleAddRow(row, m, width, out, lim, add);
-          pending[r] = 0;
-        } else if (add) {
-          AddRow(out, row, lim);
-        } else {
-          std::memcpy(out, row, lim * sizeof(F));
+        for (int64_t i = lo; i < hi; ++i) {
+          const int64_t r = sum_rows[i];
+          if (valid(r) && pending[r]) {
+            ScaleRow(wb + r * n_cols, m, width);
+            pending[r] = 0;
+          }
         }
-        return true;
       };
-      if (!TreeScratch<F>().Run(sum.kq, lim, xb, leaf)) std::fill(xb, xb + lim, F(0));
+      AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb, prepare);
     }
     for (int64_t i = 0; i < a.kr; ++i) {
       const int64_t r = heb_rows[i];
