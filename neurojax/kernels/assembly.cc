@@ -76,8 +76,8 @@ inline int64_t ClampLimit(int64_t lim, int64_t n_cols) {
 // entry: x + 0 == x, so that equals leaving it out). Nodes of 2, 4 and 8 rows (always whole
 // subtrees) are added column by column in registers, reading their rows side by side and
 // writing the node once; only the nodes above them pass through the per-depth scratch rows.
-// `prepare(lo, hi)` runs just before rows [lo, hi) are read, in increasing order (the fused
-// update scales rows there).
+// `leaves(lo, hi, out)` computes those small nodes (hi - lo in {1, 2, 4, 8}), in increasing
+// order of position: `SumLeaves`, or the fused update's version that scales rows on the way.
 template <typename F>
 __attribute__((noinline)) void SumPairs(F* __restrict out, const F* __restrict a,
                                         const F* __restrict b, int64_t n) {
@@ -108,37 +108,74 @@ __attribute__((noinline)) void SumOctets(F* __restrict out, const F* const* r, i
   }
 }
 
+// Scales the rows r0..r7 by m in place and writes their tree sum to out, on [0, n): each row is
+// read once. (Every pointer a parameter: GCC honours `restrict` on parameters, and without it
+// the stores into the rows would keep the loop from being vectorised.)
+template <typename F>
+__attribute__((noinline)) void ScaleSumOctet(F* __restrict out, F* __restrict r0,
+                                             F* __restrict r1, F* __restrict r2,
+                                             F* __restrict r3, F* __restrict r4,
+                                             F* __restrict r5, F* __restrict r6,
+                                             F* __restrict r7, const F* __restrict m, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const F v0 = r0[c] * m[c], v1 = r1[c] * m[c], v2 = r2[c] * m[c], v3 = r3[c] * m[c];
+    const F v4 = r4[c] * m[c], v5 = r5[c] * m[c], v6 = r6[c] * m[c], v7 = r7[c] * m[c];
+    r0[c] = v0;
+    r1[c] = v1;
+    r2[c] = v2;
+    r3[c] = v3;
+    r4[c] = v4;
+    r5[c] = v5;
+    r6[c] = v6;
+    r7[c] = v7;
+    out[c] = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7));
+  }
+}
+
+// The node of the rows [lo, hi) (1, 2, 4 or 8 of them) into out[0, n).
+template <typename F>
+void SumLeaves(const F* const* rows, int64_t lo, int64_t hi, F* out, int64_t n) {
+  switch (hi - lo) {
+    case 1:
+      std::memcpy(out, rows[lo], n * sizeof(F));
+      break;
+    case 2:
+      SumPairs(out, rows[lo], rows[lo + 1], n);
+      break;
+    case 4:
+      SumQuads(out, rows + lo, n);
+      break;
+    default:
+      SumOctets(out, rows + lo, n);
+  }
+}
+
 template <typename F>
 class PairwiseSum {
  public:
   // Sums positions [0, k) (k >= 1) into out[0, lim).
-  template <typename Prepare>
-  void Run(const F* const* rows, int64_t k, int64_t lim, F* out, const Prepare& prepare) {
+  template <typename Leaves>
+  void Run(int64_t k, int64_t lim, F* out, const Leaves& leaves) {
     lim_ = lim;
     int depth = 1;
     for (int64_t span = 1; span < k; span *= 2) ++depth;
     if (static_cast<int64_t>(scratch_.size()) < depth * lim) scratch_.resize(depth * lim);
-    Node(rows, 0, k, out, 0, prepare);
+    Node(0, k, out, 0, leaves);
   }
 
  private:
-  template <typename Prepare>
-  void Node(const F* const* rows, int64_t lo, int64_t hi, F* out, int depth,
-            const Prepare& prepare) {
+  template <typename Leaves>
+  void Node(int64_t lo, int64_t hi, F* out, int depth, const Leaves& leaves) {
     const int64_t n = hi - lo;
     if (n == 1 || n == 2 || n == 4 || n == 8) {
-      prepare(lo, hi);
-      if (n == 1) std::memcpy(out, rows[lo], lim_ * sizeof(F));
-      if (n == 2) SumPairs(out, rows[lo], rows[lo + 1], lim_);
-      if (n == 4) SumQuads(out, rows + lo, lim_);
-      if (n == 8) SumOctets(out, rows + lo, lim_);
+      leaves(lo, hi, out);
       return;
     }
     int64_t half = 1;
     while (half * 2 < n) half *= 2;
-    Node(rows, lo, lo + half, out, depth + 1, prepare);
+    Node(lo, lo + half, out, depth + 1, leaves);
     F* right = scratch_.data() + depth * lim_;
-    Node(rows, lo + half, hi, right, depth + 1, prepare);
+    Node(lo + half, hi, right, depth + 1, leaves);
     AddRow(out, right, lim_);
   }
 
@@ -150,9 +187,9 @@ class PairwiseSum {
 template <typename F>
 struct SumScratch {
   PairwiseSum<F> tree;
-  std::vector<const F*> rows;
+  std::vector<F*> rows;
   std::vector<F> zeros;
-  const F* Zeros(int64_t n) {
+  F* Zeros(int64_t n) {
     if (static_cast<int64_t>(zeros.size()) < n) zeros.assign(n, F(0));
     return zeros.data();
   }
@@ -166,36 +203,34 @@ SumScratch<F>& SumBuffers() {
 }
 
 // The pairwise sum of the first `lim` entries of the rows `rows[0..k)` of wb (entries outside
-// [0, n_rows) are zero rows) into xb[0, lim), calling `prepare` as PairwiseSum does.
-template <typename F, typename Prepare>
-void AddRows(const F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols,
-             int64_t lim, F* xb, const Prepare& prepare) {
+// [0, n_rows) are zero rows) into xb[0, lim). `leaves(ptrs, lo, hi, out)` computes the small
+// nodes from the row pointers `ptrs` (default: SumLeaves, after prefetching the next rows).
+template <typename F, typename Leaves>
+void AddRows(F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols, int64_t lim,
+             F* xb, const Leaves& leaves) {
   if (k <= 0) {
     std::fill(xb, xb + lim, F(0));
     return;
   }
   SumScratch<F>& s = SumBuffers<F>();
-  const F* zeros = s.Zeros(lim);
+  F* zeros = s.Zeros(lim);
   s.rows.resize(k);
   for (int64_t i = 0; i < k; ++i) {
     const int64_t r = rows[i];
     s.rows[i] = r >= 0 && r < n_rows ? wb + r * n_cols : zeros;
   }
-  s.tree.Run(s.rows.data(), k, lim, xb, prepare);
+  F* const* ptrs = s.rows.data();
+  s.tree.Run(k, lim, xb, [&](int64_t lo, int64_t hi, F* out) { leaves(ptrs, lo, hi, out); });
 }
 
-// A `prepare` that prefetches the starts of the next rows (up to 8 ahead).
+// Prefetches the starts of the rows after [lo, hi) (as many as it holds).
 template <typename F>
-struct PrefetchNext {
-  const F* wb;
-  const int32_t* rows;
-  int64_t k, n_rows, n_cols, lim;
-  void operator()(int64_t lo, int64_t hi) const {
-    for (int64_t i = hi; i < std::min(k, hi + (hi - lo)); ++i) {
-      if (rows[i] >= 0 && rows[i] < n_rows) PrefetchRowStart(wb + rows[i] * n_cols, lim, false);
-    }
+inline void PrefetchAfter(const F* const* ptrs, int64_t lo, int64_t hi, int64_t k, int64_t n,
+                          bool for_write) {
+  for (int64_t i = hi; i < std::min(k, hi + (hi - lo)); ++i) {
+    PrefetchRowStart(ptrs[i], n, for_write);
   }
-};
+}
 
 template <typename F>
 void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t n_batch,
@@ -203,9 +238,13 @@ void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t
   for (int64_t b = 0; b < n_batch; ++b) {
     F* xb = x + b * n_cols;
     const int64_t lim = ClampLimit(limit[b], n_cols);
-    const F* wb = w + b * n_rows * n_cols;
-    const int32_t* rb = rows + b * k;
-    AddRows(wb, rb, k, n_rows, n_cols, lim, xb, PrefetchNext<F>{wb, rb, k, n_rows, n_cols, lim});
+    // (The rows are only read; AddRows takes writable pointers for the fused update.)
+    F* wb = const_cast<F*>(w) + b * n_rows * n_cols;
+    AddRows(wb, rows + b * k, k, n_rows, n_cols, lim, xb,
+            [k, lim](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+              PrefetchAfter(ptrs, lo, hi, k, lim, false);
+              SumLeaves(ptrs, lo, hi, out, lim);
+            });
     for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
   }
 }
@@ -341,7 +380,10 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     if (!plastic) {
       if (xb != nullptr) {
         AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb,
-                PrefetchNext<F>{wb, sum_rows, sum.kq, n_rows, n_cols, lim});
+                [&sum, lim](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+                  PrefetchAfter(ptrs, lo, hi, sum.kq, lim, false);
+                  SumLeaves(ptrs, lo, hi, out, lim);
+                });
       }
       continue;
     }
@@ -367,25 +409,40 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
       for (int64_t i = 0; i < a.kr; ++i) {
         if (valid(heb_rows[i])) pending[heb_rows[i]] = 1;
       }
-      // Rows are scaled just before the tree reads them (while they are in cache), and the
-      // next ones prefetched.
-      const auto prepare = [&](int64_t lo, int64_t hi) {
-        for (int64_t i = hi; i < std::min(sum.kq, hi + (hi - lo)); ++i) {
-          const int64_t r = sum_rows[i];
-          if (valid(r)) {
-            PrefetchRowStart(wb + r * n_cols, pending[r] ? std::max(width, lim) : lim,
-                             pending[r] != 0);
+      // A pending row is scaled as the tree reads it: an octet of pending rows in one pass
+      // (the common case: a converged projection sums the rows it has just scaled), other
+      // nodes after scaling their pending rows (then in cache). Row pointers that are not
+      // rows of wb (the zero row) are never pending.
+      const int32_t* sr = sum_rows;
+      const auto is_pending = [&](int64_t i) { return valid(sr[i]) && pending[sr[i]]; };
+      const auto leaves = [&](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+        PrefetchAfter(ptrs, lo, hi, sum.kq, std::max(width, lim), true);
+        bool all = hi - lo == 8;
+        for (int64_t i = lo; i < hi && all; ++i) all = is_pending(i);
+        if (all) {
+          const int64_t both = std::min(width, lim);
+          F* const* r = ptrs + lo;
+          ScaleSumOctet(out, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], m, both);
+          if (both < lim) {
+            const F* shifted[8];
+            for (int j = 0; j < 8; ++j) shifted[j] = ptrs[lo + j] + both;
+            SumOctets(out + both, shifted, lim - both);
           }
+          for (int64_t i = lo; i < hi; ++i) {
+            if (both < width) ScaleRow(ptrs[i] + both, m + both, width - both);
+            pending[sr[i]] = 0;
+          }
+          return;
         }
         for (int64_t i = lo; i < hi; ++i) {
-          const int64_t r = sum_rows[i];
-          if (valid(r) && pending[r]) {
-            ScaleRow(wb + r * n_cols, m, width);
-            pending[r] = 0;
+          if (is_pending(i)) {
+            ScaleRow(ptrs[i], m, width);
+            pending[sr[i]] = 0;
           }
         }
+        SumLeaves(ptrs, lo, hi, out, lim);
       };
-      AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb, prepare);
+      AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb, leaves);
     }
     for (int64_t i = 0; i < a.kr; ++i) {
       const int64_t r = heb_rows[i];
