@@ -123,3 +123,18 @@ def test_default_capacity_covers_the_reference_experiment_at_beta_001(capsys):
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["capacity"] == 5233
     assert 7 * 317 < out["final_support"] < 5233 / 1.5  # about 8k: room to spare
+
+
+def test_operations_grow_the_capacity_eagerly_with_identical_results():
+    def run(capacity):
+        b = A.Brain(areas={"A": (20_000, 50), "B": (20_000, 50)}, stimuli={"s": 50}, p=0.05,
+                    beta=0.05, capacity=capacity, key=jax.random.key(2))
+        s = b.project(b.init_state(), stimuli={"s": ["A"]})
+        return A.reciprocal_project(b, s, "s", "A", "B", steps=6)
+
+    (s_small, tr_small), (s_large, tr_large) = run(60), run(1000)
+    assert int(tr_large.support["B"][-1]) > 60
+    for a, b in zip(jax.tree.leaves(tr_small), jax.tree.leaves(tr_large), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for area in ("A", "B"):
+        np.testing.assert_array_equal(s_small.winners[area], s_large.winners[area])

@@ -3,7 +3,11 @@ projection, association, merge and pattern completion, plus convergence measures
 
 Every operation is a pure function of `(brain, state, ...)` that returns the new state and
 the `ProjectionTrace`(s) of its rounds, so it can be jitted and vmapped over a batch of
-brains (`jax.vmap` over states made from different keys). The routings follow the
+brains (`jax.vmap` over states made from different keys). The operations made of
+`Brain.project_rounds` calls (`reciprocal_project`, `associate`, `merge`,
+`pattern_complete`) are not jitted as a whole: each of their rounds is a compiled
+`project_rounds`, which, called eagerly, grows a sparse area's capacity when the support
+outgrows it (under a caller's `jit` they raise instead). The routings follow the
 simulations of Papadimitriou et al. (2020) and of the reference code
 (`dmitropolsky/assemblies`, `simulations.py`).
 """
@@ -117,7 +121,6 @@ def _distinct(where: str, **names: str) -> None:
         raise ValueError(f"{where}: the areas must be distinct, got {names}")
 
 
-@eqx.filter_jit
 def reciprocal_project(
     brain: Brain, state: BrainState, stimulus: str, a: str, b: str, steps: int = 20
 ) -> tuple[BrainState, ProjectionTrace]:
@@ -133,7 +136,6 @@ def reciprocal_project(
     return _two_phase(brain, state, first, then, steps, "reciprocal_project")
 
 
-@eqx.filter_jit
 def associate(
     brain: Brain,
     state: BrainState,
@@ -158,7 +160,6 @@ def associate(
     return _two_phase(brain, state, first, then, steps, "associate")
 
 
-@eqx.filter_jit
 def merge(
     brain: Brain,
     state: BrainState,
@@ -182,7 +183,6 @@ def merge(
     return _two_phase(brain, state, first, then, steps, "merge")
 
 
-@eqx.filter_jit
 def pattern_complete(
     brain: Brain,
     state: BrainState,
