@@ -135,6 +135,17 @@ def _is_plain_array(x: Any) -> bool:
     return eqx.is_array(x) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+def _tie(x: Array, token: Int[Array, ""]) -> Array:
+    """`x` with `token` (always 0) added to its first entry: `x`, made to depend on `token`
+    (an in-place update of one entry, not a copy of `x`)."""
+    if x.size == 0:
+        return x
+    first = (0,) * x.ndim
+    if x.dtype == jnp.bool_:
+        return x.at[first].set(x[first] | (token != 0))
+    return x.at[first].add(token.astype(x.dtype))
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -811,11 +822,19 @@ class Brain(eqx.Module):
         (so that it stays in a compiled program that keeps any part of the result)."""
         checks = self._messages(where, state)
         failed = jnp.stack([jnp.any(c) for c, _ in checks])
-        # PRNG keys cannot pass through the check's callback; they go around it.
-        plain, keys = eqx.partition(out, _is_plain_array)
-        plain = eqx.branched_error_if(
-            plain, jnp.any(failed), jnp.argmax(failed), [msg for _, msg in checks]
+        # The check runs on a scalar (0 unless it raises), which is then added to one entry of
+        # every array of the result: the result (synapse matrices of hundreds of MB) never
+        # passes through the check's branch, where XLA would copy it, and a program that
+        # keeps any part of the result keeps the check. (An optimisation barrier does not
+        # keep it: XLA drops the barrier's unused operand.)
+        token = eqx.branched_error_if(
+            jnp.zeros((), jnp.int32),
+            jnp.any(failed),
+            jnp.argmax(failed),
+            [msg for _, msg in checks],
         )
+        plain, keys = eqx.partition(out, _is_plain_array)
+        plain = jax.tree.map(lambda x: _tie(x, token), plain)
         return eqx.combine(plain, keys)
 
     @eqx.filter_jit
