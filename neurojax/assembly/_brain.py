@@ -135,10 +135,16 @@ def _is_plain_array(x: Any) -> bool:
     return eqx.is_array(x) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
+# Arrays of the result that the check after a run is tied to: at most this many entries.
+_TIE_MAX = 1 << 16
+
+
 def _tie(x: Array, token: Int[Array, ""]) -> Array:
-    """`x` with `token` (always 0) added to its first entry: `x`, made to depend on `token`
-    (an in-place update of one entry, not a copy of `x`)."""
-    if x.size == 0:
+    """`x` with `token` (always 0) added to its first entry: `x`, made to depend on `token`.
+    Arrays above `_TIE_MAX` entries (synapse matrices) are left alone: XLA copies an array
+    to update one entry of it where the array has other users, which for the synapses of a
+    sparse area (25 MB at n = 10^5) cost more than the 100 steps of a converged run."""
+    if x.size == 0 or x.size > _TIE_MAX:
         return x
     first = (0,) * x.ndim
     if x.dtype == jnp.bool_:
@@ -823,10 +829,12 @@ class Brain(eqx.Module):
         checks = self._messages(where, state)
         failed = jnp.stack([jnp.any(c) for c, _ in checks])
         # The check runs on a scalar (0 unless it raises), which is then added to one entry of
-        # every array of the result: the result (synapse matrices of hundreds of MB) never
+        # every array of the result up to `_TIE_MAX` entries (winners, supports, counts, the
+        # trace, stimulus weights): the result (synapse matrices of hundreds of MB) never
         # passes through the check's branch, where XLA would copy it, and a program that
-        # keeps any part of the result keeps the check. (An optimisation barrier does not
-        # keep it: XLA drops the barrier's unused operand.)
+        # keeps any of those keeps the check. A program that keeps only the synapse matrices
+        # drops it, as it drops any `eqx.error_if` whose result is unused. (An optimisation
+        # barrier does not keep it: XLA drops the barrier's unused operand.)
         token = eqx.branched_error_if(
             jnp.zeros((), jnp.int32),
             jnp.any(failed),
