@@ -249,8 +249,10 @@ def test_init_state_does_not_depend_on_the_capacity():
     )
     grown = small.grow_capacity(s, 300)
     for a, b in zip(jax.tree.leaves(grown), jax.tree.leaves(big)):
-        np.testing.assert_array_equal(jax.random.key_data(a) if a.dtype == big.key.dtype else a,
-                                      jax.random.key_data(b) if b.dtype == big.key.dtype else b)
+        np.testing.assert_array_equal(
+            jax.random.key_data(a) if a.dtype == big.key.dtype else a,
+            jax.random.key_data(b) if b.dtype == big.key.dtype else b,
+        )
     with pytest.raises(ValueError, match=r"capacity of area 'A' must be an int with k <= "):
         small.grow_capacity(s, 19_950)
 

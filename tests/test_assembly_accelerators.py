@@ -113,12 +113,11 @@ def test_default_capacity_covers_the_reference_experiment_at_beta_001(capsys):
     # with 1 / beta; the CLI runs under jit, where the capacity cannot grow.
     import json
 
-    b = A.Brain(areas={"A": (100_000, 317)}, stimuli={"s": 317}, p=0.01, beta=0.01,
-                key=jax.random.key(0))
-    assert b.capacities == (5233,)
-    assert A.Brain(areas={"A": (100_000, 317)}, p=0.01, key=jax.random.key(0)).capacities == (
-        2536,
+    b = A.Brain(
+        areas={"A": (100_000, 317)}, stimuli={"s": 317}, p=0.01, beta=0.01, key=jax.random.key(0)
     )
+    assert b.capacities == (5233,)
+    assert A.Brain(areas={"A": (100_000, 317)}, p=0.01, key=jax.random.key(0)).capacities == (2536,)
     assert cli.main(["run", "assembly", "--beta", "0.01", "--batch", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["capacity"] == 5233
@@ -127,8 +126,14 @@ def test_default_capacity_covers_the_reference_experiment_at_beta_001(capsys):
 
 def test_operations_grow_the_capacity_eagerly_with_identical_results():
     def run(capacity):
-        b = A.Brain(areas={"A": (20_000, 50), "B": (20_000, 50)}, stimuli={"s": 50}, p=0.05,
-                    beta=0.05, capacity=capacity, key=jax.random.key(2))
+        b = A.Brain(
+            areas={"A": (20_000, 50), "B": (20_000, 50)},
+            stimuli={"s": 50},
+            p=0.05,
+            beta=0.05,
+            capacity=capacity,
+            key=jax.random.key(2),
+        )
         s = b.project(b.init_state(), stimuli={"s": ["A"]})
         return A.reciprocal_project(b, s, "s", "A", "B", steps=6)
 

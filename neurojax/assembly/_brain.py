@@ -548,9 +548,7 @@ class Brain(eqx.Module):
             fresh = self._area_synapses(key, a, b, new[a], new[b])
             # Only rows and columns of fired neurons (inside the old capacity) ever change.
             weights[(a, b)] = fresh.at[: old[a], : old[b]].set(w)
-        return eqx.tree_at(
-            lambda st: (st.stimulus_weights, st.weights), state, (stim_w, weights)
-        )
+        return eqx.tree_at(lambda st: (st.stimulus_weights, st.weights), state, (stim_w, weights))
 
     def set_winners(self, state: BrainState, area: str, labels: Any) -> BrainState:
         """Make `labels` (at most `k` distinct neuron labels) the firing set of `area`.
