@@ -64,7 +64,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         "--capacity",
         type=positive_int,
         default=None,
-        help="most neurons the area may ever fire (default min(n - k, max(8k, 1024)))",
+        help="room for this many fired neurons in the area (default: about twice the support "
+        "expected after 100 steps at this beta, 8k at beta >= 0.05, see nj.assembly.Brain); the "
+        "run stops with an error naming the capacity to pass if the support outgrows it",
     )
 
 
@@ -91,15 +93,17 @@ def _validate(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
-    brain = _brain(args)
-    steps = args.steps
+def _projection(brain, steps: int) -> Callable[[Any], tuple[Any, ...]]:
+    """The run of `neurojax run assembly` for one brain state: a stimulus step, then
+    `steps - 1` rounds of stimulus and recurrence. Returns, per step, the first-time winners,
+    the overlap with the previous step (0 at the first), the support and the winners."""
 
     def run(state):
         state = brain.project(state, stimuli={"s": ["A"]})
-        first = (state.new_winners["A"], state.support["A"])
+        first = (state.new_winners["A"], state.support["A"], state.winners["A"])
         if steps == 1:
-            return first[0][None], jax.numpy.zeros((1,), "int32"), first[1][None]
+            zero = jax.numpy.zeros((1,), "int32")
+            return first[0][None], zero, first[1][None], first[2][None]
         state, trace = brain.project_rounds(
             state, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=steps - 1
         )
@@ -108,7 +112,19 @@ def _run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
             cat([first[0][None], trace.new_winners["A"]]),
             cat([jax.numpy.zeros((1,), "int32"), trace.overlap["A"]]),
             cat([first[1][None], trace.support["A"]]),
+            cat([first[2][None], trace.winners["A"]]),
         )
+
+    return run
+
+
+def _run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
+    brain = _brain(args)
+    steps = args.steps
+    projection = _projection(brain, steps)
+
+    def run(state):
+        return projection(state)[:3]
 
     keys = jax.numpy.stack([jax.random.key(args.seed + i) for i in range(args.batch)])
     t0 = time.perf_counter()

@@ -185,18 +185,76 @@ def test_projecting_from_an_empty_area_raises_under_jit():
         jax.block_until_ready(b.project(s, areas={"A": ["A"]}))
 
 
-def test_support_overflow_raises_instead_of_truncating():
+def test_support_overflow_raises_under_jit_naming_area_and_capacity():
     b = _brain(capacity=100)
     s = b.project(b.init_state(), stimuli={"s": ["A"]})
     assert int(s.support["A"]) == 100
-    with pytest.raises(Exception, match="support of area 'A' would exceed its capacity 100"):
-        jax.block_until_ready(b.project(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}))
+    msg = r"support of area 'A' would exceed its capacity 100.*capacity=\{'A': 200\}"
+    with pytest.raises(Exception, match=msg):
+        jax.block_until_ready(
+            jax.jit(lambda s: b.project(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}))(s)
+        )
     # Also when a compiled program keeps only part of the result: the trace's winners, or
-    # the final weights.
+    # the final stimulus weights (a program that keeps only the synapse matrices drops the
+    # check, see `Brain._error_if`).
     rounds = functools.partial(b.project_rounds, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=3)
-    for keep in (lambda out: out[1].winners["A"], lambda out: out[0].weights[("A", "A")]):
+    for keep in (lambda out: out[1].winners["A"], lambda out: out[0].stimulus_weights[("s", "A")]):
         with pytest.raises(Exception, match="would exceed its capacity 100"):
             jax.block_until_ready(jax.jit(lambda s, keep=keep: keep(rounds(s)))(s))
+    # Under vmap as well (a batch of brains, one check after the run).
+    states = jax.vmap(b.init_state)(jax.random.split(jax.random.key(3), 2))
+    run = jax.vmap(lambda s: rounds(b.project(s, stimuli={"s": ["A"]}))[1].support["A"])
+    with pytest.raises(Exception, match="would exceed its capacity 100"):
+        jax.block_until_ready(run(states))
+
+
+def test_eager_projection_grows_the_capacity_with_identical_results():
+    small, large = _brain(capacity=100), _brain(capacity=1000)
+
+    def run(b):
+        s = b.project(b.init_state(), stimuli={"s": ["A"]})
+        s = b.project(s, stimuli={"s": ["A"]}, areas={"A": ["A"]})
+        s, tr = b.project_rounds(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=8)
+        return s, tr
+
+    s_small, tr_small = run(small)
+    s_large, tr_large = run(large)
+    assert int(tr_large.support["A"][-1]) > 200  # the small one had to grow twice
+    cap = small.capacity(s_small, "A")
+    assert int(tr_small.support["A"][-1]) <= cap < 1000
+    assert large.capacity(s_large, "A") == 1000
+    for a, b in zip(jax.tree.leaves(tr_small), jax.tree.leaves(tr_large)):
+        np.testing.assert_array_equal(a, b)
+    sup = int(s_large.support["A"])
+    np.testing.assert_array_equal(s_small.winners["A"], s_large.winners["A"])
+    np.testing.assert_array_equal(
+        s_small.weights[("A", "A")][:sup, :sup], s_large.weights[("A", "A")][:sup, :sup]
+    )
+    np.testing.assert_array_equal(
+        s_small.stimulus_weights[("s", "A")][:sup], s_large.stimulus_weights[("s", "A")][:sup]
+    )
+    assert int(s_small.overflow["A"]) == 0 and int(s_small.faults["A"]) == 0
+    # The grown state goes on like the large one, in the same Brain.
+    s_small, _ = small.project_rounds(s_small, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=2)
+    s_large, _ = large.project_rounds(s_large, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=2)
+    np.testing.assert_array_equal(s_small.winners["A"], s_large.winners["A"])
+
+
+def test_init_state_does_not_depend_on_the_capacity():
+    small, large = _brain(capacity=100), _brain(capacity=300)
+    s, big = small.init_state(), large.init_state()
+    np.testing.assert_array_equal(s.weights[("A", "A")], big.weights[("A", "A")][:100, :100])
+    np.testing.assert_array_equal(
+        s.stimulus_weights[("s", "A")], big.stimulus_weights[("s", "A")][:100]
+    )
+    grown = small.grow_capacity(s, 300)
+    for a, b in zip(jax.tree.leaves(grown), jax.tree.leaves(big)):
+        np.testing.assert_array_equal(
+            jax.random.key_data(a) if a.dtype == big.key.dtype else a,
+            jax.random.key_data(b) if b.dtype == big.key.dtype else b,
+        )
+    with pytest.raises(ValueError, match=r"capacity of area 'A' must be an int with k <= "):
+        small.grow_capacity(s, 19_950)
 
 
 # -- explicit mode against a NumPy loop -----------------------------------------------------

@@ -21,6 +21,22 @@ _MODES = ("sparse", "explicit")
 _STORAGES = ("auto", "dense", "fanout")
 # Explicit areas keep a dense matrix up to this many synapse slots (64 MiB of float32).
 _DENSE_MAX = 1 << 24
+# Bits of `BrainState.faults`.
+_EMPTY_SOURCE = 1  # the area was a source of a projection while it had no assembly
+_ABOVE_BOUND = 2  # a first-time winner of the area drew an input above the static bound
+
+
+def _default_capacity(n: int, k: int, beta: float) -> int:
+    """The default capacity of a sparse area whose smallest plasticity is `beta`.
+
+    About twice the support after 100 steps of the reference projection (n = 10^5, k = 317,
+    p = 0.01; means of 8 seeds, largest seed in brackets): 3.9k (4.0k) at beta = 0.05, 6.2k
+    (6.6k) at 0.02, 8.0k (8.7k) at 0.01 and 10.0k (10.5k, still growing) at 0.005, a growth
+    close to beta^-0.45. Hence `8k (0.05 / beta)^0.45`, at least `8k` and at most `32k`
+    (beta <= 0.0023, and no plasticity), and at least 1024, at most `n - k`.
+    """
+    per_k = 32.0 if beta <= 0 else min(32.0, max(8.0, 8.0 * (0.05 / beta) ** 0.45))
+    return min(n - k, max(math.ceil(per_k * k), 1024))
 
 
 class BrainState(eqx.Module):
@@ -48,6 +64,20 @@ class BrainState(eqx.Module):
         key: PRNG key of the sparse-mode draws; every projection draws its random numbers and
             the next key from it at once.
         step: number of projections so far.
+        synapse_key: the key that drew the random synapses (`init_state`'s key); growing the
+            capacity draws the synapses of the added neurons from it.
+        overflow: per area, 0, or the largest support that a projection into the area needed
+            beyond the capacity of the state (sparse mode). A projection that overflows goes
+            on with its first-time winners beyond the capacity dropped, so the state is only
+            good for rerunning from the state before it with a larger capacity, which eager
+            `Brain.project` and `Brain.project_rounds` do themselves.
+        faults: per area, bit flags of conditions that make the state invalid: 1, the area was
+            the source of a projection while it had no assembly; 2, a first-time winner drew
+            an input above the static bound of the input selection (please report). Read
+            after a run: eagerly they raise, under `jit` one `eqx.error_if` checks them.
+
+    The capacity of a sparse area is the size of the state's arrays for it (`capacity(state,
+    area)`); the Brain's `capacities` are the capacities `init_state` starts with.
     """
 
     winners: dict[str, Int[Array, " k"]]
@@ -59,6 +89,9 @@ class BrainState(eqx.Module):
     weights: dict[tuple[str, str], Any]
     key: PRNGKeyArray
     step: Int[Array, ""]
+    synapse_key: PRNGKeyArray
+    overflow: dict[str, Int[Array, ""]]
+    faults: dict[str, Int[Array, ""]]
 
 
 class ProjectionTrace(eqx.Module):
@@ -96,6 +129,27 @@ def overlap(a: Int[Array, "... k"], b: Int[Array, "... m"]) -> Int[Array, "..."]
 def _contains(sorted_b: Int[Array, " m"], a: Int[Array, " k"]) -> Bool[Array, " k"]:
     pos = jnp.minimum(jnp.searchsorted(sorted_b, a), sorted_b.shape[0] - 1)
     return sorted_b[pos] == a
+
+
+def _is_plain_array(x: Any) -> bool:
+    return eqx.is_array(x) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+# Arrays of the result that the check after a run is tied to: at most this many entries.
+_TIE_MAX = 1 << 16
+
+
+def _tie(x: Array, token: Int[Array, ""]) -> Array:
+    """`x` with `token` (always 0) added to its first entry: `x`, made to depend on `token`.
+    Arrays above `_TIE_MAX` entries (synapse matrices) are left alone: XLA copies an array
+    to update one entry of it where the array has other users, which for the synapses of a
+    sparse area (25 MB at n = 10^5) cost more than the 100 steps of a converged run."""
+    if x.size == 0 or x.size > _TIE_MAX:
+        return x
+    first = (0,) * x.ndim
+    if x.dtype == jnp.bool_:
+        return x.at[first].set(x[first] | (token != 0))
+    return x.at[first].add(token.astype(x.dtype))
 
 
 def _is_int(x: Any) -> bool:
@@ -139,8 +193,14 @@ class Brain(eqx.Module):
       the reference algorithm does: its input is split among the sources by choosing that
       many of the `total_k` firing inputs without replacement, its synapses from the chosen
       winners are 1, those from the other winners 0, and every other synapse of it is
-      Bernoulli(p). Static shapes: each area holds up to `capacity` fired neurons, and a
-      projection that would exceed it raises (under `jit` too) instead of truncating.
+      Bernoulli(p). Static shapes: each area's state holds up to `capacity` fired neurons.
+      A projection that needs more sets `BrainState.overflow`: eager calls of `project` and
+      `project_rounds` then grow the capacity (`grow_capacity`) and rerun from the state
+      they were given, with the results a larger capacity would have given from the start;
+      under `jit` the capacity is part of the compiled shapes and the run raises once at its
+      end, naming the area and the capacity to build the Brain with. Results never depend
+      on the capacity (for threefry keys, JAX's default: the random synapses of a neuron are
+      drawn by its index, see `init_state`).
     - `"explicit"`: all `n` neurons and their synapses are represented, densely while an
       area pair has at most 2**24 synapse slots and as padded fan-out lists above.
 
@@ -153,10 +213,14 @@ class Brain(eqx.Module):
             pairs (source: a stimulus or an area). Values must be > -1 (weights stay
             positive); 0 switches a connection's plasticity off.
         mode: `"sparse"` or `"explicit"`.
-        capacity: sparse mode only: the most neurons an area may ever fire, an int for all
-            areas or `{area: int}`; `k <= capacity <= n - k`. Default `min(n - k, max(8k,
-            1024))`: supports settle near `4k` at `beta = 0.05` (reference runs), more for
-            smaller `beta`.
+        capacity: sparse mode only: how many fired neurons `init_state` makes room for in an
+            area, an int for all areas or `{area: int}`; `k <= capacity <= n - k`. Default:
+            about twice the support of the reference projection after 100 steps at the
+            area's smallest `beta`, `min(n - k, max(1024, 8k (0.05 / beta)^0.45))` with the
+            factor kept within `[8k, 32k]`: `8k` at `beta >= 0.05` (supports settle near
+            `4k`), `16.5k` at `beta = 0.01` (supports reach about `8k`; 5233 neurons for the
+            reference experiment n = 10^5, k = 317, p = 0.01). Eager projections grow it as
+            needed; under `jit` a projection that outgrows it raises.
         storage: explicit mode only: `"auto"`, `"dense"` or `"fanout"`.
         key: PRNG key of the random synapses (and of the sparse-mode draws).
 
@@ -241,9 +305,9 @@ class Brain(eqx.Module):
         self.stimulus_names, self.stimulus_sizes = tuple(stim_names), tuple(stim_sizes)
         self.p = float(p)
         self.mode = mode
+        self.beta = self._resolve_beta(beta)
         self.capacities = self._resolve_capacity(capacity)
         self.layouts = self._resolve_storage(storage)
-        self.beta = self._resolve_beta(beta)
         if key is None:
             raise ValueError("Brain: key is required (a jax.random.key)")
         self.key = key
@@ -281,7 +345,8 @@ class Brain(eqx.Module):
                     f"Brain: sparse mode needs n >= 2k (never-fired candidates must outnumber the "
                     f"cap), got n={n}, k={k} in area {name!r}; use mode='explicit' for small areas"
                 )
-            c = per.get(name, min(n - k, max(8 * k, 1024)))
+            beta = min(float(v) for (_, t), v in self.beta.items() if t == name)
+            c = per.get(name, _default_capacity(n, k, beta))
             if not _is_int(c) or not k <= c <= n - k:
                 raise ValueError(
                     f"Brain: capacity of area {name!r} must be an int with k <= capacity <= n - k "
@@ -376,29 +441,34 @@ class Brain(eqx.Module):
         """A fresh brain: no assemblies yet and newly drawn random synapses.
 
         `key` defaults to the brain's key; give different keys (for example under
-        `jax.vmap`) for independent brains with the same parameters.
+        `jax.vmap`) for independent brains with the same parameters. The synapses of each
+        neuron are drawn from keys folded with its index (see `_synapses.random_dense`), so
+        with a threefry key (JAX's default) they do not depend on the capacity: a state made
+        with a larger capacity extends one made with a smaller.
         """
         key = self.key if key is None else key
-        dtype = jnp.result_type(float)
-        k_state, k_stim, k_syn = jr.split(key, 3)
-        stim_w = {}
-        for i, (s, ks) in enumerate(zip(self.stimulus_names, self.stimulus_sizes)):
-            for j, (t, c) in enumerate(zip(self.area_names, self.capacities)):
-                kk = jr.fold_in(jr.fold_in(k_stim, i), j)
-                stim_w[(s, t)] = jr.binomial(kk, ks, self.p, (c,)).astype(dtype)
-        weights = {}
-        for i, (a, ca) in enumerate(zip(self.area_names, self.capacities)):
-            for j, (b, cb) in enumerate(zip(self.area_names, self.capacities)):
-                kk = jr.fold_in(jr.fold_in(k_syn, i), j)
-                if self._layout(a, b) == "fanout":
-                    weights[(a, b)] = _synapses.random_fanout(kk, ca, cb, self.p)
-                else:
-                    weights[(a, b)] = _synapses.random_dense(kk, ca, cb, self.p)
+        k_state, _, _ = jr.split(key, 3)
+        stim_w = {
+            (s, t): self._stimulus_synapses(key, s, t, c)
+            for s in self.stimulus_names
+            for t, c in zip(self.area_names, self.capacities)
+        }
+        weights = {
+            (a, b): self._area_synapses(key, a, b, ca, cb)
+            for a, ca in zip(self.area_names, self.capacities)
+            for b, cb in zip(self.area_names, self.capacities)
+        }
         explicit = self.mode == "explicit"
+
+        def zeros():
+            # New arrays for every field: a state whose leaves share a buffer cannot be
+            # donated to a jitted call.
+            return {a: jnp.zeros((), jnp.int32) for a in self.area_names}
+
         return BrainState(
             winners={a: jnp.full((k,), -1, jnp.int32) for a, k in zip(self.area_names, self.caps)},
-            support={a: jnp.zeros((), jnp.int32) for a in self.area_names},
-            new_winners={a: jnp.zeros((), jnp.int32) for a in self.area_names},
+            support=zeros(),
+            new_winners=zeros(),
             fixed={a: jnp.zeros((), bool) for a in self.area_names},
             fired={a: jnp.zeros((n,), bool) for a, n in zip(self.area_names, self.sizes)}
             if explicit
@@ -407,7 +477,78 @@ class Brain(eqx.Module):
             weights=weights,
             key=k_state,
             step=jnp.zeros((), jnp.int32),
+            # A copy: a caller that donates the state must not delete the Brain's own key.
+            synapse_key=jr.wrap_key_data(jnp.copy(jr.key_data(key)), impl=jr.key_impl(key)),
+            overflow=zeros(),
+            faults=zeros(),
         )
+
+    def _stimulus_synapses(self, key: PRNGKeyArray, s: str, t: str, size: int) -> Array:
+        """The initial total weight from stimulus `s` onto the first `size` neurons of `t`:
+        Binomial(k_s, p) each (a threefry key's draws of a vector are prefix-consistent)."""
+        i, j = self.stimulus_names.index(s), self.area_names.index(t)
+        kk = jr.fold_in(jr.fold_in(jr.split(key, 3)[1], i), j)
+        ks = self.stimulus_sizes[i]
+        return jr.binomial(kk, ks, self.p, (size,)).astype(jnp.result_type(float))
+
+    def _area_synapses(self, key: PRNGKeyArray, a: str, b: str, n_src: int, n_tgt: int) -> Any:
+        """The initial synapses from the first `n_src` neurons of `a` onto the first `n_tgt`
+        of `b`."""
+        i, j = self.area_names.index(a), self.area_names.index(b)
+        kk = jr.fold_in(jr.fold_in(jr.split(key, 3)[2], i), j)
+        if self._layout(a, b) == "fanout":
+            return _synapses.random_fanout(kk, n_src, n_tgt, self.p)
+        return _synapses.random_dense(kk, n_src, n_tgt, self.p)
+
+    def capacity(self, state: BrainState, area: str) -> int:
+        """How many fired neurons `state` holds room for in `area` (`n` in explicit mode)."""
+        i = self._area(area, "Brain.capacity")
+        if self.mode == "explicit":
+            return self.sizes[i]
+        return int(state.weights[(area, area)].shape[-1])
+
+    def grow_capacity(self, state: BrainState, capacity: int | Mapping[str, int]) -> BrainState:
+        """`state` with room for `capacity` fired neurons in its sparse areas (an int for
+        every area or `{area: int}`; an area's capacity never shrinks).
+
+        The synapses of the added neurons are the ones `init_state` draws for them (from
+        `state.synapse_key`), so a projection from the grown state gives what it would have
+        given had the state been made with the larger capacity. Eager `project` and
+        `project_rounds` call it when a projection overflows.
+        """
+        if self.mode != "sparse":
+            raise ValueError("Brain.grow_capacity: explicit areas hold all n neurons already")
+        if _is_int(capacity):
+            capacity = {a: int(capacity) for a in self.area_names}
+        if not isinstance(capacity, Mapping):
+            raise ValueError(
+                "Brain.grow_capacity: capacity must be an int or a mapping {area: int}, got "
+                f"{capacity!r}"
+            )
+        old = {a: self.capacity(state, a) for a in self.area_names}
+        new = dict(old)
+        for a, c in capacity.items():
+            i = self._area(a, "Brain.grow_capacity")
+            n, k = self.sizes[i], self.caps[i]
+            if not _is_int(c) or not k <= c <= n - k:
+                raise ValueError(
+                    f"Brain.grow_capacity: capacity of area {a!r} must be an int with k <= "
+                    f"capacity <= n - k ({k} <= capacity <= {n - k}), got {c!r}"
+                )
+            new[a] = max(old[a], int(c))
+        if new == old:
+            return state
+        key = state.synapse_key
+        stim_w = {}
+        for (s, t), w in state.stimulus_weights.items():
+            fresh = self._stimulus_synapses(key, s, t, new[t])
+            stim_w[(s, t)] = fresh.at[: old[t]].set(w)
+        weights = {}
+        for (a, b), w in state.weights.items():
+            fresh = self._area_synapses(key, a, b, new[a], new[b])
+            # Only rows and columns of fired neurons (inside the old capacity) ever change.
+            weights[(a, b)] = fresh.at[: old[a], : old[b]].set(w)
+        return eqx.tree_at(lambda st: (st.stimulus_weights, st.weights), state, (stim_w, weights))
 
     def set_winners(self, state: BrainState, area: str, labels: Any) -> BrainState:
         """Make `labels` (at most `k` distinct neuron labels) the firing set of `area`.
@@ -529,8 +670,7 @@ class Brain(eqx.Module):
         """Summed input of target `t`; with `limit`, dense synapses are summed over the first
         `limit` neurons only (0 beyond: the sparse mode's not-yet-represented neurons).
         `sums` may hold those dense sums already computed, by `(source, target)`."""
-        i = self.area_names.index(t)
-        x = jnp.zeros((self.capacities[i],), jnp.result_type(float))
+        x = jnp.zeros((self._cap(state, t),), jnp.result_type(float))
         for s in stims:
             x = x + state.stimulus_weights[(s, t)]
         for a in srcs:
@@ -558,7 +698,12 @@ class Brain(eqx.Module):
             if not isinstance(state.weights[(a, t)], FanOut)
         }
 
-    @eqx.filter_jit
+    def _cap(self, state: BrainState, t: str) -> int:
+        """The capacity of area `t` in `state` (static: an array size)."""
+        if self.mode == "explicit":
+            return self.sizes[self.area_names.index(t)]
+        return state.weights[(t, t)].shape[-1]
+
     def project(
         self,
         state: BrainState,
@@ -572,104 +717,16 @@ class Brain(eqx.Module):
         `stimuli={stim: [areas]}` fires each stimulus into the listed areas and
         `areas={source: [targets]}` fires each source area's current assembly into its
         targets; every area named as a target gets new winners, computed from the state
-        before the step. `plasticity=False` skips the Hebbian update. Raises (under `jit`
-        too) when a source area has no assembly or a sparse area's support would exceed its
-        capacity.
+        before the step. `plasticity=False` skips the Hebbian update.
+
+        Compiled once per routing and shapes. Called eagerly, a step that needs more room
+        than a sparse area's capacity grows it (`grow_capacity`) and runs again, with the
+        same result; under `jit` or `vmap` the step raises instead, once, after it (as it
+        does, eagerly or not, when a source area has no assembly).
         """
         routes = self._routes(stimuli, areas, "Brain.project")
-        return self._step(state, routes, plasticity, None)[0]
+        return self._checked("Brain.project", state, routes, plasticity, None)
 
-    def _step(
-        self, state: BrainState, routes: tuple, plasticity: bool, sums: dict | None
-    ) -> tuple[BrainState, dict | None, dict]:
-        """One projection step. With `sums` (the dense input sums of this step, computed by
-        the step before), also returns those of the next step with the same routing, each
-        computed by the kernel that updates its synapses (`dense_update_inputs`). The last
-        result holds, by target, the overlap of its new winners with the old ones where the
-        step computed it on the way (sparse mode), else None."""
-        sources = sorted({a for _, _, srcs in routes for a in srcs})
-        # Every error condition of the step, checked at once at its end: (condition, message).
-        checks = [
-            (
-                ~jnp.any(state.winners[a] >= 0),
-                f"Brain.project: area {a!r} has no assembly yet, so it cannot be a source; "
-                "project a stimulus (or another area) into it first",
-            )
-            for a in sources
-        ]
-        key, draws = self._step_draws(state.key, routes)
-        new_winners = dict(state.winners)
-        support = dict(state.support)
-        counts = dict(state.new_winners)
-        fired = dict(state.fired)
-        stim_w = dict(state.stimulus_weights)
-        weights = dict(state.weights)
-        created, overlaps = {}, {}
-        for (t, stims, srcs), draws_t in zip(routes, draws):
-            if self.mode == "sparse":
-                out = self._sparse_target(state, t, stims, srcs, draws_t, sums, checks)
-            else:
-                out = self._explicit_target(state, t, stims, srcs, sums)
-            new_winners[t], support[t], counts[t], f_t, created_stim, created_w, overlaps[t] = out
-            if f_t is not None:
-                fired[t] = f_t
-            created[t] = (created_stim, created_w)
-        step = state.step + 1
-        if checks:
-            # On the winners (which the synapse updates read), supports and step count, so
-            # that the check stays in a compiled program that keeps any part of the result (a
-            # scan drops what nothing reads).
-            failed = jnp.stack([c for c, _ in checks])
-            new_winners, support, step = eqx.branched_error_if(
-                (new_winners, support, step),
-                jnp.any(failed),
-                jnp.argmax(failed),
-                [msg for _, msg in checks],
-            )
-        # The synapses change once every target has its winners: the input sums of the next
-        # step are taken from the sources' new winners.
-        next_sums = None if sums is None else {}
-        for t, stims, srcs in routes:
-            win_t = new_winners[t]
-            created_stim, created_w = created[t]
-            i = self.area_names.index(t)
-            mask = None
-            for s in stims:
-                w = created_stim.get(s, state.stimulus_weights[(s, t)])
-                if plasticity:
-                    w = _synapses.hebbian_vector(w, win_t, 1.0 + self.beta[(s, t)])
-                stim_w[(s, t)] = w
-            for a in srcs:
-                w = state.weights[(a, t)]
-                factor = 1.0 + self.beta[(a, t)]
-                if isinstance(w, FanOut):
-                    if plasticity:
-                        if mask is None:
-                            mask = _synapses.winner_mask(win_t, self.capacities[i])
-                        w = _synapses.hebbian(w, state.winners[a], win_t, mask, factor)
-                else:
-                    hebb = (state.winners[a], win_t, factor) if plasticity else None
-                    if next_sums is None:
-                        w = _synapses.dense_update(w, created_w.get(a), hebb)
-                    else:
-                        w, next_sums[(a, t)] = _synapses.dense_update_inputs(
-                            w, created_w.get(a), hebb, new_winners[a], self._sum_limit(support, t)
-                        )
-                weights[(a, t)] = w
-        new_state = BrainState(
-            winners=new_winners,
-            support=support,
-            new_winners=counts,
-            fixed=state.fixed,
-            fired=fired,
-            stimulus_weights=stim_w,
-            weights=weights,
-            key=key,
-            step=step,
-        )
-        return new_state, next_sums, overlaps
-
-    @eqx.filter_jit
     def project_rounds(
         self,
         state: BrainState,
@@ -681,11 +738,117 @@ class Brain(eqx.Module):
     ) -> tuple[BrainState, ProjectionTrace]:
         """`steps` repeated projections with the same routing, as one `jax.lax.scan`.
 
-        Returns the final state and a `ProjectionTrace` of every target area.
+        Returns the final state and a `ProjectionTrace` of every target area. The compiled
+        step has no branch and no loop of unknown length (accelerators run it without
+        returning to the host); the conditions that invalidate a run (a sparse area's support
+        beyond its capacity, a source without an assembly) are flags in the state, read after
+        the run: called eagerly, an overflow grows the capacity and reruns all `steps` from
+        `state` (same results as a larger capacity from the start) and any other fault
+        raises; under `jit` or `vmap` one `eqx.error_if` after the scan raises, naming the
+        area and the capacity to build the Brain with.
         """
         if not _is_int(steps) or steps < 1:
             raise ValueError(f"Brain.project_rounds: steps must be an int >= 1, got {steps!r}")
         routes = self._routes(stimuli, areas, "Brain.project_rounds")
+        return self._checked("Brain.project_rounds", state, routes, plasticity, int(steps))
+
+    def _checked(self, where: str, state: BrainState, routes: tuple, plasticity: bool, steps):
+        """`_run`, then its flags: grown and rerun or raised eagerly, `eqx.error_if` traced."""
+        leaves = jax.tree_util.tree_leaves((self, state))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            out = self._run(state, routes, plasticity, steps)
+            new = out if steps is None else out[0]
+            return self._error_if(where, out, new)
+        self._raise_faults(where, state, "the state passed in")
+        while True:
+            out = self._run(state, routes, plasticity, steps)
+            new = out if steps is None else out[0]
+            needed = jax.device_get(new.overflow)
+            grow = {a: int(v) for a, v in needed.items() if int(v) > 0}
+            if not grow:
+                self._raise_faults(where, new, "the projection")
+                return out
+            capacity = {}
+            for a, v in grow.items():
+                i = self.area_names.index(a)
+                n, k, cap = self.sizes[i], self.caps[i], self._cap(state, a)
+                if v > n - k:
+                    raise ValueError(
+                        f"{where}: the support of area {a!r} would exceed n - k = {n - k} "
+                        f"neurons (n={n}, k={k}), the most a sparse area can represent; use "
+                        "mode='explicit' or a larger area"
+                    )
+                capacity[a] = min(n - k, max(2 * cap, v))
+            state = self.grow_capacity(state, capacity)
+
+    def _messages(self, where: str, state: BrainState) -> list[tuple[Array, str]]:
+        """Every fault of `state` as `(condition, message)`."""
+        out = []
+        for a in self.area_names:
+            f = state.faults[a]
+            out.append(
+                (
+                    (f & _EMPTY_SOURCE) != 0,
+                    f"{where}: area {a!r} has no assembly yet, so it cannot be a source; project "
+                    "a stimulus (or another area) into it first",
+                )
+            )
+            out.append(
+                (
+                    (f & _ABOVE_BOUND) != 0,
+                    f"{where}: a first-time winner of area {a!r} drew an input above the static "
+                    "bound of the input selection (please report)",
+                )
+            )
+            if self.mode == "sparse":
+                i = self.area_names.index(a)
+                cap, n, k = self._cap(state, a), self.sizes[i], self.caps[i]
+                out.append(
+                    (
+                        state.overflow[a] > 0,
+                        f"{where}: the support of area {a!r} would exceed its capacity {cap}; "
+                        "under jit or vmap the capacity cannot grow: build the Brain with "
+                        f"capacity={{{a!r}: {min(n - k, 2 * cap)}}} or more (state.overflow"
+                        f"[{a!r}] holds the support the run needed), or call {where} outside "
+                        "jit, which grows it",
+                    )
+                )
+        return out
+
+    def _raise_faults(self, where: str, state: BrainState, what: str) -> None:
+        """Eagerly: raise the first fault of `state` as a ValueError."""
+        for cond, msg in self._messages(where, state):
+            if bool(jnp.any(cond)):
+                raise ValueError(msg)
+
+    def _error_if(self, where: str, out: Any, state: BrainState) -> Any:
+        """Traced: one `eqx.branched_error_if` over every fault of `state`, on all of `out`
+        (so that it stays in a compiled program that keeps any part of the result)."""
+        checks = self._messages(where, state)
+        failed = jnp.stack([jnp.any(c) for c, _ in checks])
+        # The check runs on a scalar (0 unless it raises), which is then added to one entry of
+        # every array of the result up to `_TIE_MAX` entries (winners, supports, counts, the
+        # trace, stimulus weights): the result (synapse matrices of hundreds of MB) never
+        # passes through the check's branch, where XLA would copy it, and a program that
+        # keeps any of those keeps the check. A program that keeps only the synapse matrices
+        # drops it, as it drops any `eqx.error_if` whose result is unused. (An optimisation
+        # barrier does not keep it: XLA drops the barrier's unused operand.)
+        token = eqx.branched_error_if(
+            jnp.zeros((), jnp.int32),
+            jnp.any(failed),
+            jnp.argmax(failed),
+            [msg for _, msg in checks],
+        )
+        plain, keys = eqx.partition(out, _is_plain_array)
+        plain = jax.tree.map(lambda x: _tie(x, token), plain)
+        return eqx.combine(plain, keys)
+
+    @eqx.filter_jit
+    def _run(self, state: BrainState, routes: tuple, plasticity: bool, steps: int | None):
+        """The unchecked projection: one step (`steps=None`) or `steps` rounds as a scan,
+        with no branch and no loop of unknown trip count; faults are left in the state."""
+        if steps is None:
+            return self._step(state, routes, plasticity, None)[0]
         targets = [t for t, _, _ in routes]
 
         # Each step also computes the dense input sums of the next one, in the kernel that
@@ -699,7 +862,7 @@ class Brain(eqx.Module):
                 {t: new.new_winners[t] for t in targets},
                 {t: new.support[t] for t in targets},
                 {
-                    t: self._overlap(t, new.winners[t], s.winners[t])
+                    t: _overlap_labels(new.winners[t], s.winners[t], self._cap(s, t))
                     if overlaps[t] is None
                     else overlaps[t]
                     for t in targets
@@ -711,10 +874,96 @@ class Brain(eqx.Module):
         (state, _), (win, new, sup, ov) = jax.lax.scan(body, carry, None, length=steps)
         return state, ProjectionTrace(winners=win, new_winners=new, support=sup, overlap=ov)
 
-    def _overlap(self, t: str, a: Array, b: Array) -> Array:
-        """`overlap(a, b)` of two winner lists of area `t` (labels below its capacity in
-        sparse mode, `n` in explicit mode)."""
-        return _overlap_labels(a, b, self.capacities[self.area_names.index(t)])
+    def _step(
+        self, state: BrainState, routes: tuple, plasticity: bool, sums: dict | None
+    ) -> tuple[BrainState, dict | None, dict]:
+        """One projection step. With `sums` (the dense input sums of this step, computed by
+        the step before), also returns those of the next step with the same routing, each
+        computed by the kernel that updates its synapses (`dense_update_inputs`). The last
+        result holds, by target, the overlap of its new winners with the old ones where the
+        step computed it on the way (sparse mode), else None. Faults go into the state's
+        flags (`BrainState.overflow`, `BrainState.faults`), never into a branch."""
+        faults = dict(state.faults)
+        overflow = dict(state.overflow)
+        for a in sorted({a for _, _, srcs in routes for a in srcs}):
+            empty = ~jnp.any(state.winners[a] >= 0)
+            faults[a] = faults[a] | jnp.where(empty, _EMPTY_SOURCE, 0).astype(jnp.int32)
+        key, draws = self._step_draws(state.key, routes)
+        new_winners = dict(state.winners)
+        support = dict(state.support)
+        counts = dict(state.new_winners)
+        fired = dict(state.fired)
+        stim_w = dict(state.stimulus_weights)
+        weights = dict(state.weights)
+        created, overlaps = {}, {}
+        for (t, stims, srcs), draws_t in zip(routes, draws):
+            if self.mode == "sparse":
+                out, (needed, above) = self._sparse_target(state, t, stims, srcs, draws_t, sums)
+                overflow[t] = jnp.maximum(overflow[t], needed)
+                faults[t] = faults[t] | jnp.where(above, _ABOVE_BOUND, 0).astype(jnp.int32)
+            else:
+                out = self._explicit_target(state, t, stims, srcs, sums)
+            new_winners[t], support[t], counts[t], f_t, created_stim, created_w, overlaps[t] = out
+            if f_t is not None:
+                fired[t] = f_t
+            created[t] = (created_stim, created_w)
+        # The synapses change once every target has its winners: the input sums of the next
+        # step are taken from the sources' new winners.
+        next_sums = None if sums is None else {}
+        for t, stims, srcs in routes:
+            win_t = new_winners[t]
+            created_stim, created_w = created[t]
+            mask = None
+            for s in stims:
+                w = created_stim.get(s, state.stimulus_weights[(s, t)])
+                if plasticity:
+                    w = _synapses.hebbian_vector(w, win_t, 1.0 + self.beta[(s, t)])
+                stim_w[(s, t)] = w
+            for a in srcs:
+                w = state.weights[(a, t)]
+                factor = 1.0 + self.beta[(a, t)]
+                if isinstance(w, FanOut):
+                    if plasticity:
+                        if mask is None:
+                            mask = _synapses.winner_mask(win_t, self._cap(state, t))
+                        w = _synapses.hebbian(w, state.winners[a], win_t, mask, factor)
+                else:
+                    hebb = (state.winners[a], win_t, factor) if plasticity else None
+                    if next_sums is None:
+                        w = _synapses.dense_update(w, created_w.get(a), hebb)
+                    else:
+                        w, next_sums[(a, t)] = _synapses.dense_update_inputs(
+                            w, created_w.get(a), hebb, new_winners[a], self._sum_limit(support, t)
+                        )
+                weights[(a, t)] = w
+        new_state = eqx.tree_at(
+            lambda s: (
+                s.winners,
+                s.support,
+                s.new_winners,
+                s.fired,
+                s.stimulus_weights,
+                s.weights,
+                s.key,
+                s.step,
+                s.overflow,
+                s.faults,
+            ),
+            state,
+            (
+                new_winners,
+                support,
+                counts,
+                fired,
+                stim_w,
+                weights,
+                key,
+                state.step + 1,
+                overflow,
+                faults,
+            ),
+        )
+        return new_state, next_sums, overlaps
 
     def _explicit_target(self, state, t, stims, srcs, sums=None):
         i = self.area_names.index(t)
@@ -752,9 +1001,12 @@ class Brain(eqx.Module):
             at += size
         return jr.wrap_key_data(words[:kw], impl=impl), draws
 
-    def _sparse_target(self, state, t, stims, srcs, draws, sums, checks):
+    def _sparse_target(self, state, t, stims, srcs, draws, sums):
+        """The new winners of sparse target `t` and the synapses of its first-time winners;
+        also `(needed, above)`: the support the step needed if it exceeds the capacity (else
+        0) and whether a first-time winner's input exceeded the selection's static bound."""
         i = self.area_names.index(t)
-        n, k, cap = self.sizes[i], self.caps[i], self.capacities[i]
+        n, k, cap = self.sizes[i], self.caps[i], self._cap(state, t)
         k_items, cand_words = draws
         w = state.support[t]
         x = self._inputs(state, t, stims, srcs, limit=w, sums=sums)
@@ -771,20 +1023,7 @@ class Brain(eqx.Module):
         n_new, n_need, overlap, largest = info[0], info[1], info[2], info[3]
         new_support = w + n_new
         bound = _sampling.max_input(total_max, self.p, table.shape[1])
-        checks.append(
-            (
-                new_support > cap,
-                f"Brain.project: the support of area {t!r} would exceed its capacity {cap}; "
-                "build the Brain with a larger capacity for this area",
-            )
-        )
-        checks.append(
-            (
-                largest > bound,
-                f"Brain.project: a new winner of area {t!r} drew an input above the static "
-                f"bound {bound} (please report)",
-            )
-        )
+        needed = jnp.where(new_support > cap, new_support, 0).astype(jnp.int32)
         # The items 0 .. sum(stim_sizes) - 1 are the stimuli's neurons, each stimulus a range.
         offsets = np.cumsum([0, *stim_sizes])
         ranges = [(int(lo), int(hi)) for lo, hi in zip(offsets[:-1], offsets[1:])]
@@ -801,7 +1040,8 @@ class Brain(eqx.Module):
             # Without first-time winners every column is the sentinel and nothing is written.
             created_w[a] = (state.winners[a], cols, chosen, start, count_a)
             start = start + count_a
-        return win, new_support, n_new, None, created_stim, created_w, overlap
+        out = (win, new_support, n_new, None, created_stim, created_w, overlap)
+        return out, (needed, largest > bound)
 
 
 def _random_words(key: PRNGKeyArray, n: int) -> Array:
@@ -947,88 +1187,54 @@ def _choose_inputs(
 
     Floyd's algorithm, vectorised over rows: for `j = total - m, ..., total - 1` draw `t`
     uniformly in `[0, j]` and keep `t`, or `j` if `t` was already kept. It yields a uniform
-    `m`-subset with `m` draws; a step without first-time winners draws nothing.
+    `m`-subset with `m` draws, as a loop of `bound` iterations (a static trip count; the
+    iterations past a row's `m` keep nothing).
 
-    The draws come from one block of 32-bit words, one row of `bound` words for each row with
-    `m > 0` (in row order), drawn in the smallest of a few static sizes that holds them (a
-    step with one first-time winner draws 8 rows, not `k`): a word `u` gives
-    `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`, whose bias is
-    below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few hundred inputs).
-    On CPU a compiled kernel runs the loop (`neurojax/kernels/assembly.cc`, same numbers). Inputs of
-    `2**16` or more draw with `jax.random.randint` at every iteration. `slots` may give each
-    row's row of words (0 where `m == 0`) and the number of rows with `m > 0`, as `_sparse_cap`
-    returns them.
+    The draws come from 32-bit words, one row of `bound` words for each row with `m > 0` (in
+    row order): the rows of `jax.random.bits(key, (k * bound,))` reshaped to `(k, bound)`. A
+    word `u` gives `floor(u (j + 1) / 2**32)`, an exact multiply-high for `j + 1 < 2**16`,
+    whose bias is below `(j + 1) / 2**32` (at most 1.5e-5, about 1.5e-7 for the usual few
+    hundred inputs). On CPU a compiled kernel runs the loop and, for a threefry key, computes
+    only the words it reads (`neurojax/kernels/assembly.cc`, same numbers); the pure-JAX
+    path draws all `k` rows, a static size whatever the step needs. Inputs of `2**16` or more
+    draw with `jax.random.randint` at every iteration. `slots` may give each row's row of
+    words (0 where `m == 0`) and the number of rows with `m > 0`, as `_sparse_cap` returns
+    them.
 
     Returns `(chosen, counts)`: `counts` holds, for each static range `(lo, hi)` of
-    `ranges`, how many of each row's items lie in `[lo, hi)` (a step without draws skips
-    the count as well as the draws).
+    `ranges`, how many of each row's items lie in `[lo, hi)`.
     """
     width = max(bound, 1)
     total = jnp.asarray(total, jnp.int32)
-
-    def counted(chosen):
-        counts = tuple(
-            jnp.sum((chosen >= lo) & (chosen < hi), axis=1).astype(jnp.int32) for lo, hi in ranges
-        )
-        return chosen, counts
-
     if total_max >= 2**16:
-        return counted(_floyd_randint(key, m, total, width))
-    rows = m.shape[0]
-    slot, n_need = _word_slots(m) if slots is None else slots
-    sizes = sorted({0, *(s for s in (8, 64) if s < rows), rows})
-
-    def draw(size):
-        def branch():
-            if size == 0:
-                # Nothing to draw: every row is padding.
-                chosen = jnp.full((rows, width), total, jnp.int32)
-                pad = [(total >= lo) & (total < hi) for lo, hi in ranges]
-                return chosen, tuple(
-                    jnp.full((rows,), jnp.where(p, width, 0), jnp.int32) for p in pad
-                )
-            words = _random_words(key, size * width).reshape(size, width)
-            return counted(kernels.call(CHOOSE, words, slot, m, total))
-
-        return branch
-
-    # The bucket is chosen for the whole batch under vmap, so it stays a branch.
-    n_need = _max_in_batch(n_need)
-    # The smallest size that holds them (a count of comparisons: a search is a loop).
-    index = jnp.sum(n_need > jnp.asarray(sizes[:-1], jnp.int32))
-    return jax.lax.switch(index, [draw(size) for size in sizes])
-
-
-@jax.custom_batching.custom_vmap
-def _max_in_batch(value: Array) -> Array:
-    """`value`, except that under `vmap` it is the largest value of the batch: a branch chosen
-    by it stays a branch instead of becoming a select that evaluates every side for every
-    brain (used where every side that a brain's own value allows gives that brain the same
-    result, so the answer never depends on the rest of the batch)."""
-    return value
-
-
-@_max_in_batch.def_vmap
-def _max_in_batch_vmap(axis_size, in_batched, value):
-    if not in_batched[0]:
-        return _max_in_batch(value), False
-    return _max_in_batch(jnp.max(value, axis=0)), False
+        chosen = _floyd_randint(key, m, total, width)
+    else:
+        rows = m.shape[0]
+        slot, _ = _word_slots(m) if slots is None else slots
+        threefry = str(jr.key_impl(key)) == "threefry2x32" and jax.config.jax_threefry_partitionable
+        if threefry:
+            chosen = kernels.call(CHOOSE_THREEFRY, jr.key_data(key), slot, m, total, width=width)
+        else:
+            words = jr.bits(key, (rows * width,), jnp.uint32).reshape(rows, width)
+            chosen = kernels.call(CHOOSE, words, slot, m, total)
+    counts = tuple(
+        jnp.sum((chosen >= lo) & (chosen < hi), axis=1).astype(jnp.int32) for lo, hi in ranges
+    )
+    return chosen, counts
 
 
 def _floyd_loop(m, total, width, draw_at):
-    def body(carry):
-        i, chosen = carry
+    def body(i, chosen):
         j = jnp.maximum(total - m + i, 0)
         draw = draw_at(i, j)
         seen = jnp.any(chosen == draw[None, :], axis=0)
         col = jnp.where(i < m, jnp.where(seen, j, draw), total)
-        return i + 1, jax.lax.dynamic_update_index_in_dim(chosen, col, i, 0)
+        return jax.lax.dynamic_update_index_in_dim(chosen, col, i, 0)
 
+    # A static trip count (`width` bounds every row's m): no loop whose length depends on
+    # the data, so accelerators never return to the host to test its condition.
     chosen = jnp.full((width, m.shape[0]), total, jnp.int32)
-    _, chosen = jax.lax.while_loop(
-        lambda c: c[0] < jnp.max(m, initial=0), body, (jnp.zeros((), jnp.int32), chosen)
-    )
-    return chosen.T
+    return jax.lax.fori_loop(0, width, body, chosen).T
 
 
 def _floyd_words(words, slot, m, total):
@@ -1072,6 +1278,45 @@ CHOOSE = kernels.register(
         ffi_targets=(("nj_asm_choose", "NjAsmChoose"),),
         batching=kernels.Fold(trial=(0, 1, 2, 3)),
         examples=_floyd_examples,
+    )
+)
+
+
+def _floyd_threefry_jax(data, slot, m, total, *, width):
+    words = _bits_jax(data, n=m.shape[-1] * width).reshape(m.shape[-1], width)
+    return _floyd_words(words, slot, m, total)
+
+
+def _floyd_threefry_kernel(data, slot, m, total, *, width):
+    shape = (*m.shape, width)
+    call = jax.ffi.ffi_call(
+        "nj_asm_choose_threefry",
+        jax.ShapeDtypeStruct(shape, jnp.int32),
+        vmap_method="broadcast_all",
+    )
+    return call(data, slot, m, total)
+
+
+def _floyd_threefry_examples():
+    m = jnp.asarray([2, 0, 6, 1, 0], jnp.int32)
+    slot = jnp.asarray([0, 0, 1, 2, 0], jnp.int32)
+    data = jr.key_data(jr.key(3))
+    yield kernels.Example((data, slot, m, jnp.int32(40)), {"width": 6}, label="rows")
+    yield kernels.Example(
+        (data, slot, jnp.zeros(5, jnp.int32), jnp.int32(9)), {"width": 3}, label="none"
+    )
+
+
+# The same choice with the words of a threefry key: row r of `bits(key, (rows * width,))`
+# reshaped to `(rows, width)`. The CPU kernel computes only the words it reads.
+CHOOSE_THREEFRY = kernels.register(
+    kernels.Kernel(
+        "assembly_choose_threefry",
+        reference=_floyd_threefry_jax,
+        cpu=_floyd_threefry_kernel,
+        ffi_targets=(("nj_asm_choose_threefry", "NjAsmChooseThreefry"),),
+        batching=kernels.Fold(trial=(0, 1, 2, 3)),
+        examples=_floyd_threefry_examples,
     )
 )
 

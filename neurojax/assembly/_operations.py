@@ -3,7 +3,11 @@ projection, association, merge and pattern completion, plus convergence measures
 
 Every operation is a pure function of `(brain, state, ...)` that returns the new state and
 the `ProjectionTrace`(s) of its rounds, so it can be jitted and vmapped over a batch of
-brains (`jax.vmap` over states made from different keys). The routings follow the
+brains (`jax.vmap` over states made from different keys). The operations made of
+`Brain.project_rounds` calls (`reciprocal_project`, `associate`, `merge`,
+`pattern_complete`) are not jitted as a whole: each of their rounds is a compiled
+`project_rounds`, which, called eagerly, grows a sparse area's capacity when the support
+outgrows it (under a caller's `jit` they raise instead). The routings follow the
 simulations of Papadimitriou et al. (2020) and of the reference code
 (`dmitropolsky/assemblies`, `simulations.py`).
 """
@@ -67,7 +71,9 @@ def project_until_stable(
     Stops after the first step at which every target area keeps exactly its previous winners
     (hence no first-time winners either). Returns the state and the number of steps taken;
     `max_steps` taken means it did not converge. A `jax.lax.while_loop`: under `vmap` the
-    batch runs until its slowest member has converged.
+    batch runs until its slowest member has converged. Jitted as a whole, so the capacity
+    of a sparse area cannot grow here: a step that exceeds it raises (build the Brain with a
+    larger capacity, or grow the state first with `Brain.grow_capacity`).
     """
     max_steps = _check_steps("project_until_stable", max_steps)
     routes = brain._routes(stimuli, areas, "project_until_stable")
@@ -79,17 +85,22 @@ def project_until_stable(
 
     def body(carry):
         s, steps, _ = carry
-        new = brain.project(s, stimuli, areas, plasticity=plasticity)
+        # The unchecked step: its faults stay in the state and are checked once, after the
+        # loop (a check per step would be a branch per step). A step that overflows or reads
+        # an empty source stops the loop, whose result then raises.
+        new = brain._run(s, routes, plasticity, None)
         stable = jnp.array(True)
         for t in targets:
             k = jnp.sum(new.winners[t] >= 0)
             stable = stable & (overlap(new.winners[t], s.winners[t]) == k)
+        for a in brain.area_names:
+            stable = stable | (new.faults[a] != 0) | (new.overflow[a] != 0)
         return new, steps + 1, stable
 
     state, steps, _ = jax.lax.while_loop(
         cond, body, (state, jnp.zeros((), jnp.int32), jnp.array(False))
     )
-    return state, steps
+    return brain._error_if("project_until_stable", (state, steps), state)
 
 
 def _two_phase(brain, state, first, then, steps, where):
@@ -110,7 +121,6 @@ def _distinct(where: str, **names: str) -> None:
         raise ValueError(f"{where}: the areas must be distinct, got {names}")
 
 
-@eqx.filter_jit
 def reciprocal_project(
     brain: Brain, state: BrainState, stimulus: str, a: str, b: str, steps: int = 20
 ) -> tuple[BrainState, ProjectionTrace]:
@@ -126,7 +136,6 @@ def reciprocal_project(
     return _two_phase(brain, state, first, then, steps, "reciprocal_project")
 
 
-@eqx.filter_jit
 def associate(
     brain: Brain,
     state: BrainState,
@@ -151,7 +160,6 @@ def associate(
     return _two_phase(brain, state, first, then, steps, "associate")
 
 
-@eqx.filter_jit
 def merge(
     brain: Brain,
     state: BrainState,
@@ -175,7 +183,6 @@ def merge(
     return _two_phase(brain, state, first, then, steps, "merge")
 
 
-@eqx.filter_jit
 def pattern_complete(
     brain: Brain,
     state: BrainState,

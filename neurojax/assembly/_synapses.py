@@ -17,11 +17,13 @@ the compiled kernels of `neurojax/kernels/assembly.cc` (registered kernels, see
 `neurojax.kernels`): work in proportion to the winners, weights updated in place.
 `dense_update_inputs` runs an update and the next step's input sum in one kernel, which reads
 once the rows that both touch.
-The update gives exactly the numbers of the pure-JAX path, which other platforms use; the
-input sum adds the rows in list order where XLA reduces in its own order, so with
-non-integer weights a sum may differ in its last bit. XLA:CPU's scatter costs a few
-nanoseconds per index even for indices it drops, and a step without first-time winners
-would still pay for a `k x k` scatter of them.
+Both give exactly the numbers of the pure-JAX path, which other platforms use: the update
+sets and multiplies each synapse once, and the input sum adds the firing rows as one fixed
+balanced binary tree (`pairwise_sum`) on every path, so the k-cap sees bit-identical inputs
+and a seed gives the same assemblies on CPU, GPU and TPU, with or without the kernels (a sum
+in list order against XLA's own reduction order differed in the last bit and flipped
+near-ties). XLA:CPU's scatter costs a few nanoseconds per index even for indices it drops,
+and a step without first-time winners would still pay for a `k x k` scatter of them.
 """
 
 import functools
@@ -42,6 +44,7 @@ __all__ = [
     "random_fanout",
     "fanout_width",
     "inputs",
+    "pairwise_sum",
     "dense_inputs",
     "dense_update",
     "dense_update_inputs",
@@ -68,8 +71,16 @@ class FanOut(eqx.Module):
 
 
 def random_dense(key: PRNGKeyArray, n_src: int, n_tgt: int, p: float) -> Float[Array, "a b"]:
-    """A `(n_src, n_tgt)` matrix of independent Bernoulli(p) weights (0.0 or 1.0)."""
-    return jr.bernoulli(key, p, (n_src, n_tgt)).astype(jnp.result_type(float))
+    """A `(n_src, n_tgt)` matrix of independent Bernoulli(p) weights (0.0 or 1.0).
+
+    Row `i` is drawn from `fold_in(key, i)`, so with a threefry key (JAX's default, whose
+    draws of a vector are prefix-consistent) the synapse `(i, j)` does not depend on the
+    matrix's size: a larger matrix extends a smaller one. A sparse-mode brain relies on it to
+    grow its capacity with the results it would have had with the larger capacity.
+    """
+    rows = jnp.arange(n_src, dtype=jnp.uint32)
+    draw = jax.vmap(lambda i: jr.bernoulli(jr.fold_in(key, i), p, (n_tgt,)))
+    return draw(rows).astype(jnp.result_type(float))
 
 
 def fanout_width(n_tgt: int, p: float) -> int:
@@ -126,7 +137,27 @@ def inputs(conn: Float[Array, "a b"] | FanOut, sources: Int[Array, " k"]) -> Flo
         zero = jnp.zeros((conn.n_tgt,), conn.weights.dtype)
         return zero.at[tgt.reshape(-1)].add(w.reshape(-1), mode="drop")
     rows = jnp.take(conn, _safe(sources, conn.shape[0]), axis=0, mode="fill", fill_value=0.0)
-    return jnp.sum(rows, axis=0)
+    return pairwise_sum(rows)
+
+
+def pairwise_sum(rows: Float[Array, "k b"]) -> Float[Array, " b"]:
+    """The sum of `rows` over the first axis as a fixed balanced binary tree.
+
+    Neighbouring pairs are added level by level (an odd row out at the end of a level goes
+    up unchanged), which is the tree whose node over positions `[lo, hi)` adds the nodes over
+    `[lo, lo + h)` and `[lo + h, hi)`, `h` the largest power of two below `hi - lo`. Every
+    addition is explicit, so XLA cannot reorder it, and float addition is commutative: the
+    result is the same bit for bit on every backend and equals the CPU kernels' sums
+    (`neurojax/kernels/assembly.cc`, `PairwiseSum`). The rounding error grows with
+    `log2(k)`, not `k`.
+    """
+    if rows.shape[0] == 0:
+        return jnp.zeros(rows.shape[1:], rows.dtype)
+    while rows.shape[0] > 1:
+        odd = rows[-1:] if rows.shape[0] % 2 else rows[:0]
+        even = rows.shape[0] - odd.shape[0]
+        rows = jnp.concatenate([rows[0:even:2] + rows[1:even:2], odd])
+    return rows[0]
 
 
 def hebbian(
@@ -206,7 +237,7 @@ def _rowsum_examples():
     yield kernels.Example((conn[0], rows[0], jnp.int32(7)), grad_argnums=(0,), label="grad")
 
 
-# The input sum of a projection step: rows of the firing sources added, in list order.
+# The input sum of a projection step: rows of the firing sources added as `pairwise_sum`'s tree.
 # Leading dimensions are brains: a vmapped batch of weights is one call; with shared weights
 # (broadcasting them would copy every matrix) one call per batch entry.
 ROWSUM = kernels.register(
@@ -216,9 +247,7 @@ ROWSUM = kernels.register(
         cpu=_rowsum_kernel,
         ffi_targets=(("nj_asm_rowsum", "NjAsmRowSum"),),
         batching=kernels.Fold(trial=(0, 1, 2), only_if_batched=(0,)),
-        # The kernel adds the rows in list order, XLA in its own: the last bit of a sum.
-        rtol=2e-7,
-        atol=1e-6,
+        # The same tree of additions on both paths: equal bit for bit.
         examples=_rowsum_examples,
     )
 )
@@ -353,8 +382,6 @@ UPDATE_SUM = kernels.register(
         ffi_targets=(("nj_asm_update_sum", "NjAsmUpdateSum"),),
         batching=kernels.Fold(trial=tuple(range(11))),
         differentiable=_update_sum_differentiable,
-        rtol=2e-7,
-        atol=1e-6,
         examples=_update_examples(True),
     )
 )

@@ -6,12 +6,15 @@
 // operations, each of which the CPU runtime dispatches on its own.
 //
 // nj_asm_rowsum: x[b, c] = sum of W[b, r, c] over the rows r of rows[b, :] (entries outside
-// [0, R) are skipped), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The sum starts from
-// zero and adds the rows in list order. XLA reduces the gathered rows of the pure-JAX path in
-// an order of its own, so with non-integer weights the two may differ in the last bit of a
-// sum; with integer weights (beta = 0) they agree exactly. Only the first `limit` columns are
-// read: in sparse mode the columns beyond an area's support belong to neurons that have not
-// fired yet, and the caller masks them.
+// [0, R) count as rows of zeros), for c < limit[b]; x[b, c] = 0 for c >= limit[b]. The rows
+// are added as a balanced binary tree over their positions in the list: the sum of positions
+// [lo, hi) is the sum of [lo, lo + h) plus the sum of [lo + h, hi), h the largest power of two
+// below hi - lo (PairwiseSum). The pure-JAX path adds neighbouring pairs level by level, which
+// is the same tree, and float addition is commutative, so both paths give the same sums bit
+// for bit and the k-cap sees identical inputs (a list-order sum here against XLA's own
+// reduction order used to flip near-ties). Only the first `limit` columns are read: in sparse
+// mode the columns beyond an area's support belong to neurons that have not fired yet, and the
+// caller masks them.
 //
 // nj_asm_update: in place on W (*batch, R, C), first the synapses of first-time winners, then
 // the Hebbian factor:
@@ -29,8 +32,8 @@
 // nj_asm_update_sum: nj_asm_update, then x = nj_asm_rowsum of the updated W with rows
 // sum_rows and limit sum_limit (a second result), in one pass: a row that is both scaled and
 // summed (in a converged projection the winners that the next step sums are the rows this
-// step scales) is read once. The sum adds the rows in list order as nj_asm_rowsum does, so
-// both results equal those of the two separate calls bit for bit.
+// step scales) is read once. The sum uses nj_asm_rowsum's tree, so both results equal those
+// of the two separate calls bit for bit.
 
 #include <algorithm>
 #include <cstdint>
@@ -67,18 +70,165 @@ inline int64_t ClampLimit(int64_t lim, int64_t n_cols) {
   return lim < 0 ? 0 : (lim > n_cols ? n_cols : lim);
 }
 
-// Adds the first `lim` entries of the rows `rows[0..k)` of wb (entries outside [0, n_rows)
-// skipped) to xb, in list order.
+// The pairwise (balanced binary tree) sum of `k` rows of `lim` entries: the node over positions
+// [lo, hi) adds the nodes over [lo, lo + h) and [lo + h, hi), h the largest power of two below
+// hi - lo. `rows[i]` points to the row at position i (a row of zeros, `ZeroRow`, for an invalid
+// entry: x + 0 == x, so that equals leaving it out). Nodes of 2, 4 and 8 rows (always whole
+// subtrees) are added column by column in registers, reading their rows side by side and
+// writing the node once; only the nodes above them pass through the per-depth scratch rows.
+// `leaves(lo, hi, out)` computes those small nodes (hi - lo in {1, 2, 4, 8}), in increasing
+// order of position: `SumLeaves`, or the fused update's version that scales rows on the way.
 template <typename F>
-void AddRows(const F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols,
-             int64_t lim, F* xb) {
+__attribute__((noinline)) void SumPairs(F* __restrict out, const F* __restrict a,
+                                        const F* __restrict b, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] = a[c] + b[c];
+}
+
+template <typename F>
+__attribute__((noinline)) void SumQuads(F* __restrict out, const F* const* r, int64_t n) {
+  const F* __restrict r0 = r[0];
+  const F* __restrict r1 = r[1];
+  const F* __restrict r2 = r[2];
+  const F* __restrict r3 = r[3];
+  for (int64_t c = 0; c < n; ++c) out[c] = (r0[c] + r1[c]) + (r2[c] + r3[c]);
+}
+
+template <typename F>
+__attribute__((noinline)) void SumOctets(F* __restrict out, const F* const* r, int64_t n) {
+  const F* __restrict r0 = r[0];
+  const F* __restrict r1 = r[1];
+  const F* __restrict r2 = r[2];
+  const F* __restrict r3 = r[3];
+  const F* __restrict r4 = r[4];
+  const F* __restrict r5 = r[5];
+  const F* __restrict r6 = r[6];
+  const F* __restrict r7 = r[7];
+  for (int64_t c = 0; c < n; ++c) {
+    out[c] = ((r0[c] + r1[c]) + (r2[c] + r3[c])) + ((r4[c] + r5[c]) + (r6[c] + r7[c]));
+  }
+}
+
+// Scales the rows r0..r7 by m in place and writes their tree sum to out, on [0, n): each row is
+// read once. (Every pointer a parameter: GCC honours `restrict` on parameters, and without it
+// the stores into the rows would keep the loop from being vectorised.)
+template <typename F>
+__attribute__((noinline)) void ScaleSumOctet(F* __restrict out, F* __restrict r0,
+                                             F* __restrict r1, F* __restrict r2,
+                                             F* __restrict r3, F* __restrict r4,
+                                             F* __restrict r5, F* __restrict r6,
+                                             F* __restrict r7, const F* __restrict m, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) {
+    const F v0 = r0[c] * m[c], v1 = r1[c] * m[c], v2 = r2[c] * m[c], v3 = r3[c] * m[c];
+    const F v4 = r4[c] * m[c], v5 = r5[c] * m[c], v6 = r6[c] * m[c], v7 = r7[c] * m[c];
+    r0[c] = v0;
+    r1[c] = v1;
+    r2[c] = v2;
+    r3[c] = v3;
+    r4[c] = v4;
+    r5[c] = v5;
+    r6[c] = v6;
+    r7[c] = v7;
+    out[c] = ((v0 + v1) + (v2 + v3)) + ((v4 + v5) + (v6 + v7));
+  }
+}
+
+// The node of the rows [lo, hi) (1, 2, 4 or 8 of them) into out[0, n).
+template <typename F>
+void SumLeaves(const F* const* rows, int64_t lo, int64_t hi, F* out, int64_t n) {
+  switch (hi - lo) {
+    case 1:
+      std::memcpy(out, rows[lo], n * sizeof(F));
+      break;
+    case 2:
+      SumPairs(out, rows[lo], rows[lo + 1], n);
+      break;
+    case 4:
+      SumQuads(out, rows + lo, n);
+      break;
+    default:
+      SumOctets(out, rows + lo, n);
+  }
+}
+
+template <typename F>
+class PairwiseSum {
+ public:
+  // Sums positions [0, k) (k >= 1) into out[0, lim).
+  template <typename Leaves>
+  void Run(int64_t k, int64_t lim, F* out, const Leaves& leaves) {
+    lim_ = lim;
+    int depth = 1;
+    for (int64_t span = 1; span < k; span *= 2) ++depth;
+    if (static_cast<int64_t>(scratch_.size()) < depth * lim) scratch_.resize(depth * lim);
+    Node(0, k, out, 0, leaves);
+  }
+
+ private:
+  template <typename Leaves>
+  void Node(int64_t lo, int64_t hi, F* out, int depth, const Leaves& leaves) {
+    const int64_t n = hi - lo;
+    if (n == 1 || n == 2 || n == 4 || n == 8) {
+      leaves(lo, hi, out);
+      return;
+    }
+    int64_t half = 1;
+    while (half * 2 < n) half *= 2;
+    Node(lo, lo + half, out, depth + 1, leaves);
+    F* right = scratch_.data() + depth * lim_;
+    Node(lo + half, hi, right, depth + 1, leaves);
+    AddRow(out, right, lim_);
+  }
+
+  std::vector<F> scratch_;  // one row of partial sums per tree depth
+  int64_t lim_ = 0;
+};
+
+// Per-thread buffers of the input sums: the tree's scratch, the row pointers and a row of zeros.
+template <typename F>
+struct SumScratch {
+  PairwiseSum<F> tree;
+  std::vector<F*> rows;
+  std::vector<F> zeros;
+  F* Zeros(int64_t n) {
+    if (static_cast<int64_t>(zeros.size()) < n) zeros.assign(n, F(0));
+    return zeros.data();
+  }
+};
+
+template <typename F>
+SumScratch<F>& SumBuffers() {
+  // (A local reference: each use of a thread_local of a shared library is a call.)
+  thread_local SumScratch<F> buffers;
+  return buffers;
+}
+
+// The pairwise sum of the first `lim` entries of the rows `rows[0..k)` of wb (entries outside
+// [0, n_rows) are zero rows) into xb[0, lim). `leaves(ptrs, lo, hi, out)` computes the small
+// nodes from the row pointers `ptrs` (default: SumLeaves, after prefetching the next rows).
+template <typename F, typename Leaves>
+void AddRows(F* wb, const int32_t* rows, int64_t k, int64_t n_rows, int64_t n_cols, int64_t lim,
+             F* xb, const Leaves& leaves) {
+  if (k <= 0) {
+    std::fill(xb, xb + lim, F(0));
+    return;
+  }
+  SumScratch<F>& s = SumBuffers<F>();
+  F* zeros = s.Zeros(lim);
+  s.rows.resize(k);
   for (int64_t i = 0; i < k; ++i) {
     const int64_t r = rows[i];
-    if (r < 0 || r >= n_rows) continue;
-    if (i + 1 < k && rows[i + 1] >= 0 && rows[i + 1] < n_rows) {
-      PrefetchRowStart(wb + rows[i + 1] * n_cols, lim, false);
-    }
-    AddRow(xb, wb + r * n_cols, lim);
+    s.rows[i] = r >= 0 && r < n_rows ? wb + r * n_cols : zeros;
+  }
+  F* const* ptrs = s.rows.data();
+  s.tree.Run(k, lim, xb, [&](int64_t lo, int64_t hi, F* out) { leaves(ptrs, lo, hi, out); });
+}
+
+// Prefetches the starts of the rows after [lo, hi) (as many as it holds).
+template <typename F>
+inline void PrefetchAfter(const F* const* ptrs, int64_t lo, int64_t hi, int64_t k, int64_t n,
+                          bool for_write) {
+  for (int64_t i = hi; i < std::min(k, hi + (hi - lo)); ++i) {
+    PrefetchRowStart(ptrs[i], n, for_write);
   }
 }
 
@@ -87,9 +237,15 @@ void RowSum(const F* w, const int32_t* rows, const int32_t* limit, F* x, int64_t
             int64_t n_rows, int64_t n_cols, int64_t k) {
   for (int64_t b = 0; b < n_batch; ++b) {
     F* xb = x + b * n_cols;
-    for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
-    AddRows(w + b * n_rows * n_cols, rows + b * k, k, n_rows, n_cols,
-            ClampLimit(limit[b], n_cols), xb);
+    const int64_t lim = ClampLimit(limit[b], n_cols);
+    // (The rows are only read; AddRows takes writable pointers for the fused update.)
+    F* wb = const_cast<F*>(w) + b * n_rows * n_cols;
+    AddRows(wb, rows + b * k, k, n_rows, n_cols, lim, xb,
+            [k, lim](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+              PrefetchAfter(ptrs, lo, hi, k, lim, false);
+              SumLeaves(ptrs, lo, hi, out, lim);
+            });
+    for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
   }
 }
 
@@ -146,20 +302,6 @@ struct UpdateArgs {
 template <typename F>
 __attribute__((noinline)) void ScaleRow(F* __restrict row, const F* __restrict m, int64_t n) {
   for (int64_t c = 0; c < n; ++c) row[c] *= m[c];
-}
-
-// ScaleRow on [0, width) and AddRow of the scaled row on [0, limit), in one pass.
-template <typename F>
-__attribute__((noinline)) void ScaleAddRow(F* __restrict row, const F* __restrict m,
-                                           int64_t width, F* __restrict x, int64_t limit) {
-  const int64_t both = std::min(width, limit);
-  for (int64_t c = 0; c < both; ++c) {
-    const F v = row[c] * m[c];
-    row[c] = v;
-    x[c] += v;
-  }
-  for (int64_t c = both; c < width; ++c) row[c] *= m[c];
-  for (int64_t c = both; c < limit; ++c) x[c] += row[c];
 }
 
 // The input sum of nj_asm_update_sum (x == nullptr: none).
@@ -232,11 +374,17 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
       xb = x + b * n_cols;
       sum_rows = sum.rows + b * sum.kq;
       lim = ClampLimit(sum.limit[b], n_cols);
-      for (int64_t c = 0; c < n_cols; ++c) xb[c] = F(0);
+      for (int64_t c = lim; c < n_cols; ++c) xb[c] = F(0);
     }
     const auto valid = [n_rows](int64_t r) { return r >= 0 && r < n_rows; };
     if (!plastic) {
-      if (xb != nullptr) AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb);
+      if (xb != nullptr) {
+        AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb,
+                [&sum, lim](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+                  PrefetchAfter(ptrs, lo, hi, sum.kq, lim, false);
+                  SumLeaves(ptrs, lo, hi, out, lim);
+                });
+      }
       continue;
     }
     // Each row of a previous winner is multiplied by a vector that holds `factor` at the new
@@ -256,26 +404,45 @@ void Update(F* w, const F* factor, const UpdateArgs& a, int64_t n_batch, int64_t
     const F* m = mult.data();
     const int32_t* heb_rows = a.heb_rows + b * a.kr;
     if (xb != nullptr) {
-      // The summed rows in list order, each scaled first where it is a previous winner's
-      // row; then the previous winners' rows that are not summed.
+      // The summed rows in nj_asm_rowsum's tree, each scaled first where it is a previous
+      // winner's row; then the previous winners' rows that are not summed.
       for (int64_t i = 0; i < a.kr; ++i) {
         if (valid(heb_rows[i])) pending[heb_rows[i]] = 1;
       }
-      for (int64_t i = 0; i < sum.kq; ++i) {
-        const int64_t r = sum_rows[i];
-        if (!valid(r)) continue;
-        if (i + 1 < sum.kq && valid(sum_rows[i + 1])) {
-          const int64_t next = sum_rows[i + 1];
-          PrefetchRowStart(wb + next * n_cols, pending[next] ? std::max(width, lim) : lim,
-                           pending[next] != 0);
+      // A pending row is scaled as the tree reads it: an octet of pending rows in one pass
+      // (the common case: a converged projection sums the rows it has just scaled), other
+      // nodes after scaling their pending rows (then in cache). Row pointers that are not
+      // rows of wb (the zero row) are never pending.
+      const int32_t* sr = sum_rows;
+      const auto is_pending = [&](int64_t i) { return valid(sr[i]) && pending[sr[i]]; };
+      const auto leaves = [&](F* const* ptrs, int64_t lo, int64_t hi, F* out) {
+        PrefetchAfter(ptrs, lo, hi, sum.kq, std::max(width, lim), true);
+        bool all = hi - lo == 8;
+        for (int64_t i = lo; i < hi && all; ++i) all = is_pending(i);
+        if (all) {
+          const int64_t both = std::min(width, lim);
+          F* const* r = ptrs + lo;
+          ScaleSumOctet(out, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], m, both);
+          if (both < lim) {
+            const F* shifted[8];
+            for (int j = 0; j < 8; ++j) shifted[j] = ptrs[lo + j] + both;
+            SumOctets(out + both, shifted, lim - both);
+          }
+          for (int64_t i = lo; i < hi; ++i) {
+            if (both < width) ScaleRow(ptrs[i] + both, m + both, width - both);
+            pending[sr[i]] = 0;
+          }
+          return;
         }
-        if (pending[r]) {
-          ScaleAddRow(wb + r * n_cols, m, width, xb, lim);
-          pending[r] = 0;
-        } else {
-          AddRow(xb, wb + r * n_cols, lim);
+        for (int64_t i = lo; i < hi; ++i) {
+          if (is_pending(i)) {
+            ScaleRow(ptrs[i], m, width);
+            pending[sr[i]] = 0;
+          }
         }
-      }
+        SumLeaves(ptrs, lo, hi, out, lim);
+      };
+      AddRows(wb, sum_rows, sum.kq, n_rows, n_cols, lim, xb, leaves);
     }
     for (int64_t i = 0; i < a.kr; ++i) {
       const int64_t r = heb_rows[i];
@@ -401,6 +568,23 @@ ffi::Error UpdateSumImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer src_rows, ffi::AnyB
 // floor(u * (j + 1) / 2**32) of the word u = words[b, slot[b, r], i], computed in 16-bit halves
 // exactly as the pure-JAX path does (j + 1 < 2**16). chosen[b, r, i] holds the i-th kept item;
 // entries from m onwards hold `total`.
+// One row of nj_asm_choose: m distinct items of range(total) into kept[0..width), drawn with
+// the words w[0..min(m, width)) (w == nullptr: no words, nothing drawn); `total` pads.
+inline void FloydRow(const uint32_t* w, int32_t tot, int64_t m_r, int64_t width, int32_t* kept) {
+  const int64_t n_draw = m_r < width ? m_r : width;
+  for (int64_t i = 0; i < width; ++i) kept[i] = tot;
+  if (n_draw <= 0 || w == nullptr) return;
+  for (int64_t i = 0; i < n_draw; ++i) {
+    int64_t j = static_cast<int64_t>(tot) - m_r + i;
+    j = j < 0 ? 0 : j;
+    const uint32_t span = static_cast<uint32_t>(j + 1);
+    const uint32_t t = ((w[i] >> 16) * span + (((w[i] & 0xFFFFu) * span) >> 16)) >> 16;
+    bool seen = false;
+    for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
+    kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
+  }
+}
+
 ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer m,
                       ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> chosen) {
   if (words.element_type() != ffi::DataType::U32 || slot.element_type() != ffi::DataType::S32 ||
@@ -427,24 +611,11 @@ ffi::Error ChooseImpl(ffi::AnyBuffer words, ffi::AnyBuffer slot, ffi::AnyBuffer 
   const auto* tt = static_cast<const int32_t*>(total.untyped_data());
   auto* out = static_cast<int32_t*>(chosen->untyped_data());
   for (int64_t b = 0; b < n_batch; ++b) {
-    const int32_t tot = tt[b];
     for (int64_t r = 0; r < rows; ++r) {
-      int32_t* kept = out + (b * rows + r) * width;
-      const int64_t m_r = mm[b * rows + r];
-      const int64_t n_draw = m_r < width ? m_r : width;
-      for (int64_t i = 0; i < width; ++i) kept[i] = tot;
       const int64_t s = sl[b * rows + r];
-      if (n_draw <= 0 || s < 0 || s >= n_words) continue;
-      const uint32_t* w = u + (b * n_words + s) * width;
-      for (int64_t i = 0; i < n_draw; ++i) {
-        int64_t j = static_cast<int64_t>(tot) - m_r + i;
-        j = j < 0 ? 0 : j;
-        const uint32_t span = static_cast<uint32_t>(j + 1);
-        const uint32_t t = ((w[i] >> 16) * span + (((w[i] & 0xFFFFu) * span) >> 16)) >> 16;
-        bool seen = false;
-        for (int64_t q = 0; q < i; ++q) seen |= kept[q] == static_cast<int32_t>(t);
-        kept[i] = seen ? static_cast<int32_t>(j) : static_cast<int32_t>(t);
-      }
+      const bool has_words = s >= 0 && s < n_words;
+      FloydRow(has_words ? u + (b * n_words + s) * width : nullptr, tt[b], mm[b * rows + r],
+               width, out + (b * rows + r) * width);
     }
   }
   return ffi::Error::Success();
@@ -650,12 +821,13 @@ ffi::Error TopKImpl(ffi::AnyBuffer x1, ffi::AnyBuffer x2, ffi::Result<ffi::AnyBu
 // 3", SC'11; rotation constants and key schedule as published for Threefry-2x32.
 inline uint32_t RotL(uint32_t v, int d) { return (v << d) | (v >> (32 - d)); }
 
-void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n) {
+// Words first .. first + n - 1 of that sequence.
+void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n, int64_t first = 0) {
   static constexpr int kRot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
   const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x0 = 0u + ks[0];
-    uint32_t x1 = static_cast<uint32_t>(i) + ks[1];
+    uint32_t x1 = static_cast<uint32_t>(first + i) + ks[1];
 #pragma GCC unroll 5
     for (int j = 0; j < 5; ++j) {
 #pragma GCC unroll 4
@@ -687,6 +859,53 @@ ffi::Error BitsImpl(ffi::AnyBuffer key, ffi::Result<ffi::AnyBuffer> words) {
   const auto* k = static_cast<const uint32_t*>(key.untyped_data());
   auto* out = static_cast<uint32_t*>(words->untyped_data());
   for (int64_t b = 0; b < n_batch; ++b) ThreefryWords(k[2 * b], k[2 * b + 1], out + b * n, n);
+  return ffi::Error::Success();
+}
+
+// nj_asm_choose_threefry: nj_asm_choose with the words of the threefry key key[b] (as
+// nj_asm_bits draws them): row r's words are words (slot[b, r] * width) .. onwards of the
+// sequence, which is the row slot[b, r] of jax.random.bits(key, (rows * width,)) reshaped to
+// (rows, width). Only the words that Floyd's loop reads are computed (a converged step draws
+// none), so the words of all `rows` rows are never materialised.
+ffi::Error ChooseThreefryImpl(ffi::AnyBuffer key, ffi::AnyBuffer slot, ffi::AnyBuffer m,
+                              ffi::AnyBuffer total, ffi::Result<ffi::AnyBuffer> chosen) {
+  if (key.element_type() != ffi::DataType::U32 || slot.element_type() != ffi::DataType::S32 ||
+      m.element_type() != ffi::DataType::S32 || total.element_type() != ffi::DataType::S32 ||
+      chosen->element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument(
+        "nj_asm_choose_threefry: key must be uint32 and slot, m, total, chosen int32");
+  }
+  const int64_t n_batch = total.element_count();
+  if (n_batch == 0) return ffi::Error::Success();
+  const int64_t rows = m.element_count() / n_batch;
+  const auto cdims = chosen->dimensions();
+  const int64_t width = cdims.size() ? cdims[cdims.size() - 1] : 0;
+  if (rows * n_batch != static_cast<int64_t>(m.element_count()) ||
+      static_cast<int64_t>(slot.element_count()) != n_batch * rows ||
+      static_cast<int64_t>(key.element_count()) != 2 * n_batch ||
+      static_cast<int64_t>(chosen->element_count()) != n_batch * rows * width ||
+      rows * width >= (int64_t{1} << 32)) {
+    return ffi::Error::InvalidArgument("nj_asm_choose_threefry: argument sizes do not match");
+  }
+  const auto* kd = static_cast<const uint32_t*>(key.untyped_data());
+  const auto* sl = static_cast<const int32_t*>(slot.untyped_data());
+  const auto* mm = static_cast<const int32_t*>(m.untyped_data());
+  const auto* tt = static_cast<const int32_t*>(total.untyped_data());
+  auto* out = static_cast<int32_t*>(chosen->untyped_data());
+  thread_local std::vector<uint32_t> words_buf;
+  std::vector<uint32_t>& words = words_buf;
+  words.resize(width);
+  for (int64_t b = 0; b < n_batch; ++b) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t m_r = mm[b * rows + r];
+      const int64_t s = sl[b * rows + r];
+      const int64_t n_draw = std::min<int64_t>(std::max<int64_t>(m_r, 0), width);
+      const bool has_words = n_draw > 0 && s >= 0 && s < rows;
+      if (has_words) ThreefryWords(kd[2 * b], kd[2 * b + 1], words.data(), n_draw, s * width);
+      FloydRow(has_words ? words.data() : nullptr, tt[b], m_r, width,
+               out + (b * rows + r) * width);
+    }
+  }
   return ffi::Error::Success();
 }
 
@@ -849,6 +1068,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // words (*batch, n_words, width) u32
+                                  .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
+                                  .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
+                                  .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
+                                  .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // key (*batch, 2) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // m (*batch, rows) int32
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
