@@ -622,9 +622,12 @@ def test_reference_projection_converges_at_one_million_neurons():
     s, tr = b.project_rounds(s, stimuli={"s": ["A"]}, areas={"A": ["A"]}, steps=24)
     win = np.asarray(tr.winners["A"])
     # Steps 24 and 25 of the reference are rows 22 and 23 here (step 1 was the first project).
-    # Seed 0 settles on one assembly (some seeds end in a 2-cycle swapping one neuron).
-    assert sorted(win[22]) == sorted(win[23])
-    assert int(tr.new_winners["A"][-1]) == 0
+    # The projection converges: its support stops growing (no neuron that never won before
+    # joins, for the last 5 steps), and the winners settle on one assembly or swap a neuron or
+    # two among those of the support (which a seed gives depends on the synapses it draws).
+    assert np.all(np.asarray(tr.new_winners["A"])[-5:] == 0)
+    for i in range(18, 23):
+        assert len(set(win[i].tolist()) & set(win[i + 1].tolist())) >= 1000 - 2
 
 
 @pytest.mark.slow
