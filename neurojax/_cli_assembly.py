@@ -164,10 +164,20 @@ def _report(result: dict[str, Any]) -> None:
     from .cli import print_rows
 
     print(f"{'step':>5}  {'new':>8}  {'overlap':>8}  {'support':>9}")
-    series = zip(result["new_winners"], result["overlap"], result["support"])
-    for i, (nw, ov, sup) in enumerate(series, start=1):
-        print(f"{i:>5}  {nw:>8.4g}  {ov:>8.4g}  {sup:>9.6g}")
+    series = list(zip(result["new_winners"], result["overlap"], result["support"]))
     conv = result["converged_at_step"]
+    # Rows up to the step from which no neuron joins the support; the rest, where nothing
+    # changes but the overlap, in one line (every row is in --json).
+    shown = len(series) if conv is None else min(len(series), conv)
+    for i, (nw, ov, sup) in enumerate(series[:shown], start=1):
+        print(f"{i:>5}  {nw:>8.4g}  {ov:>8.4g}  {sup:>9.6g}")
+    if shown < len(series):
+        rest = series[shown:]
+        overlaps = [ov for _, ov, _ in rest]
+        print(
+            f"{shown + 1:>5}-{len(series)}: no new winners; overlap {min(overlaps):.4g} to "
+            f"{max(overlaps):.4g}, support {rest[-1][2]:.6g} (all rows with --json)"
+        )
     rows = [
         ("area", f"n={result['n']}, k={result['k']}, p={result['p']}, beta={result['beta']}"),
         ("brains", f"{result['batch']}"),
@@ -200,8 +210,10 @@ def _plot(result: dict[str, Any], path: str) -> None:
         ax.plot(steps, result[key], lw=1.2)
         ax.set_xlabel("step")
         ax.set_title(label, fontsize=10)
-    axes[1].axhline(k, color="0.6", lw=0.8, ls="--")
-    axes[2].axhline(4 * k, color="0.6", lw=0.8, ls="--")
+    axes[1].axhline(k, color="0.6", lw=0.8, ls="--", label=f"k = {k} (the same winners)")
+    axes[2].axhline(4 * k, color="0.6", lw=0.8, ls="--", label=f"4 k = {4 * k}")
+    axes[1].legend(loc="lower right", fontsize=8)
+    axes[2].legend(loc="lower right", fontsize=8)
     fig.suptitle(f"projection, n={result['n']}, k={k}, p={result['p']}, beta={result['beta']}")
     fig.savefig(path)
 

@@ -757,3 +757,30 @@ def test_training_example_reaches_the_target_assembly():
     assert result["overlap_before"] <= 5
     assert result["overlap_after"] == result["k"]
     assert result["loss_last"] < result["loss_first"] / 10
+
+
+def test_cli_run_assembly_table_stops_at_convergence_and_plot_has_legends(capsys, monkeypatch):
+    """The table lists the steps up to the first one without new winners and sums up the
+    rest in one line (issue "first hour", point 9); the plot's dashed lines are labelled."""
+    from matplotlib.figure import Figure
+
+    from neurojax import _cli_assembly
+    from neurojax.cli import build_parser, main
+
+    args = ["run", "assembly", "--n", "20000", "--k", "100", "--p", "0.05", "--steps", "25"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln[:5].strip().isdigit() and "no new" not in ln]
+    conv = int(out.split("no new winners from step")[1].split()[0])
+    assert len(rows) == conv < 25
+    assert f"{conv + 1}-25: no new winners" in out
+    drawn = {}
+    monkeypatch.setattr(Figure, "savefig", lambda fig, path: drawn.setdefault("fig", fig))
+    result = _cli_assembly._run(build_parser()[0].parse_args(args), False)
+    _cli_assembly._plot(result, "unused.png")
+    labels = [
+        [t.get_text() for t in ax.get_legend().get_texts()]
+        for ax in drawn["fig"].axes
+        if ax.get_legend() is not None
+    ]
+    assert labels == [["k = 100 (the same winners)"], ["4 k = 400"]]
