@@ -84,6 +84,8 @@ def test_slot_equals_reference_under_jit(kernel, slot, example):
     _close(_canonical(kernel, got), _canonical(kernel, want))
 
 
+# Interpreted Pallas is slow on the CPU: run with the slow tests (CI runs them too).
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,slot,example", SLOT_CASES)
 def test_slot_under_vmap_equals_stacked_calls(kernel, slot, example):
     """Three trials under vmap (through the entry's batching rule) equal three calls."""
@@ -109,6 +111,8 @@ def test_slot_under_vmap_equals_stacked_calls(kernel, slot, example):
     _close(_canonical(kernel, got), _canonical(kernel, want))
 
 
+# Interpreted Pallas is slow on the CPU: run with the slow tests (CI runs them too).
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,slot,example", [c for c in SLOT_CASES if c.values[2].grad_argnums])
 def test_slot_gradient_is_the_reference_gradient(kernel, slot, example):
     """Gradients never go through a Pallas kernel: they are those of the entry's definition."""
@@ -499,6 +503,8 @@ def test_lif_step_spikes_is_one_lif_step():
 # ------------------------------------------------------------------ inside a network
 
 
+# Interpreted Pallas is slow on the CPU: run with the slow tests (CI runs them too).
+@pytest.mark.slow
 def test_network_runs_the_gpu_kernels():
     """A LIF network with event-driven delivery (two groups, delays) and an STDP projection,
     400 steps with the GPU kernels interpreted, equals the reference run."""
