@@ -738,9 +738,9 @@ def test_graph_exported_by_norse():
     assert ref.sum() > 0, "the reference should spike"
     # Norse steps its LIFBox by forward Euler with dt = 1e-3 s, v += dt / tau (v_leak - v + x),
     # a spike where v > v_th and a reset to v_reset at once: the steps of method="euler". Its
-    # export (Norse <= 1.1, norse/norse#411) writes tau = dt / tau_mem_inv = dt * tau (1e-5 for
+    # export (Norse 1.1) writes tau = dt / tau_mem_inv = dt * tau (1e-5 for
     # the default tau = 10 ms), not tau; the graph's tau is set right before the import. The
-    # LIF's parameters are scalars (norse/norse#412): neurojax takes the layer's shape from
+    # LIF's parameters are scalars: neurojax takes the layer's shape from
     # the Affine before it.
     dt = 1e-3
     lif = graph.nodes["1"]
