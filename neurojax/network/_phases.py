@@ -305,5 +305,11 @@ def peaks(previous: Sequence[jax.Array], needs: Sequence[tuple[int, jax.Array]])
     with this step's `needs`); all zeros while every buffer held its spikes."""
     out = list(previous)
     for g, need in needs:
-        out[g] = jnp.maximum(out[g], need.astype(out[g].dtype))
+        need = need.astype(out[g].dtype)
+        # A state whose peak has fewer batch axes than the spikes (a batch of population
+        # states under an unbatched network state) keeps its shape: the most over the rest.
+        extra = need.ndim - out[g].ndim
+        if extra > 0:
+            need = jnp.max(need, axis=tuple(range(extra)))
+        out[g] = jnp.maximum(out[g], need)
     return tuple(out)
