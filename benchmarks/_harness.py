@@ -249,6 +249,29 @@ def time_compiled(
     return Timing(compile_s, first, times, util), out
 
 
+def fit_spike_capacity(net: Any, state: Any, *, dt: float, n_steps: int) -> Any:
+    """`net` with a spike capacity that holds every step of this run, for timing it under
+    `jit` (where `nj.simulate` cannot rerun a chunk whose spikes overflowed the pure-JAX
+    path's buffer). Runs `n_steps` plain steps with the current buffer, grows it to the peak
+    they report (`Network.fit_capacity`) and repeats until nothing overflows; a network whose
+    buffers cannot overflow here (the compiled CPU kernels) is returned as it is."""
+    import jax
+
+    if not callable(getattr(net, "fit_capacity", None)) or not net.buffers_may_overflow():
+        return net
+
+    def steps(n, s):
+        return jax.lax.scan(lambda c, _: (n.step(c, None, dt)[0], None), s, None, length=n_steps)[0]
+
+    for _ in range(16):
+        grown = net.fit_capacity(jax.jit(steps)(net, state))
+        if grown is net:
+            return net
+        log(f"spike capacity {net.capacity} -> {grown.capacity} (the pure-JAX path's buffer)")
+        net = grown
+    return net
+
+
 def time_jax(
     fn: Callable[..., Any],
     args: Sequence[Any],

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"batch_block={block}"
             )
             net, state = build(jax.random.key(SEED), batch=() if trials == 1 else (trials,))
+            net = _harness.fit_spike_capacity(net, state, dt=DT, n_steps=n_steps)
 
             def run(net, state, every=every, block=block):
                 final, rec = nj.simulate(

@@ -363,6 +363,7 @@ def _coba_figure(
     )
     jax.block_until_ready(state)
     build_s = time.perf_counter() - t0
+    net = _harness.fit_spike_capacity(net, state, dt=COBA_DT, n_steps=steps)
 
     def run(net, state):
         final, rec = nj.simulate(net, state, dt=COBA_DT, n_steps=steps, record_every=every)
@@ -431,6 +432,7 @@ def sec_coba_stdp(ctx: Context) -> None:
         steps = ctx.size["coba_steps"]
         net, state = nj.models.coba(jax.random.key(SEED))
         net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+        net = _harness.fit_spike_capacity(net, state, dt=COBA_DT, n_steps=steps)
 
         def run(net, state):
             final, rec = nj.simulate(net, state, dt=COBA_DT, n_steps=steps)

@@ -124,6 +124,8 @@ def _child(args) -> dict:
     )
     _harness.log(f"network_scale: n={n}: network built in {record['build_s']:.1f} s")
 
+    net = _harness.fit_spike_capacity(net, state, dt=DT, n_steps=steps)
+
     def run(net, state):
         final, rec = nj.simulate(net, state, dt=DT, n_steps=steps, record_every=every)
         return final, rec.spikes["all"]

@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     calls = {}
     for stdp, (net, state) in ((False, (static_net, static_state)), (True, (stdp_net, stdp_state))):
         _harness.log(f"stdp_overhead: neurojax stdp={stdp}")
+        net = _harness.fit_spike_capacity(net, state, dt=DT, n_steps=n_steps)
         timing, (plastic, spikes), compiled = _harness.time_jax(
             run, (net, state), repeats=args.repeats, budget_s=args.budget
         )
