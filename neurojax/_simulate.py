@@ -237,7 +237,8 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
                     state,
                     dt,
                     f"simulate: one time step of inputs (shapes {_describe(inputs)} without the "
-                    f"leading time axis) does not fit the state of shapes {_describe(state)}: {why}",
+                    f"leading time axis) does not fit the state of shapes {_describe(state)}: "
+                    f"{why}",
                 )
         else:
             const_ok, const_why = _step_ok(model, state, inputs, dt)

@@ -147,7 +147,9 @@ def test_run_hh_json_matches_reference_rates():
         ref = hh_reference_spike_times(current, 200.0)
         assert res["spike_counts"][k] == ref.size, current
         late = ref[(ref > 100.0) & (ref <= 200.0)]
-        want = 1000.0 * (late.size - 1) / (late[-1] - late[0]) if late.size >= 2 else 10.0 * late.size
+        want = (
+            1000.0 * (late.size - 1) / (late[-1] - late[0]) if late.size >= 2 else 10.0 * late.size
+        )
         assert res["rates_hz"][k] == pytest.approx(want, rel=2e-3, abs=1e-9), current
         if ref.size:
             assert -0.002 <= res["first_spike_ms"][k] - ref[0] <= 0.012, current

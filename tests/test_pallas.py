@@ -23,6 +23,7 @@ from neurojax.network._plastic import PlasticLayout
 from neurojax.network._plastic import _event_update as _event_update_needed
 from neurojax.network._propagation import EventSpec
 from neurojax.network._propagation import _deliver_reference as _deliver_reference_needed
+from neurojax.plasticity import PlasticityRule
 
 
 def _deliver_reference(*args, **static):
@@ -34,7 +35,7 @@ def _deliver_reference(*args, **static):
 def _event_update(*args, **static):
     """The reference's weights and traces, without the buffers it needed."""
     return _event_update_needed(*args, **static)[:3]
-from neurojax.plasticity import PlasticityRule
+
 
 RTOL, ATOL = 1e-5, 1e-6
 KERNELS = nj.kernels.registry()

@@ -8,7 +8,6 @@ instructions in the optimised HLO, on the pure-JAX path (what GPUs and TPUs run)
 default path. The census helper itself is checked on programs that do have them.
 """
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 from helpers import hlo_census
 
 import neurojax as nj
+from benchmarks.stdp_overhead import with_stdp
 
 DT = 0.1
 
@@ -79,26 +79,11 @@ def test_batched_coba_step_has_no_round_trip(mode):
     assert_no_round_trip(census_of(vstep, stacked))
 
 
-def _with_stdp(net, state, rule):
-    old = net.projections[0]
-    plastic = nj.Projection(
-        old.pre, old.post, old.conn, synapse=old.synapse, output=old.output, plasticity=rule
-    )
-    new = nj.Network(
-        populations={name: (model, net.sizes[name]) for name, model in net.populations.items()},
-        projections=[plastic, *net.projections[1:]],
-        inputs=net.inputs,
-        dt=net.dt,
-    )
-    new_state = new.init_state(batch=state.populations["E"].v.shape[:-1])
-    return new, eqx.tree_at(lambda s: s.populations, new_state, state.populations)
-
-
 @pytest.mark.parametrize("mode_", ["additive", "multiplicative"])
 def test_coba_with_stdp_has_no_round_trip(mode, mode_):
     net, state = nj.models.coba(jax.random.key(0), n_exc=400, n_inh=100)
     rule = nj.STDP(a_plus=0.01, a_minus=0.0105, w_max=1.0, mode=mode_)
-    net, state = _with_stdp(net, state, rule)
+    net, state = with_stdp(net, state, rule)
     assert_no_round_trip(scan_census(net, state))
 
 

@@ -14,9 +14,9 @@ from ._layout import EventLayout as EventLayout
 from ._layout import Layout as Layout
 from ._network import Network as Network
 from ._network import NetworkState as NetworkState
+from ._network import SpikeCapacityError as SpikeCapacityError
+from ._network import default_capacity as default_capacity
 from ._projection import Projection as Projection
 from ._sources import PoissonSource as PoissonSource
 from ._sources import PoissonState as PoissonState
 from ._sources import SpikeSource as SpikeSource
-from ._network import SpikeCapacityError as SpikeCapacityError
-from ._network import default_capacity as default_capacity

@@ -572,9 +572,7 @@ class Network(eqx.Module):
         # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
         # then deliver this step's spikes (updating first lets the compiled kernel work on the
         # weights in place; with delivery first XLA would copy them every step)
-        plastic, plastic_needs = _phases.plasticity(
-            plan, projs, state.plastic, group_spikes, k, dt
-        )
+        plastic, plastic_needs = _phases.plasticity(plan, projs, state.plastic, group_spikes, k, dt)
 
         # 4. delivery, each projection through its layout
         buffers, delivery_needs = _phases.delivery(

@@ -46,7 +46,6 @@ surrogate gradients reach every presynaptic neuron, not only those that spiked, 
 event-driven and dense paths give the same gradients.
 """
 
-import functools
 import math
 from typing import NamedTuple
 
