@@ -10,6 +10,7 @@ surrogate so that gradients flow; the reset to `v_reset` is detached from the gr
 `nj.LIF`.
 """
 
+import abc
 import math
 from typing import Any
 
@@ -55,11 +56,13 @@ class _Op(eqx.Module):
     def init_state(self, batch: tuple[int, ...]) -> Any:
         return None
 
+    @abc.abstractmethod
     def step(self, state, x, dt: float):
-        raise NotImplementedError
+        """`(state, output)` after one step of `dt` with input `x`."""
 
+    @abc.abstractmethod
     def to_nir(self, nir, time_scale: float):
-        raise NotImplementedError
+        """The NIR node of this operation (times multiplied by `time_scale`)."""
 
 
 class InputOp(_Op):

@@ -10,6 +10,7 @@ whole time-major sequence, with the convolution of every time step done in one c
 the neurons' scan.
 """
 
+import abc
 import math
 from collections.abc import Sequence
 
@@ -514,9 +515,9 @@ class StatelessLayer(eqx.Module):
     `in_shape` and `out_shape` and defines `apply`.
     """
 
+    @abc.abstractmethod
     def apply(self, x: Float[Array, "..."]) -> Float[Array, "..."]:
         """The map, on arrays of shape `(*leading, *in_shape)`."""
-        raise NotImplementedError(f"{type(self).__name__} must define apply(x)")
 
     def init_state(self, shape: int | tuple[int, ...] = (), *, key: PRNGKeyArray | None = None):
         """No state: `None` (the layer keeps nothing between steps)."""
