@@ -210,15 +210,7 @@ class Network(eqx.Module):
         dt: float | None = None,
         spike_capacity: int | None = None,
     ):
-        if spike_capacity is not None and (
-            isinstance(spike_capacity, bool)
-            or not isinstance(spike_capacity, (int, np.integer))
-            or spike_capacity < 1
-        ):
-            raise ValueError(
-                f"Network: spike_capacity must be None or an int >= 1, got {spike_capacity!r}"
-            )
-        self.spike_capacity = None if spike_capacity is None else int(spike_capacity)
+        self.spike_capacity = _checked_capacity("Network", spike_capacity)
         if not isinstance(populations, Mapping) or not populations:
             raise TypeError(
                 "Network: populations must be a non-empty dict {name: (model, size)}, got "
@@ -609,29 +601,17 @@ class Network(eqx.Module):
 
     def with_capacity(self, spike_capacity: int | None) -> "Network":
         """A copy of the network with another `spike_capacity` (same values, another buffer)."""
-        if spike_capacity is not None and (
-            isinstance(spike_capacity, bool)
-            or not isinstance(spike_capacity, (int, np.integer))
-            or spike_capacity < 1
-        ):
-            raise ValueError(
-                "Network.with_capacity: spike_capacity must be None or an int >= 1, got "
-                f"{spike_capacity!r}"
-            )
+        checked = _checked_capacity("Network.with_capacity", spike_capacity)
         new = object.__new__(type(self))
         for field in dataclasses.fields(self):
             object.__setattr__(new, field.name, getattr(self, field.name))
-        object.__setattr__(
-            new, "spike_capacity", None if spike_capacity is None else int(spike_capacity)
-        )
+        object.__setattr__(new, "spike_capacity", checked)
         return new
 
     def needed_capacity(self, state: NetworkState) -> int:
         """The largest spike buffer any step of `state`'s history needed beyond this
         network's capacity (0 when none did); reads `state.peak` (concrete)."""
-        if not state.peak:
-            return 0
-        return int(max(int(np.max(np.asarray(p))) if np.size(p) else 0 for p in state.peak))
+        return max(_group_peaks(state), default=0)
 
     def fit_capacity(self, state: NetworkState) -> "Network":
         """This network, or a copy whose capacity holds every spike count in `state.peak`
@@ -678,8 +658,7 @@ class Network(eqx.Module):
             # On the step counter alone: a state's PRNG keys cannot pass through the check.
             step = eqx.branched_error_if(state.step, jnp.any(jnp.stack(over)), which, messages)
             return eqx.tree_at(lambda s: s.step, state, step)
-        for gi, p in enumerate(state.peak):
-            need = int(np.max(np.asarray(p))) if np.size(p) else 0
+        for gi, need in enumerate(_group_peaks(state)):
             if need > self.capacity:
                 raise SpikeCapacityError(self._capacity_message(gi, need))
         return state
@@ -719,3 +698,17 @@ def default_capacity(n: int) -> int:
 
 def _is_traced(x: Any) -> bool:
     return isinstance(x, jax.core.Tracer)
+
+
+def _checked_capacity(owner: str, value: Any) -> int | None:
+    """`value` as a spike capacity (None or an int >= 1), or a ValueError naming `owner`."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+    ):
+        raise ValueError(f"{owner}: spike_capacity must be None or an int >= 1, got {value!r}")
+    return None if value is None else int(value)
+
+
+def _group_peaks(state: NetworkState) -> list[int]:
+    """Per group, the largest buffer any trial needed beyond the capacity (concrete)."""
+    return [int(np.max(np.asarray(p))) if np.size(p) else 0 for p in state.peak]
