@@ -76,6 +76,11 @@ _PROGRESS_AFTER_S = 3.0
 _PROGRESS_CHUNKS = 20
 
 
+def _can_grow(err: Exception, net) -> bool:
+    """Whether `err` is the spike-capacity check of a network whose buffer can still grow."""
+    return "spike capacity" in str(err) and net.capacity < max(net.sizes.values())
+
+
 def _compile_growing(net, state, run, length):
     """The run of `length` steps compiled ahead of time, and the network it was compiled for.
 
@@ -93,7 +98,7 @@ def _compile_growing(net, state, run, length):
             out = compiled(net, state)
             jax.block_until_ready(out)
         except Exception as err:  # noqa: BLE001 - only the spike capacity is retried
-            if "spike capacity" not in str(err) or net.capacity >= max(net.sizes.values()):
+            if not _can_grow(err, net):
                 raise
             net = net.with_capacity(4 * net.capacity)
             continue
@@ -139,7 +144,7 @@ def _run_compiled(net, state, run, n_steps, every, progress):
                 jax.block_until_ready(out)
                 run_s += time.perf_counter() - t0
             except Exception as err:  # noqa: BLE001 - only the spike capacity is retried
-                if "spike capacity" not in str(err) or net.capacity >= max(net.sizes.values()):
+                if not _can_grow(err, net):
                     raise
                 grown = net.with_capacity(4 * net.capacity)
                 net, step_fn, out, extra_s, chunk_s = _compile_growing(grown, state, run, length)

@@ -148,11 +148,11 @@ def _step_ok_uncached(model: Any, state: Any, inp: Any, dt: float) -> tuple[bool
 
 
 def _broadcasts(shape: tuple, to: tuple) -> bool:
+    """Whether an array of `shape` broadcasts to exactly `to`."""
     try:
-        np.broadcast_shapes(shape, to)
+        return np.broadcast_shapes(shape, to) == tuple(to)
     except ValueError:
         return False
-    return np.broadcast_shapes(shape, to) == tuple(to)
 
 
 def _model_fault(model: Any, state: Any, dt: float) -> str | None:
