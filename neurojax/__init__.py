@@ -10,6 +10,8 @@ export of recordings), `neurojax.surrogate` and `neurojax.validation` (parameter
 checks for writing a model).
 """
 
+# First: sizes XLA's CPU thread pool before anything creates the CPU client (see _threads).
+from . import _threads as _threads
 from . import analysis as analysis
 from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)

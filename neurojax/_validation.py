@@ -64,9 +64,35 @@ def as_float(x: Any) -> jax.Array:
         raise TypeError(
             f"expected a real number or array of real numbers, got dtype {arr.dtype} ({x!r})"
         )
-    if jnp.issubdtype(arr.dtype, jnp.floating) and arr.dtype == default_float():
-        return jnp.asarray(arr)
+    if isinstance(arr, np.ndarray):
+        # A host value goes to the device as it is: jnp.asarray would compile a conversion
+        # program for every shape.
+        return jax.device_put(arr.astype(default_float(), copy=False))
+    if arr.dtype == default_float():
+        return arr
     return jnp.asarray(arr, dtype=default_float())
+
+
+def eager() -> bool:
+    """True outside every JAX transformation (no jit, vmap or grad is tracing).
+
+    Array construction then fills small constants on the host and copies them to the device:
+    the same operation on the device compiles a program for every shape, which a fresh process
+    pays once per shape (the build of a network). Under a trace the device operation stays, so
+    that no large constant enters the compiled program.
+    """
+    try:
+        from jax._src import core
+    except ImportError:  # pragma: no cover - a JAX without this module
+        return False
+    return bool(core.trace_state_clean())
+
+
+def zeros(shape: tuple[int, ...], dtype: Any) -> jax.Array:
+    """`jnp.zeros(shape, dtype)`, filled on the host when `eager()` (see there)."""
+    if eager():
+        return jax.device_put(np.zeros(shape, dtype))
+    return jnp.zeros(shape, dtype)
 
 
 def is_concrete(x: Any) -> bool:

@@ -26,15 +26,20 @@ from typing import Any
 __all__ = ["setup", "time_network"]
 
 
-def setup(mode: str, *, threads: int, dt_ms: float, dtype: str = "float64") -> Any:
-    """Select Brian2's device for `mode` ('standalone' or 'cython'); returns the module."""
+def setup(
+    mode: str, *, threads: int, dt_ms: float, dtype: str = "float64", directory: str | None = None
+) -> Any:
+    """Select Brian2's device for `mode` ('standalone' or 'cython'); returns the module.
+
+    `directory`: the standalone project folder (default: a new temporary one, so that every
+    run compiles everything; a fixed folder lets a repeated run reuse what it compiled)."""
     import brian2 as b2
     import numpy as np
 
     b2.prefs.logging.console_log_level = "ERROR"
     b2.prefs.core.default_float_dtype = {"float64": np.float64, "float32": np.float32}[dtype]
     if mode == "standalone":
-        directory = tempfile.mkdtemp(prefix="nj_brian2_")
+        directory = directory or tempfile.mkdtemp(prefix="nj_brian2_")
         b2.set_device("cpp_standalone", build_on_run=False, directory=directory)
         b2.prefs.devices.cpp_standalone.openmp_threads = threads if threads > 1 else 0
     elif mode == "cython":

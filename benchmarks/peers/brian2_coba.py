@@ -13,8 +13,8 @@ last run (every repeat of a standalone binary replays the same seeded run).
 
 Usage: `python -m benchmarks.peers.brian2_coba SPEC_JSON` with keys `model` ('coba' or
 'cuba'), `mode`, `threads`, `seed`, `duration_ms`, `repeats`, `budget_s`, optionally
-`t_skip_ms` (start of the statistics window, default 0) and `return_spikes` (also return
-the spike indices and times [ms]).
+`t_skip_ms` (start of the statistics window, default 0), `return_spikes` (also return
+the spike indices and times [ms]) and `directory` (the standalone project folder).
 """
 
 from typing import Any
@@ -95,7 +95,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"model must be one of {sorted(_coba.MODELS)}, got {model!r}")
     p = _coba.MODELS[model]
     duration = float(spec["duration_ms"])
-    b2 = _brian2.setup(mode, threads=int(spec["threads"]), dt_ms=p["dt"])
+    b2 = _brian2.setup(
+        mode, threads=int(spec["threads"]), dt_ms=p["dt"], directory=spec.get("directory")
+    )
     b2.seed(int(spec["seed"]))
     net, spikes, synapses = _network(b2, model)
     result: dict[str, Any] = {

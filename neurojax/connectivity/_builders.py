@@ -30,7 +30,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 from jax.experimental import sparse
 from jaxtyping import PRNGKeyArray
@@ -50,12 +49,14 @@ from ._checks import (
 from ._sampling import (
     bernoulli_rows,
     decode_keys,
+    fold_in,
     full_rows,
     make_bcoo,
     pairs_to_indices,
     rows_to_indices,
     sample_subsets,
     sort_pairs,
+    split2,
 )
 from ._weights import Distribution, resolve_weights
 
@@ -130,7 +131,7 @@ def fixed_prob(
     allow_self = check_flag(owner, "allow_self", allow_self)
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
-    k_struct, k_weight = jr.split(key)
+    k_struct, k_weight = split2(key)
     exclude = None if allow_self else np.arange(n_pre, dtype=np.int64)
     counts, cols = bernoulli_rows(k_struct, n_pre, n_post, p, exclude)
     indices = rows_to_indices(counts, cols)
@@ -204,7 +205,7 @@ def fixed_indegree(
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_pre", n_pre, allow_self, allow_multapses)
-    k_struct, k_weight = jr.split(key)
+    k_struct, k_weight = split2(key)
     # Rows of `sources` are post neurons; a (pre, post) key sort turns them into row-major
     # (pre, post) order, the transpose of how they were drawn.
     sources = sample_subsets(k_struct, n_post, k, n_pre, not allow_self, allow_multapses)
@@ -262,7 +263,7 @@ def fixed_outdegree(
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_post", n_post, allow_self, allow_multapses)
-    k_struct, k_weight = jr.split(key)
+    k_struct, k_weight = split2(key)
     targets = sample_subsets(k_struct, n_pre, k, n_post, not allow_self, allow_multapses)
     indices = rows_to_indices(np.full(n_pre, k, np.int64), targets.reshape(-1))
     del targets
@@ -537,7 +538,7 @@ def block(
                     f" {grid}, got shape {w.shape}"
                 )
             per_block = w
-    k_struct, k_weight = jr.split(key)
+    k_struct, k_weight = split2(key)
     start_pre = np.concatenate([[0], np.cumsum(sizes_pre)])
     start_post = np.concatenate([[0], np.cumsum(sizes_post)])
     pres, posts = [], []
@@ -549,7 +550,7 @@ def block(
                 local = rows - start_post[b]
                 exclude = np.where((local >= 0) & (local < sizes_post[b]), local, -1)
             counts, cols = bernoulli_rows(
-                jr.fold_in(k_struct, a * grid[1] + b),
+                fold_in(k_struct, a * grid[1] + b),
                 int(sizes_pre[a]),
                 int(sizes_post[b]),
                 float(probs[a, b]),

@@ -53,6 +53,18 @@ _BLOCK = 1 << 22
 _CHUNK = 1 << 20
 
 
+@jax.jit
+def split2(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """`jax.random.split(key)` as two keys, one compiled program (an eager split and its
+    unpacking compile two programs in every fresh process)."""
+    return tuple(jr.split(key))
+
+
+# `jax.random.fold_in` compiled once with its integer as an argument (eagerly, the integer's
+# conversion is a program of its own).
+fold_in = jax.jit(jr.fold_in)
+
+
 def _bucket(n: int) -> int:
     """Next power of two >= n (at least 1024), so kernels compile for few distinct shapes."""
     return max(1024, 1 << max(0, int(n) - 1).bit_length())
@@ -69,14 +81,14 @@ def uniform_ints(key: jax.Array, n: int, maxval: int) -> np.ndarray:
     maxval = jnp.asarray(maxval, jnp.int32)
     for b, start in enumerate(range(0, n, _BLOCK)):
         size = min(_BLOCK, n - start)
-        draw = _randint_kernel(jr.fold_in(key, b), maxval, size=min(_BLOCK, _bucket(size)))
+        draw = _randint_kernel(fold_in(key, b), maxval, size=min(_BLOCK, _bucket(size)))
         out[start : start + size] = np.asarray(draw)[:size]
     return out
 
 
 def _distinct_rows(key: jax.Array, n_rows: int, k: int, m: int, distinct: bool) -> np.ndarray:
     """(n_rows, k) int32, each row sorted; rows are uniform k-subsets of [0, m) if distinct."""
-    vals = uniform_ints(jr.fold_in(key, 0), n_rows * k, m).reshape(n_rows, k)
+    vals = uniform_ints(fold_in(key, 0), n_rows * k, m).reshape(n_rows, k)
     vals.sort(axis=1)
     if not distinct or k < 2:
         return vals
@@ -86,7 +98,7 @@ def _distinct_rows(key: jax.Array, n_rows: int, k: int, m: int, distinct: bool) 
     while rows.size:
         dup = np.zeros(sub.shape, bool)
         dup[:, 1:] = sub[:, 1:] == sub[:, :-1]
-        sub[dup] = uniform_ints(jr.fold_in(key, round_), int(dup.sum()), m)
+        sub[dup] = uniform_ints(fold_in(key, round_), int(dup.sum()), m)
         sub.sort(axis=1)
         round_ += 1
         still = (sub[:, 1:] == sub[:, :-1]).any(axis=1)
@@ -192,7 +204,7 @@ def bernoulli_rows(
         width = 16 * math.ceil(width / 16)
     fit = max(1, _BLOCK // width)
     rows_per_block = min(_bucket(n_rows), 1 << (fit.bit_length() - 1))
-    log_q = jnp.float32(math.log1p(-p))
+    log_q = np.float32(math.log1p(-p))
     counts = np.zeros(n_rows, np.int64)
     pieces = []
 
@@ -205,7 +217,7 @@ def bernoulli_rows(
 
     for b, r0 in enumerate(range(0, n_rows, rows_per_block)):
         rr = min(rows_per_block, n_rows - r0)
-        block_key = jr.fold_in(key, b)
+        block_key = fold_in(key, b)
         mr = np.zeros(rows_per_block, np.uint32)
         mr[:rr] = m_rows[r0 : r0 + rr]
         ex = np.full(rows_per_block, _NONE, np.uint32)
@@ -227,7 +239,7 @@ def bernoulli_rows(
             mr2 = np.zeros(rows_per_block, np.uint32)
             ex2 = np.full(rows_per_block, _NONE, np.uint32)
             start[:k], mr2[:k], ex2[:k] = last[open_rows] + 1, mr[open_rows], ex[open_rows]
-            n_r, cols_r, last_r = run(jr.fold_in(block_key, round_), start, mr2, ex2)
+            n_r, cols_r, last_r = run(fold_in(block_key, round_), start, mr2, ex2)
             row_ids.append(np.repeat(open_rows, n_r[:k]))
             col_ids.append(cols_r)
             still = last_r[:k] < mr2[:k]
@@ -300,8 +312,8 @@ def cap_in_degree(key: jax.Array, indices: np.ndarray, n_post: int, cap: int) ->
     post = indices[:, 1]
     if np.bincount(post, minlength=n_post).max() <= cap:
         return indices
-    hi = uniform_ints(jr.fold_in(key, 0), nnz, 2**31 - 1)
-    lo = uniform_ints(jr.fold_in(key, 1), nnz, 2**31 - 1)
+    hi = uniform_ints(fold_in(key, 0), nnz, 2**31 - 1)
+    lo = uniform_ints(fold_in(key, 1), nnz, 2**31 - 1)
     order = np.lexsort((lo, hi, post))
     sorted_post = post[order]
     first = np.searchsorted(sorted_post, sorted_post, side="left")

@@ -230,4 +230,7 @@ def resolve_weights(
                 f" ({nnz},), in row-major (pre, post) order), got shape {w.shape}"
             )
     check_finite(owner, "weight", w)
+    if w.ndim == 0 and is_concrete(w):
+        # Filled on the host: jnp.full would compile a program for every nnz.
+        return jax.device_put(np.full((nnz,), np.asarray(w)))
     return jnp.full((nnz,), w) if w.ndim == 0 else w

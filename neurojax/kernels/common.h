@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <type_traits>
 
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/mman.h>
 #endif
 
@@ -84,6 +86,19 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
 // on `pool` (an FFI ThreadPool: num_threads() and Schedule(fn)). Tasks are claimed one at a
 // time; the caller returns once every task is done. A helper that starts late finds nothing
 // left to claim and only touches the shared counters, which it keeps alive.
+// The number of CPUs this process may run on (its affinity on Linux), read once.
+inline int64_t AllowedCpus() {
+  static const int64_t n = [] {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<int64_t>(CPU_COUNT(&set));
+#endif
+    const unsigned hw = std::thread::hardware_concurrency();
+    return static_cast<int64_t>(hw == 0 ? 1 : hw);
+  }();
+  return n;
+}
+
 struct TaskCounter {
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
@@ -106,7 +121,12 @@ void RunTasks(int64_t total, Pool& pool, Task task) {
       }
     }
   };
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), total) - 1;
+  // The calling thread works too: with the pool's workers, at most one thread per core the
+  // process may use (neurojax sizes XLA's pool one below the cores; XLA's own default has one
+  // worker per core, and then one of them stays idle rather than oversubscribe the cores).
+  const int64_t threads =
+      std::min<int64_t>({static_cast<int64_t>(pool.num_threads()) + 1, AllowedCpus(), total});
+  const int64_t helpers = threads - 1;
   for (int64_t j = 0; j < helpers; ++j) pool.Schedule([work, drain] { drain(*work); });
   drain(*work);
   std::unique_lock<std::mutex> lock(work->mu);

@@ -18,6 +18,7 @@ Each projection's connectivity has its own key derived from `key`, so a seed fix
 network; the initial voltages come from a separate sub-key.
 """
 
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -81,6 +82,31 @@ def _check_common(owner: str, n_exc: Any, n_inh: Any, p: Any, method: str) -> tu
     return sizes[0], sizes[1]
 
 
+@jax.jit
+def _keys(key: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The initial voltages' key and the four projections' keys, in one compiled program
+    (eager splits would compile one small program each in a fresh process)."""
+    k_conn, k_v = jr.split(key)
+    return k_v, tuple(jr.split(k_conn, 4))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _initial_v(key, draw_v, shape, n_exc):
+    """Initial voltages of both populations, drawn as one vector and split, in one program."""
+    v = draw_v(key, shape)
+    return v[..., :n_exc], v[..., n_exc:]
+
+
+def _coba_v(k, shape):
+    c = COBA_PARAMS
+    return c["v0_mean"] + c["v0_std"] * jr.normal(k, shape, default_float())
+
+
+def _cuba_v(k, shape):
+    c = CUBA_PARAMS
+    return c["v_reset"] + jr.uniform(k, shape, default_float()) * (c["v_th"] - c["v_reset"])
+
+
 def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, inputs, draw_v):
     """The 4000-neuron E/I network of both benchmarks and its initial state.
 
@@ -91,7 +117,7 @@ def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, i
     n_exc, n_inh = _check_common(owner, n_exc, n_inh, p, method)
     batch = normalize_shape(owner, batch)
     key = jr.key(0) if key is None else key
-    k_conn, k_v = jr.split(key)
+    k_v, k_proj = _keys(key)
     lif = LIF(
         tau_m=c["tau_m"],
         v_rest=c["e_l"],
@@ -108,18 +134,17 @@ def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, i
     }
     projs = []
     pairs = (("E", "E"), ("E", "I"), ("I", "E"), ("I", "I"))
-    for kk, (pre, post) in zip(jr.split(k_conn, 4), pairs, strict=True):
+    for kk, (pre, post) in zip(k_proj, pairs, strict=True):
         w, syn, out = kinetics[pre]
         conn = connect.fixed_prob(kk, sizes[pre], sizes[post], p, weight=w)
         projs.append(Projection(pre, post, conn, synapse=syn, output=out, method=method))
     net = Network(
         populations={"E": (lif, n_exc), "I": (lif, n_inh)}, projections=projs, inputs=inputs
     )
-    v = draw_v(k_v, batch + (n_exc + n_inh,))
     state = eqx.tree_at(
         lambda s: (s.populations["E"].v, s.populations["I"].v),
         net.init_state(batch=batch),
-        (v[..., :n_exc], v[..., n_exc:]),
+        _initial_v(k_v, draw_v, batch + (n_exc + n_inh,), n_exc),
     )
     return net, state
 
@@ -156,9 +181,6 @@ def coba(
     """
     c = COBA_PARAMS
 
-    def draw_v(k, shape):
-        return c["v0_mean"] + c["v0_std"] * jr.normal(k, shape, default_float())
-
     return _build(
         "coba",
         key,
@@ -171,7 +193,7 @@ def coba(
         "euler",
         (ConductanceOutput(c["e_exc"]), ConductanceOutput(c["e_inh"])),
         {"E": c["drive"], "I": c["drive"]},
-        draw_v,
+        _coba_v,
     )
 
 
@@ -190,9 +212,6 @@ def cuba(
     """
     c = CUBA_PARAMS
 
-    def draw_v(k, shape):
-        return c["v_reset"] + jr.uniform(k, shape, default_float()) * (c["v_th"] - c["v_reset"])
-
     return _build(
         "cuba",
         key,
@@ -205,5 +224,5 @@ def cuba(
         "exact",
         (CurrentOutput(), CurrentOutput()),
         None,
-        draw_v,
+        _cuba_v,
     )

@@ -13,7 +13,14 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._validation import as_float, check_dt, default_float, is_concrete, normalize_shape
+from .._validation import (
+    as_float,
+    check_dt,
+    default_float,
+    is_concrete,
+    normalize_shape,
+    zeros,
+)
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
 from . import _phases
@@ -117,7 +124,7 @@ def _merge(models: list[Any], sizes: list[int]) -> Any:
         if (
             all(x.ndim == 0 for x in leaves)
             and all(is_concrete(x) for x in leaves)
-            and all(bool(x == leaves[0]) for x in leaves)
+            and all(np.asarray(x) == np.asarray(leaves[0]) for x in leaves)
         ):
             return leaves[0]
         return jnp.concatenate(
@@ -280,7 +287,7 @@ class Network(eqx.Module):
                     f"Network: inputs[{name!r}] must be a scalar or have shape ({sizes[name]},), "
                     f"got shape {arr.shape}"
                 )
-            if not bool(jnp.all(jnp.isfinite(arr))):
+            if is_concrete(arr) and not np.all(np.isfinite(np.asarray(arr))):
                 raise ValueError(f"Network: inputs[{name!r}] must be finite")
             inputs[name] = arr
 
@@ -474,15 +481,15 @@ class Network(eqx.Module):
                 )
             pops[name] = model.init_state(batch + (self.sizes[name],), key=k)
         synapses = tuple(p.synapse.init_state(batch + (p.n_post,)) for p in self.projections)
-        buffers = tuple(jnp.zeros(batch + shape, default_float()) for shape in self.ring_shape)
+        buffers = tuple(zeros(batch + shape, default_float()) for shape in self.ring_shape)
         plastic = tuple(
             None
             if p.plasticity is None
             else plastic_init(p, batch, self.homogeneous_delay_steps[i], default_float())
             for i, p in enumerate(self.projections)
         )
-        peak = tuple(jnp.zeros(batch, jnp.int32) for _ in self.groups)
-        return NetworkState(pops, synapses, buffers, jnp.zeros((), jnp.int32), plastic, peak)
+        peak = tuple(zeros(batch, np.int32) for _ in self.groups)
+        return NetworkState(pops, synapses, buffers, zeros((), np.int32), plastic, peak)
 
     # ------------------------------------------------------------------ the step
 

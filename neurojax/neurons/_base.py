@@ -6,10 +6,12 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validation import check_broadcast, default_float, normalize_shape
+from .._validation import check_broadcast, default_float, eager, normalize_shape
 
 __all__ = [
     "NeuronModel",
@@ -178,6 +180,9 @@ def input_current(current: Any, like: Float[Array, "..."]) -> Float[Array, "..."
 
 def full(shape: tuple[int, ...], value: Any) -> Float[Array, "..."]:
     """An array of `shape` and the default float dtype filled with (broadcast) `value`."""
+    if isinstance(value, (int, float, np.ndarray, np.generic, jax.Array)) and eager():
+        # Filled on the host: a broadcast on the device compiles a program per shape.
+        return jax.device_put(np.broadcast_to(np.asarray(value, default_float()), shape).copy())
     return jnp.broadcast_to(jnp.asarray(value, default_float()), shape)
 
 

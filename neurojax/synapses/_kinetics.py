@@ -6,7 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validation import as_float, check_less, check_positive, normalize_shape
+from .._validation import as_float, check_less, check_positive, normalize_shape, zeros
 from ._base import SynapseDynamics
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
 
 
 def _zeros(owner: str, shape, like) -> Float[Array, "..."]:
-    return jnp.zeros(normalize_shape(owner, shape), dtype=jnp.asarray(like).dtype)
+    return zeros(normalize_shape(owner, shape), jnp.result_type(like))
 
 
 def _arrivals(x, like) -> Float[Array, "..."]:

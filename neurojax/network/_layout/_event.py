@@ -91,8 +91,9 @@ class EventLayout(Layout):
             n_pre=n_pre,
             n_post=n_post,
             max_fan_out=int(counts.max()) if counts.size else 0,
-            indptr=jnp.asarray(indptr.astype(np.int32)),
-            indices=jnp.asarray(post.astype(np.int32)),
+            # device_put, not jnp.asarray: no program compiled per array shape.
+            indptr=jax.device_put(indptr.astype(np.int32)),
+            indices=jax.device_put(post.astype(np.int32)),
             weights=weights,
         )
         return (layout.with_columns() if plastic else layout), delay

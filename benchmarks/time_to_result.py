@@ -1,0 +1,137 @@
+"""Time to a result: the COBA network from the command to the prompt (issue 24, point 0).
+
+What a user waits for is the whole command, not the simulation loop. Every run here is a
+fresh process started from the shell's point of view, pinned to one core (`taskset`), with
+its wall time from start to exit, measured in interleaved rounds:
+
+- `neurojax run coba --duration MS --json` (the command line pins itself to one core and
+  turns on the persistent compilation cache): **first**, with an empty compilation-cache
+  folder (the C++ kernels, built once per machine, are already built), and **repeated**,
+  the same command again;
+- Brian2 (`benchmarks.peers.brian2_coba`) in **C++ standalone** mode: first, into a new
+  project folder (code generation and a full compilation), and repeated, into the same folder;
+  and in **cython** mode (Brian2 keeps compiled code objects in its own on-disk cache, so
+  every run after the first on a machine is a repeated one);
+- NEST 3 (`benchmarks.peers.nest_coba`, `iaf_cond_exp`), whose runs need no compilation.
+
+Inside each process the peers also report their own build and loop times, printed beside.
+
+    python -m benchmarks.time_to_result [--rounds 3] [--duration 1000]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _core() -> str:
+    return str(max(os.sched_getaffinity(0)))
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        ["taskset", "-c", _core(), *cmd],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    return time.perf_counter() - t0, out.stdout
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    return {}
+
+
+def neurojax_run(cache_dir: str, duration: float) -> dict:
+    env = dict(os.environ, NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
+    exe = str(Path(sys.executable).with_name("neurojax"))
+    wall, out = _timed([exe, "run", "coba", "--duration", str(duration), "--json"], env)
+    info = _last_json(out)
+    timing = info.get("timing", info)
+    return {
+        "wall_s": wall,
+        **{k: timing[k] for k in ("build_s", "compile_s", "run_s") if k in timing},
+    }
+
+
+def peer(module: str, spec: dict) -> dict:
+    wall, out = _timed([sys.executable, "-m", module, json.dumps(spec)], dict(os.environ))
+    info = _last_json(out)
+    keep = ("build_s", "compile_s", "first_call_s", "import_s", "times_s")
+    return {"wall_s": wall, **{k: info[k] for k in keep if k in info}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=1000.0, help="simulated ms")
+    ap.add_argument("--no-peers", action="store_true")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or not args.duration > 0:
+        ap.error("--rounds must be >= 1 and --duration > 0")
+    rows: dict[str, list[dict]] = {}
+
+    def record(name: str, res: dict) -> None:
+        rows.setdefault(name, []).append(res)
+        print(json.dumps({"case": name, **res}), flush=True)
+
+    b2_spec = {
+        "model": "coba",
+        "threads": 1,
+        "seed": 1,
+        "duration_ms": args.duration,
+        "repeats": 0,
+        "budget_s": 0.0,
+    }
+    for _ in range(args.rounds):
+        cache = tempfile.mkdtemp(prefix="nj_cc_")
+        try:
+            record(
+                "neurojax run coba, first (empty compilation cache)",
+                neurojax_run(cache, args.duration),
+            )
+            record("neurojax run coba, repeated", neurojax_run(cache, args.duration))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+        if args.no_peers:
+            continue
+        project = tempfile.mkdtemp(prefix="nj_b2_")
+        try:
+            spec = dict(b2_spec, mode="standalone", directory=project)
+            record(
+                "brian2 C++ standalone, first (new project folder)",
+                peer("benchmarks.peers.brian2_coba", spec),
+            )
+            record("brian2 C++ standalone, repeated", peer("benchmarks.peers.brian2_coba", spec))
+        finally:
+            shutil.rmtree(project, ignore_errors=True)
+        spec = dict(b2_spec, mode="cython", repeats=1, budget_s=1e9)
+        record("brian2 cython (code objects cached)", peer("benchmarks.peers.brian2_coba", spec))
+        nest_spec = {"threads": 1, "seed": 1, "duration_ms": args.duration, "repeats": 1}
+        record("nest 3 iaf_cond_exp", peer("benchmarks.peers.nest_coba", nest_spec))
+    print(f"\ncommand to prompt, COBA {args.duration:g} ms, one core, {args.rounds} rounds")
+    print("case | best wall (s) | median wall (s)")
+    for name, rs in rows.items():
+        walls = [r["wall_s"] for r in rs]
+        print(f"{name} | {min(walls):.2f} | {statistics.median(walls):.2f}")
+
+
+if __name__ == "__main__":
+    main()
