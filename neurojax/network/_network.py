@@ -519,9 +519,8 @@ class Network(eqx.Module):
                 f"{list(self.ring_shape)} (slots, neurons); make the state with this network's "
                 "init_state"
             )
-        if any(p.short_term is not None for p in self.projections) and len(
-            state.short_term
-        ) != len(self.projections):
+        has_short_term = any(p.short_term is not None for p in self.projections)
+        if has_short_term and len(state.short_term) != len(self.projections):
             raise ValueError(
                 "Network.step: the network has short-term plasticity but the state holds no "
                 "short-term state per projection; make the state with this network's init_state"
