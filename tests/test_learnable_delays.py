@@ -63,7 +63,7 @@ def _run(net, n_steps=1000, state=None):
     return np.asarray(rec.s), np.asarray(rec.v)
 
 
-@pytest.mark.parametrize("mode", ["auto", "reference"])
+@pytest.mark.parametrize("mode", ["auto", pytest.param("reference", marks=pytest.mark.slow)])
 def test_whole_step_delays_are_bit_identical_to_fixed_delays(mode):
     """Per-synapse delays of 0..15 steps (ms values such as 0.3 whose ratio to dt is not
     exact in float): spikes and voltages equal the fixed-delay run exactly, on the compiled
@@ -227,6 +227,7 @@ def test_vmap_over_delays_equals_separate_runs():
         np.testing.assert_allclose(batched[i], np.asarray(run(ds[i])), atol=1e-7)
 
 
+@pytest.mark.slow
 def test_learns_a_target_spike_time_pattern():
     """Eight sources spike together at 2 ms; each drives one LIF through a learnable delay.
     The targets are the conductance traces (a van Rossum filter of the arrivals, 4 ms) that

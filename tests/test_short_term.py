@@ -260,6 +260,7 @@ def test_gradient_reaches_input_current_through_surrogate_spikes():
     assert np.all(np.isfinite(g)) and np.all(np.asarray(g) != 0)
 
 
+@pytest.mark.slow
 def test_vmap_over_parameters_equals_separate_runs():
     n_steps, n = 1500, 3
     table = _irregular(n_steps, n, 80.0, 6)
