@@ -166,9 +166,13 @@ class TsodyksMarkram(eqx.Module):
         u_par = self.u.astype(dtype)
         tau_f = self.tau_facil.astype(dtype)
         facil = tau_f > 0
-        # Division only where tau_facil > 0, so that the gradient stays finite at 0.
-        decay_f = jnp.where(facil, jnp.exp(-elapsed / jnp.where(facil, tau_f, 1)), 0)
-        decay_r = jnp.exp(-elapsed / self.tau_rec.astype(dtype))
+        # Rates instead of time constants: one division per parameter, not per neuron and
+        # step. tau_facil = 0 is an infinite rate (the elapsed time is >= one step, so the
+        # decay is exactly 0), and the division only where tau_facil > 0 keeps the gradient
+        # finite there.
+        rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
+        decay_f = jnp.exp(-elapsed * rate_f)
+        decay_r = jnp.exp(-elapsed * (1 / self.tau_rec.astype(dtype)))
         u_minus = state.u * decay_f
         r_minus = 1 - (1 - state.r) * decay_r
         u_plus = u_minus + u_par * (1 - u_minus)
