@@ -40,8 +40,8 @@ class NetworkState(eqx.Module):
         peak: per group of populations (`Network.groups`), per trial, the largest spike
             buffer a step has needed beyond the network's capacity (int32, 0 while every
             buffer held its spikes); see `Network.fit_capacity`.
-        short_term: per projection, its `nj.synapses.TsodyksMarkramState` when it has
-            short-term plasticity, else None.
+        short_term: when a projection has short-term plasticity, per projection its
+            `nj.synapses.TsodyksMarkramState` (None for the others); empty otherwise.
     """
 
     populations: dict[str, Any]
@@ -495,10 +495,14 @@ class Network(eqx.Module):
             for i, p in enumerate(self.projections)
         )
         peak = tuple(jnp.zeros(batch, jnp.int32) for _ in self.groups)
-        short = tuple(
-            None if p.short_term is None else p.short_term.init_state(batch + (p.n_pre,))
-            for p in self.projections
-        )
+        # Empty without short-term plasticity: the state of a static network keeps its
+        # structure (and equals the one a sharded network gathers).
+        short = ()
+        if any(p.short_term is not None for p in self.projections):
+            short = tuple(
+                None if p.short_term is None else p.short_term.init_state(batch + (p.n_pre,))
+                for p in self.projections
+            )
         step = jnp.zeros((), jnp.int32)
         return NetworkState(pops, synapses, buffers, step, plastic, peak, short)
 
