@@ -354,3 +354,35 @@ def test_shard_network_refuses_short_term_plasticity():
     mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
     with pytest.raises(ValueError, match="shard_network: short-term plasticity and learnable"):
         nj.parallel.shard_network(net, mesh)
+
+
+def test_a_state_without_short_term_state_is_refused():
+    proj = nj.Projection(
+        "A", "A", np.eye(2, dtype=np.float32), short_term=nj.TsodyksMarkram.preset("depressing")
+    )
+    net = nj.Network({"A": (nj.LIF(), 2)}, [proj], dt=DT)
+    s = net.init_state()
+    old = nj.network.NetworkState(s.populations, s.synapses, s.buffers, s.step, s.plastic, s.peak)
+    with pytest.raises(ValueError, match="Network.step: the network has short-term plasticity"):
+        net.step(old, None, DT)
+
+
+def test_short_term_plasticity_on_a_plastic_projection():
+    """STDP with a_plus = a_minus = 0 keeps the weights: the projection then delivers what the
+    same projection without STDP delivers (the releases times the plastic weights)."""
+    n_steps, n = 1500, 4
+    table = _irregular(n_steps, n, 60.0, 8)
+    stp = nj.TsodyksMarkram.preset("facilitating")
+    conn = np.eye(n, dtype=np.float32) * 0.5
+    pops = {"S": (Times(jnp.asarray(table)), n), "P": (nj.LIF(v_th=1e9), n)}
+    rule = nj.STDP(a_plus=0.0, a_minus=0.0, w_min=0.0, w_max=1.0)
+    plastic = nj.Network(
+        pops, [nj.Projection("S", "P", conn, plasticity=rule, short_term=stp)], dt=DT
+    )
+    static = nj.Network(
+        pops, [nj.Projection("S", "P", conn, method="event", short_term=stp)], dt=DT
+    )
+    _, x_plastic = _record(plastic, n_steps)
+    _, x_static = _record(static, n_steps)
+    assert np.count_nonzero(x_static) > 10
+    np.testing.assert_allclose(x_plastic, x_static, rtol=1e-6, atol=1e-8)
