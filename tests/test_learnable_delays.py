@@ -194,6 +194,7 @@ def test_gradient_matches_finite_differences_of_a_smooth_objective():
         np.testing.assert_allclose(gw[i], fd, rtol=1e-2, err_msg=f"weight {i}")
 
 
+@pytest.mark.slow
 def test_gradient_through_a_spiking_network_is_finite():
     """Surrogate gradients of the recurrent network's spike count reach every delay."""
     delay = lambda k, n: np.asarray(jax.random.uniform(k, (n,), minval=0.1, maxval=1.5))  # noqa: E731

@@ -231,6 +231,7 @@ def test_release_gradient_with_respect_to_the_spikes():
     np.testing.assert_allclose(g, fd, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_gradient_reaches_input_current_through_surrogate_spikes():
     """A LIF presynaptic population driven by an external current: the gradient of the
     postsynaptic arrivals with respect to the current is finite and nonzero."""
@@ -367,6 +368,7 @@ def test_a_state_without_short_term_state_is_refused():
         net.step(old, None, DT)
 
 
+@pytest.mark.slow
 def test_short_term_plasticity_on_a_plastic_projection():
     """STDP with a_plus = a_minus = 0 keeps the weights: the projection then delivers what the
     same projection without STDP delivers (the releases times the plastic weights)."""
