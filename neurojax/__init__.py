@@ -55,5 +55,6 @@ from .synapses import Delta as Delta
 from .synapses import DualExponential as DualExponential
 from .synapses import Exponential as Exponential
 from .synapses import GapJunction as GapJunction
+from .synapses import TsodyksMarkram as TsodyksMarkram
 
 __version__ = "0.1.0"

@@ -47,6 +47,8 @@ class NetworkState(eqx.Module):
         peak: per group of populations (`Network.groups`), per trial, the largest spike
             buffer a step has needed beyond the network's capacity (int32, 0 while every
             buffer held its spikes); see `Network.fit_capacity`.
+        short_term: when a projection has short-term plasticity, per projection its
+            `nj.synapses.TsodyksMarkramState` (None for the others); empty otherwise.
     """
 
     populations: dict[str, Any]
@@ -55,6 +57,7 @@ class NetworkState(eqx.Module):
     step: Int[Array, ""]
     plastic: tuple[Any, ...]
     peak: tuple[Int[Array, "*batch"], ...] = ()
+    short_term: tuple[Any, ...] = ()
 
 
 def _is_source(model: Any) -> bool:
@@ -322,7 +325,17 @@ class Network(eqx.Module):
                     f"Network: projections[{i}] ({proj.pre} -> {proj.post}) has a delay of up to "
                     f"{proj.max_delay} ms; pass dt= (ms) so that delays become whole steps"
                 )
-            if isinstance(proj.delay, jax.Array):
+            if proj.learnable_delays:
+                if dt is None:
+                    raise ValueError(
+                        f"Network: projections[{i}] ({proj.pre} -> {proj.post}) has learnable "
+                        "delays; pass dt= (ms) so that they can be placed on the ring buffer"
+                    )
+                ratio = proj.max_delay / dt
+                d_max = int(np.floor(ratio + 1e-6 * max(ratio, 1.0))) + 1  # k + 1 at most
+                homog.append(None)
+                per_syn.append(None)
+            elif isinstance(proj.delay, jax.Array):
                 steps = delay_steps(np.asarray(proj.delay), dt)
                 d_max = int(steps.max()) if steps.size else 0
                 dtype = np.int8 if d_max < 2**7 else np.int16 if d_max < 2**15 else np.int32
@@ -489,7 +502,15 @@ class Network(eqx.Module):
             for i, p in enumerate(self.projections)
         )
         peak = tuple(zeros(batch, np.int32) for _ in self.groups)
-        return NetworkState(pops, synapses, buffers, zeros((), np.int32), plastic, peak)
+        # Empty without short-term plasticity: the state of a static network keeps its
+        # structure (and equals the one a sharded network gathers).
+        short = ()
+        if any(p.short_term is not None for p in self.projections):
+            short = tuple(
+                None if p.short_term is None else p.short_term.init_state(batch + (p.n_pre,))
+                for p in self.projections
+            )
+        return NetworkState(pops, synapses, buffers, zeros((), np.int32), plastic, peak, short)
 
     # ------------------------------------------------------------------ the step
 
@@ -507,6 +528,12 @@ class Network(eqx.Module):
                 f"{[b.shape[-2:] for b in state.buffers]} but this network needs "
                 f"{list(self.ring_shape)} (slots, neurons); make the state with this network's "
                 "init_state"
+            )
+        has_short_term = any(p.short_term is not None for p in self.projections)
+        if has_short_term and len(state.short_term) != len(self.projections):
+            raise ValueError(
+                "Network.step: the network has short-term plasticity but the state holds no "
+                "short-term state per projection; make the state with this network's init_state"
             )
         if ext is not None:
             if not isinstance(ext, Mapping):
@@ -573,6 +600,15 @@ class Network(eqx.Module):
         # weights in place; with delivery first XLA would copy them every step)
         plastic, plastic_needs = _phases.plasticity(plan, projs, state.plastic, group_spikes, k, dt)
 
+        # short-term plasticity: the releases that the projections having it send
+        short, releases = state.short_term, None
+        if any(p.short_term is not None for p in projs):
+            short, releases = _phases.short_term(plan, projs, short, group_spikes, k, dt)
+        fractional = [
+            _phases.split_delays(p.delay, dt, p.max_delay) if p.learnable_delays else None
+            for p in projs
+        ]
+
         # 4. delivery, each projection through its layout
         buffers, delivery_needs = _phases.delivery(
             plan,
@@ -587,13 +623,15 @@ class Network(eqx.Module):
                 None if p.plasticity is None else plastic_weights(plastic[i])
                 for i, p in enumerate(projs)
             ],
+            releases=releases,
+            fractional=fractional,
         )
 
         previous = state.peak
         if len(previous) != len(self.groups):  # a state made without a peak
             previous = tuple(jnp.zeros(s.shape[:-1], jnp.int32) for s in group_spikes)
         peak = _phases.peaks(previous, plastic_needs + delivery_needs)
-        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic, peak)
+        new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic, peak, short)
         return new, spikes
 
     # ------------------------------------------------------------------ spike capacity

@@ -10,7 +10,11 @@ last one):
    (`total_current`), spike sources with their own step;
 3. `plasticity`: update the plastic weights from this step's arrivals and spikes;
 4. `delivery`: add this step's spikes into the ring buffers of the outgoing projections,
-   each projection through its layout (`neurojax.network._layout`).
+   each projection through its layout (`neurojax.network._layout`). A projection with
+   short-term plasticity first turns its presynaptic spikes into releases (`short_term`,
+   `nj.TsodyksMarkram`), which it delivers instead of the 0/1 spikes; a projection with
+   learnable delays delivers each spike at the two whole-step delays around its delay, with
+   linearly interpolated weights (`split_delays`).
 
 What a phase needs of the network's structure is a `Plan` (static: groups, sizes, who
 projects where, ring offsets); what differs between the single-device and the sharded
@@ -30,7 +34,17 @@ from ._layout import Delivery, Layout
 from ._plastic import plastic_step
 from ._sources import SpikeSource
 
-__all__ = ["Plan", "arrivals", "total_current", "integrate", "plasticity", "delivery", "peaks"]
+__all__ = [
+    "Plan",
+    "arrivals",
+    "total_current",
+    "integrate",
+    "plasticity",
+    "short_term",
+    "split_delays",
+    "delivery",
+    "peaks",
+]
 
 
 class Plan(NamedTuple):
@@ -249,6 +263,54 @@ def plasticity(
     return tuple(out), needs
 
 
+def short_term(
+    plan: Plan,
+    projections: Sequence[Any],
+    states: Sequence[Any],
+    group_spikes: Sequence[jax.Array],
+    step: jax.Array,
+    dt: float,
+) -> tuple[tuple[Any, ...], list[jax.Array | None]]:
+    """Short-term plasticity of every projection that has it (`nj.TsodyksMarkram`): the new
+    states and, per projection, its presynaptic population's releases `s u+ R-` (None
+    without short-term plasticity), which delivery sends instead of the spikes. Elementwise
+    over the presynaptic neurons."""
+    out, releases = list(states), [None] * len(projections)
+    for i, proj in enumerate(projections):
+        if proj.short_term is None:
+            continue
+        pre = plan.pre[i]
+        off, n = plan.offset(pre), plan.sizes[pre]
+        s = group_spikes[plan.group_of(pre)][..., off : off + n]
+        out[i], releases[i] = proj.short_term.release(states[i], s, step, dt)
+    return tuple(out), releases
+
+
+def split_delays(delay: jax.Array, dt: float, max_delay: float) -> tuple[jax.Array, jax.Array]:
+    r"""Learnable delays `delay` [ms] as whole steps `k` (int32) and a fraction `f` in
+    `[0, 1)`: `delay / dt = k + f`, clamped to `[0, max_delay / dt]`.
+
+    A ratio within a relative 1e-5 of a whole number counts as that whole number (the float
+    error of `delay / dt`, as `delay_steps` absorbs it for fixed delays), through a
+    straight-through correction that keeps the gradient `d f / d delay = 1 / dt`.
+    """
+    d = jnp.clip(delay / dt, 0.0, max_delay / dt)
+    whole = jnp.round(d)
+    snapped = jnp.where(jnp.abs(d - whole) <= 1e-5 * jnp.maximum(d, 1.0), whole, d)
+    d = d + lax.stop_gradient(snapped - d)
+    k = lax.stop_gradient(jnp.floor(d))
+    return k.astype(jnp.int32), d - k
+
+
+def _with_release(s: jax.Array, release: jax.Array, offset: int) -> jax.Array:
+    """The group's spike vector `s` with the releases of one population at `offset`."""
+    n = release.shape[-1]
+    if n == s.shape[-1]:
+        return release.astype(s.dtype)
+    parts = [s[..., :offset], release.astype(s.dtype), s[..., offset + n :]]
+    return jnp.concatenate(parts, axis=-1)
+
+
 def delivery(
     plan: Plan,
     layouts: Sequence[Layout],
@@ -260,6 +322,8 @@ def delivery(
     pre_offsets: Sequence[int],
     delays: Sequence[jax.Array | None],
     weights: Sequence[jax.Array | None],
+    releases: Sequence[jax.Array | None] | None = None,
+    fractional: Sequence[tuple[jax.Array, jax.Array] | None] | None = None,
 ) -> tuple[list[jax.Array], list[tuple[int, jax.Array]]]:
     """Phase 4: add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
 
@@ -270,28 +334,59 @@ def delivery(
     presynaptic population in its group's spike vector; `delays[i]` and `weights[i]` are its
     per-synapse delays in steps and its current plastic weights (or None).
 
+    `releases[i]` (optional) replaces the spikes of projection `i`'s presynaptic population
+    by its short-term releases: such a projection is delivered in a call of its own, with
+    the group's spikes carrying the releases, so that the other projections of the group
+    deliver exactly as without it. `fractional[i]` (optional), `(k, f)` from
+    `split_delays`, delivers projection `i`'s weights `(1 - f) w` at `k` steps and `f w` at
+    `k + 1` steps (two deliveries of its layout in the same call).
+
     Returns the rings and `(group index, needed)` pairs: the spike buffer a layout with a
     bounded buffer (the event layout's pure-JAX path, `plan.capacity`) needed beyond it.
     """
     rings = list(buffers)
     needs = []
+    n_proj = len(layouts)
+    releases = [None] * n_proj if releases is None else releases
+    fractional = [None] * n_proj if fractional is None else fractional
     for si, (_, idx) in enumerate(plan.senders):
-        by_class: dict[type, list[Delivery]] = {}
+        # Key: the layout class, and the projection itself when it sends releases.
+        by_class: dict[tuple[type, int], list[Delivery]] = {}
         for i in idx:
-            by_class.setdefault(type(layouts[i]), []).append(
-                Delivery(
-                    layouts[i],
-                    pre_offsets[i],
-                    plan.ring_of[i][1],
-                    plan.delay_steps[i],
-                    delays[i],
-                    weights[i],
-                    plan.capacity,
+            key = (type(layouts[i]), -1 if releases[i] is None else i)
+            group = by_class.setdefault(key, [])
+            if fractional[i] is None:
+                group.append(
+                    Delivery(
+                        layouts[i],
+                        pre_offsets[i],
+                        plan.ring_of[i][1],
+                        plan.delay_steps[i],
+                        delays[i],
+                        weights[i],
+                        plan.capacity,
+                    )
                 )
-            )
+                continue
+            k, f = fractional[i]
+            w = layouts[i].weights if weights[i] is None else weights[i]
+            f = f.astype(w.dtype)
+            for d, wd in ((k, w * (1 - f)), (k + 1, w * f)):
+                group.append(
+                    Delivery(
+                        layouts[i],
+                        pre_offsets[i],
+                        plan.ring_of[i][1],
+                        None,
+                        d,
+                        wd,
+                        plan.capacity,
+                    )
+                )
         ring, first = rings[si], fresh[si]
-        for cls, group in by_class.items():
-            ring = cls.deliver_group(group, sending[si], step, ring, fresh=first)
+        for (cls, i), group in by_class.items():
+            s = sending[si] if i < 0 else _with_release(sending[si], releases[i], pre_offsets[i])
+            ring = cls.deliver_group(group, s, step, ring, fresh=first)
             if isinstance(ring, tuple):  # a bounded buffer says what it lacked
                 ring, need = ring
                 needs.append((plan.senders[si][0], need))

@@ -54,6 +54,54 @@ def _check_conn(conn: Any) -> sparse.BCOO:
     return conn
 
 
+def _check_new_options(short_term, learnable, max_delay, plasticity, d, n_pre, nnz):
+    """Check `short_term`, `learnable_delays` and `max_delay` (before any work); return them
+    and the delays (one per synapse when learnable)."""
+    from ..synapses import TsodyksMarkram
+
+    if short_term is not None:
+        if not isinstance(short_term, TsodyksMarkram):
+            raise TypeError(
+                "Projection: short_term must be None or an nj.TsodyksMarkram, got "
+                f"{type(short_term).__name__}"
+            )
+        short_term.check_size("Projection", n_pre)
+    if not isinstance(learnable, (bool, np.bool_)):
+        raise TypeError(f"Projection: learnable_delays must be True or False, got {learnable!r}")
+    learnable = bool(learnable)
+    if max_delay is not None and not learnable:
+        raise ValueError(
+            "Projection: max_delay is only used with learnable_delays=True (fixed delays "
+            f"set the ring buffer themselves), got max_delay={max_delay!r}"
+        )
+    if not learnable:
+        return short_term, False, d, None
+    if plasticity is not None:
+        raise ValueError(
+            "Projection: learnable_delays need static weights (plasticity=None); got "
+            f"{type(plasticity).__name__}"
+        )
+    if d.ndim == 0:
+        d = np.full((nnz,), float(d))
+    elif d.shape != (nnz,):
+        raise ValueError(
+            f"Projection: delay must be a scalar or have one value per synapse, shape "
+            f"({nnz},), got shape {d.shape}"
+        )
+    largest = float(d.max()) if d.size else 0.0
+    if max_delay is None:
+        return short_term, True, d, largest
+    if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float, np.number)):
+        raise TypeError(f"Projection: max_delay must be a number of ms, got {max_delay!r}")
+    max_delay = float(max_delay)
+    if not np.isfinite(max_delay) or max_delay < largest:
+        raise ValueError(
+            f"Projection: max_delay must be finite and >= the largest delay ({largest} ms), "
+            f"got {max_delay}"
+        )
+    return short_term, True, d, max_delay
+
+
 class Projection(eqx.Module):
     r"""Synapses from population `pre` onto population `post` of a `nj.Network`.
 
@@ -94,6 +142,20 @@ class Projection(eqx.Module):
         output: `nj.CurrentOutput()` (default) or `nj.ConductanceOutput(e_rev)`.
         delay: transmission delay [ms], >= 0: a scalar, or one value per synapse in the order
             of `conn`'s stored entries. Rounded to whole steps of the network's `dt`.
+        short_term: `None` or an `nj.TsodyksMarkram` model of short-term depression and
+            facilitation: each spike then delivers `w u+ R-` (per presynaptic neuron; see its
+            docstring), computed when it is sent and carried through the delay. Its state
+            lives in the network state (`NetworkState.short_term`). Any layout.
+        learnable_delays: when True the delays are a differentiable float array (ms, one per
+            synapse, kept in `delay` in the layout's synapse order) that `jax.grad` can move:
+            a delay of `d = (k + f) dt` (`k` whole steps, `0 <= f < 1`) delivers
+            `(1 - f) w` at `k` steps and `f w` at `k + 1` steps; whole-step delays give
+            exactly the results of fixed delays. Needs the event layout and static weights
+            (see docs/concepts/delays.md).
+        max_delay: with `learnable_delays`, the largest delay [ms] the ring buffer holds
+            (default: the largest initial delay); delays that training moves outside
+            `[0, max_delay]` act as the nearest bound (with zero gradient beyond it), as
+            weight bounds do for STDP.
         plasticity: `None` (static weights) or an `nj.STDP` rule: the weights then live in the
             network state and change inside the simulation (needs the event path and one delay
             for all synapses; initial weights must lie within the rule's bounds). A plastic
@@ -127,6 +189,8 @@ class Projection(eqx.Module):
     delay: float | Float[Array, " nnz"] | None  # ms: static float, or per synapse (layout order)
     max_delay: float = eqx.field(static=True)
     plasticity: Any
+    short_term: Any = None
+    learnable_delays: bool = eqx.field(static=True, default=False)
 
     def __init__(
         self,
@@ -139,6 +203,9 @@ class Projection(eqx.Module):
         plasticity: Any = None,
         *,
         method: str | type[Layout] = "auto",
+        short_term: Any = None,
+        learnable_delays: bool = False,
+        max_delay: float | None = None,
     ):
         for name, value in (("pre", pre), ("post", post)):
             if not isinstance(value, str) or not value:
@@ -173,7 +240,12 @@ class Projection(eqx.Module):
         if not np.all(np.isfinite(d)) or np.any(d < 0):
             bad = d[~(np.isfinite(d) & (d >= 0))] if d.ndim else d
             raise ValueError(f"Projection: delay must be finite and >= 0 ms, got {_fmt(bad)}")
-        if d.ndim == 0 or (d.size and np.all(d == d.reshape(-1)[0]) and d.shape == (nnz,)):
+        short_term, learnable_delays, d, max_delay = _check_new_options(
+            short_term, learnable_delays, max_delay, plasticity, d, n_pre, nnz
+        )
+        if learnable_delays:
+            homogeneous, d_arr = None, d
+        elif d.ndim == 0 or (d.size and np.all(d == d.reshape(-1)[0]) and d.shape == (nnz,)):
             homogeneous = float(d.reshape(-1)[0]) if d.size else 0.0
             d_arr = None
         elif d.shape == (nnz,):
@@ -201,6 +273,11 @@ class Projection(eqx.Module):
                 f"Projection: plastic weights need method='event' (or 'auto'), got {method!r} "
                 f"(the {cls.__name__} layout does not support plasticity)"
             )
+        if learnable_delays and not cls.per_synapse_delays:
+            raise ValueError(
+                f"Projection: learnable_delays need method='event' (or 'auto'), got "
+                f"{cls.name!r}, whose layout has one fixed delay for all synapses"
+            )
         if d_arr is not None and not cls.per_synapse_delays:
             raise ValueError(
                 f"Projection: method={cls.name!r} needs one delay for all synapses; per-synapse "
@@ -220,7 +297,11 @@ class Projection(eqx.Module):
         self.layout = layout
         self.n_synapses = nnz
         self.max_delay = float(d.max()) if d.size else 0.0
+        if max_delay is not None:
+            self.max_delay = max_delay
         self.plasticity = plasticity
+        self.short_term = short_term
+        self.learnable_delays = learnable_delays
         self.delay = homogeneous if d_arr is None else jnp.asarray(d_arr, jnp.float32)
 
     # ------------------------------------------------------------------ the layout's view

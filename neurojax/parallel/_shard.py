@@ -717,6 +717,11 @@ def _check_supported(network: Network) -> None:
                 f"shard_network: plasticity is not supported; {where} has "
                 f"{type(proj.plasticity).__name__}"
             )
+        if getattr(proj, "short_term", None) is not None or getattr(proj, "learnable_delays", 0):
+            raise ValueError(
+                "shard_network: short-term plasticity and learnable delays are not supported; "
+                f"{where} has {'short_term' if proj.short_term is not None else 'learnable delays'}"
+            )
         if network.homogeneous_delay_steps[i] is None:
             raise ValueError(
                 f"shard_network: per-synapse delays are not supported (one delay per projection "

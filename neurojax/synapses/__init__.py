@@ -13,3 +13,5 @@ from ._kinetics import Exponential as Exponential
 from ._kinetics import ExponentialState as ExponentialState
 from ._outputs import ConductanceOutput as ConductanceOutput
 from ._outputs import CurrentOutput as CurrentOutput
+from ._short_term import TsodyksMarkram as TsodyksMarkram
+from ._short_term import TsodyksMarkramState as TsodyksMarkramState

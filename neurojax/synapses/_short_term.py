@@ -1,0 +1,199 @@
+r"""Short-term synaptic plasticity: the Tsodyks-Markram model of depression and facilitation."""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .._validation import _fmt, as_float, check_nonnegative, check_positive, is_concrete
+
+__all__ = ["TsodyksMarkram", "TsodyksMarkramState"]
+
+
+class TsodyksMarkramState(eqx.Module):
+    """State of `TsodyksMarkram` short-term plasticity, one entry per presynaptic neuron.
+
+    The variables are stored as they stood just after the neuron's last spike (or at the
+    start of the run), together with the time of that event; between events they relax in
+    closed form (see `TsodyksMarkram`), so nothing is integrated on steps without a spike.
+    """
+
+    u: Float[Array, "*batch n_pre"]  # utilisation u just after the last event (dimensionless)
+    r: Float[Array, "*batch n_pre"]  # available resources R just after the last event
+    last: Int[Array, "*batch n_pre"]  # time of the last event in steps (time = last * dt)
+
+
+class TsodyksMarkram(eqx.Module):
+    r"""Tsodyks-Markram short-term depression and facilitation of a projection.
+
+    Given to a projection as `nj.Projection(..., short_term=nj.TsodyksMarkram(...))`. Every
+    presynaptic neuron has a fraction of available resources $R$ and a utilisation $u$
+    (Tsodyks, Pawelzik and Markram 1998, eqs. 2.1-2.2):
+
+    $$\frac{dR}{dt} = \frac{1 - R}{\tau_{rec}} - u^+ R^-\,\delta(t - t_{sp}), \qquad
+      \frac{du}{dt} = -\frac{u}{\tau_{facil}} + U (1 - u^-)\,\delta(t - t_{sp}).$$
+
+    **Order at a spike** (as in Tsodyks et al. 1998 and Markram, Wang and Tsodyks 1998):
+    first $u$ jumps, $u^+ = u^- + U (1 - u^-)$; then the fraction $u^+ R^-$ of the resources
+    is released, and the spike delivers $w_{ij}\, u^+ R^-$ through every synapse $(i, j)$ of
+    the projection; finally $R^+ = R^- (1 - u^+)$. With $\tau_{facil} = 0$ (no
+    facilitation) $u^- = 0$ and every spike uses $u^+ = U$: pure depression (Tsodyks and
+    Markram 1997). A first spike from rest delivers $U w$.
+
+    **Between spikes** the variables relax exactly over the elapsed time $\Delta$ since the
+    neuron's previous spike: $u^- = u^+_{prev} e^{-\Delta/\tau_{facil}}$ and
+    $R^- = 1 - (1 - R^+_{prev}) e^{-\Delta/\tau_{rec}}$. The state keeps the values just after
+    the last spike and its time (`TsodyksMarkramState`), so the result is exact for any
+    `dt` (spike times are the grid times) and the cost of a step is a few elementwise
+    operations per presynaptic neuron; the delivery itself stays event-driven (the 0/1 spike
+    of a neuron is replaced by its release $u^+ R^-$).
+
+    **Delays.** The release is computed when the presynaptic neuron spikes and travels with
+    the spike through the projection's delay, as in NEST's `tsodyks_synapse` (the weight of a
+    spike event is set when it is sent).
+
+    **Steady state of a regular train** of period $T$ (used in the tests): with
+    $E_F = e^{-T/\tau_{facil}}$ and $E_R = e^{-T/\tau_{rec}}$,
+    $u^+_\infty = U / (1 - (1 - U) E_F)$ and
+    $R^-_\infty = (1 - E_R) / (1 - (1 - u^+_\infty) E_R)$.
+
+    Presets (`TsodyksMarkram.preset(name)`), the parameter sets of Tsodyks, Pawelzik and
+    Markram (1998), Fig. 1 (used by NEST's `tsodyks_depressing.py` and
+    `tsodyks_facilitating.py` examples), fitted to the depressing pyramidal-pyramidal and
+    facilitating pyramidal-interneuron synapses of Markram, Wang and Tsodyks (1998):
+    - `"depressing"`: $U = 0.5$, $\tau_{rec} = 800$ ms, $\tau_{facil} = 0$;
+    - `"facilitating"`: $U = 0.03$, $\tau_{rec} = 130$ ms, $\tau_{facil} = 530$ ms.
+
+    Args:
+        u: utilisation increment $U$ (release probability of a rested synapse), in (0, 1];
+            a scalar or one value per presynaptic neuron.
+        tau_rec: recovery time constant of the resources [ms], > 0.
+        tau_facil: decay time constant of the facilitation [ms], >= 0 (0: no facilitation).
+            Its gradient is that of $e^{-\Delta/\tau_{facil}}$; at exactly 0 it is 0.
+
+    Differentiable with respect to `u`, `tau_rec` and `tau_facil` (take `jax.grad` of a
+    function of the network or projection), to the weights and, through the spikes'
+    surrogate gradients, to the inputs.
+
+    Example:
+    ```python
+    stp = nj.TsodyksMarkram.preset("depressing")
+    proj = nj.Projection("A", "B", conn, synapse=nj.Exponential(3.0), short_term=stp)
+    ```
+
+    References:
+        Tsodyks M, Pawelzik K, Markram H (1998). Neural networks with dynamic synapses.
+        Neural Computation 10:821-835.
+        Markram H, Wang Y, Tsodyks M (1998). Differential signaling via the same axon of
+        neocortical pyramidal neurons. PNAS 95:5323-5328.
+        Tsodyks M, Markram H (1997). The neural code between neocortical pyramidal neurons
+        depends on neurotransmitter release probability. PNAS 94:719-723.
+    """
+
+    PRESETS: ClassVar[dict[str, tuple[float, float, float]]] = {
+        "depressing": (0.5, 800.0, 0.0),
+        "facilitating": (0.03, 130.0, 530.0),
+    }
+
+    u: Float[Array, "..."] = eqx.field(default=0.5, converter=as_float)
+    tau_rec: Float[Array, "..."] = eqx.field(default=800.0, converter=as_float)
+    tau_facil: Float[Array, "..."] = eqx.field(default=0.0, converter=as_float)
+
+    def __check_init__(self):
+        if is_concrete(self.u):
+            a = np.asarray(self.u)
+            if not np.all(np.isfinite(a) & (a > 0) & (a <= 1)):
+                bad = a if a.ndim == 0 else a[~(np.isfinite(a) & (a > 0) & (a <= 1))]
+                raise ValueError(f"TsodyksMarkram: u must be in (0, 1], got {_fmt(bad)}")
+        check_positive("TsodyksMarkram", "tau_rec", self.tau_rec, "ms")
+        check_nonnegative("TsodyksMarkram", "tau_facil", self.tau_facil, "ms")
+        for name in ("u", "tau_rec", "tau_facil"):
+            if getattr(self, name).ndim > 1:
+                raise ValueError(
+                    f"TsodyksMarkram: {name} must be a scalar or one value per presynaptic "
+                    f"neuron (1-D), got shape {getattr(self, name).shape}"
+                )
+
+    @classmethod
+    def preset(cls, name: str) -> "TsodyksMarkram":
+        """The `"depressing"` or `"facilitating"` parameters (see the class docstring)."""
+        if name not in cls.PRESETS:
+            raise ValueError(
+                f"TsodyksMarkram.preset: name must be one of {tuple(cls.PRESETS)}, got {name!r}"
+            )
+        u, tau_rec, tau_facil = cls.PRESETS[name]
+        return cls(u=u, tau_rec=tau_rec, tau_facil=tau_facil)
+
+    def check_size(self, owner: str, n_pre: int) -> None:
+        """Raise `ValueError` unless every per-neuron parameter has `n_pre` entries."""
+        for name in ("u", "tau_rec", "tau_facil"):
+            value = getattr(self, name)
+            if value.ndim == 1 and value.shape[0] != n_pre:
+                raise ValueError(
+                    f"{owner}: short_term.{name} has {value.shape[0]} values but the "
+                    f"presynaptic population has {n_pre} neurons (give a scalar or {n_pre})"
+                )
+
+    def init_state(self, shape: int | tuple[int, ...]) -> TsodyksMarkramState:
+        """Rested synapses (`u = 0`, `R = 1`) for `shape` presynaptic neurons (batch first)."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        dtype = self.u.dtype
+        return TsodyksMarkramState(
+            u=jnp.zeros(shape, dtype), r=jnp.ones(shape, dtype), last=jnp.zeros(shape, jnp.int32)
+        )
+
+    def release(
+        self,
+        state: TsodyksMarkramState,
+        spikes: Float[Array, "*batch n_pre"],
+        step: Int[Array, ""],
+        dt: float,
+    ) -> tuple[TsodyksMarkramState, Float[Array, "*batch n_pre"]]:
+        """The spikes emitted during `step` (dated at its end, time `(step + 1) dt`): the
+        new state and, per presynaptic neuron, `spike * u+ R-`, the value its synapses
+        deliver (0 without a spike).
+
+        The relaxation over the elapsed time is computed for every neuron (elementwise), and
+        only a spiking neuron's state changes; a 0/1 spike enters the new state as a blend
+        `s x_new + (1 - s) x_old`, so its surrogate gradient reaches the state too.
+        """
+        now = jnp.asarray(step, jnp.int32) + 1
+        dtype = state.u.dtype
+        elapsed = (now - state.last).astype(dtype) * jnp.asarray(dt, dtype)
+        u_par = self.u.astype(dtype)
+        tau_f = self.tau_facil.astype(dtype)
+        facil = tau_f > 0
+        # Rates instead of time constants: one division per parameter, not per neuron and
+        # step. tau_facil = 0 is an infinite rate (the elapsed time is >= one step, so the
+        # decay is exactly 0), and the division only where tau_facil > 0 keeps the gradient
+        # finite there.
+        rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
+        decay_f = jnp.exp(-elapsed * rate_f)
+        decay_r = jnp.exp(-elapsed * (1 / self.tau_rec.astype(dtype)))
+        u_minus = state.u * decay_f
+        r_minus = 1 - (1 - state.r) * decay_r
+        u_plus = u_minus + u_par * (1 - u_minus)
+        release = u_plus * r_minus
+        s = spikes.astype(dtype)
+        new = TsodyksMarkramState(
+            u=state.u + s * (u_plus - state.u),
+            r=state.r + s * (r_minus - release - state.r),
+            last=jnp.where(spikes > 0, now, state.last),
+        )
+        return new, s * release
+
+    def steady_state(self, period: float) -> tuple[jax.Array, jax.Array]:
+        """`(u+, R-)` at the spikes of a regular train of period `period` [ms] once it has
+        settled (see the class docstring): the release of each spike is their product."""
+        e_f = jnp.where(
+            self.tau_facil > 0,
+            jnp.exp(-period / jnp.where(self.tau_facil > 0, self.tau_facil, 1)),
+            0,
+        )
+        e_r = jnp.exp(-period / self.tau_rec)
+        u_inf = self.u / (1 - (1 - self.u) * e_f)
+        r_inf = (1 - e_r) / (1 - (1 - u_inf) * e_r)
+        return u_inf, r_inf
