@@ -266,9 +266,14 @@ def main(argv: list[str] | None = None) -> None:
         return final.plastic, rec.spikes
 
     compiled, records = {}, {}
+    capacity = 1
     for name, (net, state, inputs) in configs.items():
         _harness.log(f"plasticity: neurojax {name}: compile")
-        net = _harness.fit_spike_capacity(net, state, dt=DT, n_steps=n_steps)
+        if inputs is None:
+            net = _harness.fit_spike_capacity(net, state, dt=DT, n_steps=n_steps)
+            capacity = max(capacity, net.capacity)
+        else:  # fit_spike_capacity runs without inputs; a short buffer is only rerun larger
+            net = net.with_capacity(capacity)
         t0 = time.perf_counter()
         call = jax.jit(run).lower(net, state, inputs).compile()
         compile_s = time.perf_counter() - t0

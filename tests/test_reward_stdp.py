@@ -298,3 +298,61 @@ def test_gradients_match_time_driven_reference_and_finite_differences():
     assert np.abs(np.asarray(named["d"])).max() > 0
     np.testing.assert_allclose(grad, grad_ref, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+
+
+# ---------------------------------------------------------------- the distal reward problem
+
+
+def distal_reward_run(seconds, seed=0, rate_hz=3.0, reward=0.012, n=100):
+    """Izhikevich (2007)'s first experiment with imposed spikes: `n` Poisson presynaptic
+    neurons onto one postsynaptic neuron (all `rate_hz`), one synapse each. When presynaptic
+    neuron 0's spike arrives and the postsynaptic neuron fires within 10 ms after, a reward
+    follows 1-3 s later: dopamine `reward * exp(-(t - t_r) / 200 ms)`. The run goes in 1 s
+    chunks, each chunk's dopamine computed from the rewards earned before it (a reward is at
+    least 1 s late, so it always falls in a later chunk). Returns the weights every 50 s and
+    the number of rewards."""
+    chunk = 1000
+    rng = np.random.default_rng(seed)
+    rule = nj.RewardSTDP(a_plus=0.1, a_minus=0.12, tau_c=1000.0, w_min=0.0, w_max=4.0)
+    conn = nj.connect.from_arrays(np.arange(n), np.zeros(n, int), 1.0, n, 1)
+    net = make_net(rule, delay=1.0, n_pre=n, n_post=1, conn=conn)
+    run = jax.jit(lambda s, x: nj.simulate(net, s, x, dt=DT))
+    state = net.init_state()
+    rewards, history = [], []
+    last_arrival, used = -1e9, None
+    tt = np.arange(seconds * chunk) * DT
+    for sec in range(seconds):
+        t = tt[sec * chunk : (sec + 1) * chunk]
+        d = np.zeros(chunk)
+        for r in rewards:
+            m = t >= r
+            d[m] += reward * np.exp(-(t[m] - r) / 200.0)
+        pre = rng.random((chunk, n)) < rate_hz * DT * 1e-3
+        post = rng.random((chunk, 1)) < rate_hz * DT * 1e-3
+        state, rec = run(state, {"pre": 1e4 * pre, "post": 1e4 * post, "dopamine": d})
+        arrivals = np.flatnonzero(np.asarray(rec.spikes["pre"])[:, 0]) + sec * chunk + 1
+        for k in np.flatnonzero(np.asarray(rec.spikes["post"])[:, 0]) + sec * chunk:
+            j = np.searchsorted(arrivals, k) - 1
+            a = arrivals[j] if j >= 0 else last_arrival
+            if 0 < k - a <= 10 and a != used:
+                rewards.append(k * DT + rng.uniform(1000, 3000))
+                used = a
+        if len(arrivals):
+            last_arrival = arrivals[-1]
+        if sec % 50 == 49:
+            history.append(np.asarray(rule.current_weights(state.plastic[0], DT)))
+    return np.array(history), len(rewards)
+
+
+@pytest.mark.slow
+def test_distal_reward_singles_out_the_rewarded_synapse():
+    """One simulated hour, as in the paper: the rewarded synapse reaches the maximum weight
+    (4) and stays near it, while the 99 others end low (initial weight 1 for all)."""
+    history, n_rewards = distal_reward_run(3600)
+    chosen, others = history[:, 0], history[:, 1:]
+    assert n_rewards > 200
+    assert chosen.max() == pytest.approx(4.0)
+    assert chosen[-12:].mean() > 0.85 * 4.0  # the last 10 minutes
+    assert others[-1].mean() < 0.25 * 4.0
+    assert np.quantile(others[-1], 0.99) < 0.6 * 4.0
+    assert chosen[-1] > others[-1].max() + 1.0

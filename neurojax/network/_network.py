@@ -159,6 +159,10 @@ class Network(eqx.Module):
             (scalar or one value per neuron), or a function `t_ms -> current` traced inside the
             step. Time-varying inputs can also come through `simulate`'s `inputs` as
             `{name: array with a leading time axis}` (the `ext` argument of `step`).
+            A neuromodulator that a plasticity rule reads (`nj.RewardSTDP`'s `modulator`,
+            `"dopamine"` by default) is an input under its own name, in either place: a
+            scalar or `t_ms -> value` here, or `{"dopamine": d}` in `simulate`'s inputs with
+            `d` of shape `(n_steps,)` or `(n_steps, *batch)` (one value per trial and step).
         gap_junctions: `{name: nj.GapJunction}` electrical coupling within a population.
         dt: step [ms]; required when a projection has a delay (it fixes the ring buffers'
             length and the delays in steps), and then every `step` must use it.
