@@ -99,7 +99,8 @@ class RewardSTDP(PlasticityRule):
         tau_plus: presynaptic trace time constant [ms], > 0.
         tau_minus: postsynaptic trace time constant [ms], > 0.
         tau_c: eligibility time constant [ms], > 0 (the paper: 1000 ms).
-        w_min, w_max: weight bounds.
+        w_min: lower weight bound, `< w_max`.
+        w_max: upper weight bound.
         pairing: `"all_to_all"` or `"nearest"`.
         modulator: the name of the network input that carries `d` (default `"dopamine"`);
             `d` is in weight units per ms per unit eligibility.

@@ -42,13 +42,6 @@ __all__ = ["TripletSTDP", "TripletSTDPState", "TRIPLET_PRESETS"]
 
 _PAIRINGS = ("all_to_all", "nearest")
 
-# Pfister and Gerstner (2006), Table 4: fitted parameters, tau_plus = 16.8 ms and
-# tau_minus = 33.7 ms throughout (from Bi and Poo 1998). "visual_cortex" fits the
-# pairing-frequency data of Sjostrom et al. (2001); "hippocampal" fits the triplet and
-# quadruplet data of Wang et al. (2005). "full": all four amplitudes fitted; "minimal": the
-# smallest model that fits (A_3^- = 0, and for the visual cortex A_2^+ = 0), where `tau_x`
-# has no effect and is set to the full model's value. Amplitudes are fractions of the weight
-# scale (the paper's weights are normalised to 1).
 TRIPLET_PRESETS: dict[str, dict[str, float | str]] = {
     "visual_cortex_all_to_all": dict(
         tau_x=101.0, tau_y=125.0, a2_plus=5e-10, a3_plus=6.2e-3, a2_minus=7e-3,
@@ -75,6 +68,14 @@ TRIPLET_PRESETS: dict[str, dict[str, float | str]] = {
         a3_minus=7.5e-9, pairing="nearest",
     ),
 }  # fmt: skip
+"""The parameter sets of Pfister and Gerstner (2006), Table 4, for `TripletSTDP.preset`:
+`tau_plus = 16.8 ms` and `tau_minus = 33.7 ms` throughout (from Bi and Poo 1998), `tau_x`,
+`tau_y` [ms] and the amplitudes per set. `"visual_cortex_*"` fit the pairing-frequency data
+of Sjostrom et al. (2001), `"hippocampal_*"` the triplet and quadruplet data of Wang et al.
+(2005); `"_all_to_all"` and `"_nearest"` are the two spike-interaction schemes. The
+`"_minimal"` sets are the smallest models that fit (`A_3^- = 0`, and for the visual cortex
+`A_2^+ = 0`); `tau_x` then has no effect and keeps the full set's value. Amplitudes are in
+units of the paper's normalised weight."""
 
 
 class TripletSTDPState(PlasticState):
