@@ -211,7 +211,9 @@ def _brian2_network(b2: Any, syn_model: dict[str, str], syn_ns: dict[str, Any]):
     group.ge = 0
     group.gi = 0
     exc, inh = group[:n_exc], group[n_exc:]
-    ee = b2.Synapses(exc, exc, namespace=syn_ns, method="exact", **syn_model)
+    # the eligibility and weight of reward-modulated STDP read a TimedArray: forward Euler
+    method = "euler" if "clock-driven" in syn_model["model"] else "exact"
+    ee = b2.Synapses(exc, exc, namespace=syn_ns, method=method, **syn_model)
     ei = b2.Synapses(exc, inh, **brian2_coba_stdp.STATIC)
     ie = b2.Synapses(inh, group, on_pre="gi += w_inh", namespace=ns)
     for syn in (ee, ei, ie):
