@@ -48,6 +48,9 @@ from .neurons import IzhikevichState as IzhikevichState
 from .neurons import LIFState as LIFState
 from .neurons import NeuronModel as NeuronModel
 from .plasticity import STDP as STDP
+from .plasticity import RewardSTDP as RewardSTDP
+from .plasticity import TripletSTDP as TripletSTDP
+from .plasticity import VogelsSTDP as VogelsSTDP
 from .synapses import Alpha as Alpha
 from .synapses import ConductanceOutput as ConductanceOutput
 from .synapses import CurrentOutput as CurrentOutput

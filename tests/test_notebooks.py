@@ -25,6 +25,7 @@ EXPECTED = (
     "07_izhikevich_lattice.ipynb",
     "08_write_your_own_model.ipynb",
     "09_nir.ipynb",
+    "10_plasticity_rules.ipynb",
     "11_short_term_and_delays.ipynb",
 )
 MAX_BYTES = 400_000  # stored notebooks stay small: modest PNGs, no large text outputs

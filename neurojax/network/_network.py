@@ -169,6 +169,10 @@ class Network(eqx.Module):
             (scalar or one value per neuron), or a function `t_ms -> current` traced inside the
             step. Time-varying inputs can also come through `simulate`'s `inputs` as
             `{name: array with a leading time axis}` (the `ext` argument of `step`).
+            A neuromodulator that a plasticity rule reads (`nj.RewardSTDP`'s `modulator`,
+            `"dopamine"` by default) is an input under its own name, in either place: a
+            scalar or `t_ms -> value` here, or `{"dopamine": d}` in `simulate`'s inputs with
+            `d` of shape `(n_steps,)` or `(n_steps, *batch)` (one value per trial and step).
         gap_junctions: `{name: nj.GapJunction}` electrical coupling within a population.
         dt: step [ms]; required when a projection has a delay (it fixes the ring buffers'
             length and the delays in steps), and then every `step` must use it.
@@ -271,7 +275,24 @@ class Network(eqx.Module):
                 )
 
         inputs = dict(inputs or {})
+        modulators = _modulator_names(projections)
+        for name in modulators:
+            if name in sizes:
+                raise ValueError(
+                    f"Network: the neuromodulator {name!r} read by a plasticity rule has the "
+                    "name of a population; give the rule another modulator name"
+                )
         for name, value in list(inputs.items()):
+            if name in modulators:  # a neuromodulator: one value per trial, or t -> value
+                if not (callable(value) and not isinstance(value, (jax.Array, np.ndarray))):
+                    arr = as_float(value)
+                    if arr.ndim or not bool(jnp.isfinite(arr)):
+                        raise ValueError(
+                            f"Network: inputs[{name!r}] (a neuromodulator) must be a finite "
+                            f"scalar or a function t_ms -> value, got {value!r}"
+                        )
+                    inputs[name] = arr
+                continue
             if name not in sizes:
                 raise ValueError(
                     f"Network: inputs names unknown population {name!r}; populations are "
@@ -541,7 +562,10 @@ class Network(eqx.Module):
                     "Network.step: ext must be None or a dict {population: current}, got "
                     f"{type(ext).__name__}"
                 )
+            modulators = _modulator_names(self.projections)
             for name in ext:
+                if name in modulators:
+                    continue
                 if name not in self.sizes or _is_source(self.populations[name]):
                     raise ValueError(
                         f"Network.step: ext names {name!r}, which is not a neuron population "
@@ -598,7 +622,16 @@ class Network(eqx.Module):
         # 3. plasticity: this step's arrivals and spikes update the plastic weights, which
         # then deliver this step's spikes (updating first lets the compiled kernel work on the
         # weights in place; with delivery first XLA would copy them every step)
-        plastic, plastic_needs = _phases.plasticity(plan, projs, state.plastic, group_spikes, k, dt)
+        modulators = {}  # this step's neuromodulators (`nj.RewardSTDP`): ext, then inputs
+        for name in _modulator_names(projs):
+            value = ext.get(name) if ext is not None else None
+            if value is None and name in self.inputs:
+                value = self.inputs[name]
+                value = value(t) if callable(value) else value
+            modulators[name] = value
+        plastic, plastic_needs = _phases.plasticity(
+            plan, projs, state.plastic, group_spikes, k, dt, modulators
+        )
 
         # short-term plasticity: the releases that the projections having it send
         short, releases = state.short_term, None
@@ -732,6 +765,16 @@ class Network(eqx.Module):
 
 class SpikeCapacityError(RuntimeError):
     """A step had more spikes than the network's spike capacity (see `Network.fit_capacity`)."""
+
+
+def _modulator_names(projections: Sequence[Projection]) -> set[str]:
+    """The neuromodulator inputs read by the projections' plasticity rules."""
+    names = set()
+    for p in projections:
+        name = None if p.plasticity is None else p.plasticity.modulator_name()
+        if name is not None:
+            names.add(name)
+    return names
 
 
 def default_capacity(n: int) -> int:

@@ -233,11 +233,13 @@ def plasticity(
     group_spikes: Sequence[jax.Array],
     step: jax.Array,
     dt: float,
+    modulators: Mapping[str, Any] | None = None,
 ) -> tuple[tuple[Any, ...], list[tuple[int, jax.Array]]]:
     """Phase 3: the plastic states after this step's arrivals and spikes.
 
     The rule reads this step's spikes out of the whole group's spike vector (the one that
     delivery reads too) at the population's offset, so that XLA computes them once.
+    `modulators` holds this step's value of every neuromodulator a rule reads (by name).
 
     Returns the states and `(group index, needed)` pairs: the spike buffer each plastic
     projection needed beyond `plan.capacity` for the arrivals from its presynaptic group and
@@ -258,6 +260,7 @@ def plasticity(
             step,
             dt,
             plan.capacity,
+            (modulators or {}).get(proj.plasticity.modulator_name()),
         )
         needs += [(plan.group_of(plan.pre[i]), need_pre), (plan.group_of(plan.post[i]), need_post)]
     return tuple(out), needs

@@ -25,6 +25,7 @@ delivery (`run_capped`); the rules in `neurojax.plasticity` know nothing of the 
 a new rule is written in `plasticity/` alone.
 """
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -35,6 +36,7 @@ from ..kernels import Example, Fold, Kernel, call, register
 from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
 from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
 from ..plasticity._base import replace_state
+from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "plastic_init",
     "plastic_step",
     "plastic_weights",
+    "modulated_update",
 ]
 
 
@@ -389,6 +392,183 @@ def stdp_update(
 
 
 # ---------------------------------------------------------------------------------------------
+# Neuromodulated rules (`nj.RewardSTDP`): per-synapse eligibility and lazy weight updates.
+#
+# A rule whose `modulator_name()` is not None writes its STDP events to a per-synapse
+# eligibility and changes weights only through the neuromodulator `d` (one value per trial and
+# step). A synapse is brought up to date when its presynaptic neuron emits or its spike
+# arrives, or its postsynaptic neuron spikes (spikes x fan-out), and every synapse once per
+# block of `rule.sweep_steps(dt)` steps; see `neurojax.plasticity._reward` for the arithmetic.
+
+
+def _mod_window(ptr, local, valid, width):
+    start = ptr[local]
+    count = jnp.where(valid, ptr[local + 1] - start, 0)
+    k = jnp.arange(width, dtype=jnp.int32)
+    ok = k[None, :] < count[:, None]
+    return jnp.where(ok, start[:, None] + k[None, :], 0), ok
+
+
+def _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase):
+    x = x_old * dx
+    y = y_old * dy
+    x_new = rule.update_pre_traces((x,), s_arr)[0]
+    return x, y, x_new, acc + phase * d
+
+
+def _modulated_event(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
+                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
+    """The event path: catch-up and eligibility jumps over the CSR rows of the emitting or
+    arriving presynaptic neurons, then over the CSC columns of the spiking postsynaptic ones.
+    Leading dimensions are trials."""
+    n_pre, n_post, max_out, max_in, capacity = static
+    x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
+    batch, nnz = w.shape[:-1], w.shape[-1]
+    carry = (w.reshape(-1), elig.reshape(-1), stamp.reshape(-1))
+    oob = carry[0].shape[0]
+    acc_f = jnp.broadcast_to(acc_new, batch).reshape(-1)
+    arr_f, post_f = s_arr.reshape(-1), s_post.reshape(-1)
+    xn_f, y_f = x_new.reshape(-1), y.reshape(-1)
+
+    def update(at, ok, trial, jump, carry):
+        wf, ef, sf = carry
+        acc_v = jnp.broadcast_to(acc_f[trial][:, None], at.shape)
+        w_v = rule.clip(wf[at] + gain * ef[at] * (acc_v - sf[at]))
+        target = jnp.where(ok, at, oob)
+        return (
+            wf.at[target].set(w_v, mode="drop"),
+            ef.at[target].set(ef[at] + jump / a_end, mode="drop"),
+            sf.at[target].set(acc_v, mode="drop"),
+        )
+
+    def pre_side(trial, i, valid, carry):
+        syn, ok = _mod_window(lay.indptr, i, valid, max_out)
+        at = trial[:, None] * nnz + syn
+        post_at = trial[:, None] * n_post + lay.indices[syn]
+        s = arr_f[trial * n_pre + i][:, None]
+        return update(at, ok, trial, rule.eligibility_pre(None, (y_f[post_at],), s), carry)
+
+    def post_side(trial, j, valid, carry):
+        pos, ok = _mod_window(lay.col_ptr, j, valid, max_in)
+        at = trial[:, None] * nnz + lay.col_syn[pos]
+        pre_at = trial[:, None] * n_pre + lay.col_pre[pos]
+        s = post_f[trial * n_post + j][:, None]
+        return update(at, ok, trial, rule.eligibility_post((xn_f[pre_at],), None, s), carry)
+
+    need_pre = need_post = jnp.zeros(batch, jnp.int32)
+    if max_out:
+        touch = ((s_emit > 0) | (s_arr > 0)).astype(jnp.float32).reshape(-1, n_pre)
+        carry, need_pre = run_capped(touch, pre_side, carry, capacity_for(capacity, n_pre))
+    if max_in:
+        mask = (s_post > 0).astype(jnp.float32).reshape(-1, n_post)
+        carry, need_post = run_capped(mask, post_side, carry, capacity_for(capacity, n_post))
+    w, elig, stamp = (c.reshape(w.shape) for c in carry)
+    y_new = rule.update_post_traces((y,), s_post)[0]
+    needed = (need_pre.reshape(batch), need_post.reshape(batch))
+    return w, elig, stamp, acc_new, x_new, y_new, needed
+
+
+def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
+                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
+    """Every synapse at once: the same values as the event path (a synapse without an event
+    keeps its weight and stamp), and the function whose derivative the update has."""
+    n_pre = static[0]
+    x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
+    pre_idx, post_idx = _rows(lay, n_pre), lay.indices
+    touched = ((s_emit > 0) | (s_arr > 0))[..., pre_idx] | (s_post > 0)[..., post_idx]
+    acc_v = jnp.broadcast_to(acc_new[..., None], w.shape)
+    w_new = jnp.where(touched, rule.clip(w + gain * elig * (acc_v - stamp)), w)
+    jump = rule.eligibility_pre(None, (y[..., post_idx],), s_arr[..., pre_idx])
+    jump = jump + rule.eligibility_post((x_new[..., pre_idx],), None, s_post[..., post_idx])
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return (
+        w_new,
+        elig + jump / a_end,
+        jnp.where(touched, acc_v, stamp),
+        acc_new,
+        x_new,
+        rule.update_post_traces((y,), s_post)[0],
+        (none, none),
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def modulated_update(static, *args):
+    """One step of a neuromodulated rule: `(w, eligibility, stamp, acc, x, y, needed)`.
+
+    `static = (n_pre, n_post, max_fan_out, max_fan_in, capacity)`; `args` are `(rule, layout,
+    w, eligibility, stamp, acc, x, y, s_emit, s_arr, s_post, d, decay_x, decay_y, phase,
+    a_end, gain)` with the projection's own spike vectors. The primal runs the event path;
+    the derivative is the dense definition's (as for `plastic_update`)."""
+    return _modulated_event(static, *args)
+
+
+@modulated_update.defjvp
+def _modulated_jvp(static, primals, tangents):
+    out = modulated_update(static, *primals)
+    _, t_out = jax.jvp(functools.partial(_modulated_dense, static), primals, tangents)
+    return out, t_out
+
+
+def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity, modulator):
+    rule = proj.plasticity
+    if modulator is None:
+        raise ValueError(
+            f"Network.step: the projection {proj.pre} -> {proj.post} has "
+            f"{type(rule).__name__}, which reads the neuromodulator {rule.modulator_name()!r}; "
+            f"give it as an input of the run (nj.simulate(..., inputs={{"
+            f"{rule.modulator_name()!r}: d}}) with d of shape (n_steps,) or (n_steps, *batch)) "
+            f"or of the network (nj.Network(..., inputs={{{rule.modulator_name()!r}: d}}))"
+        )
+    dtype = ps.weights.dtype
+    d = jnp.asarray(modulator).astype(dtype)
+    if d.ndim > ps.acc.ndim or d.shape != ps.acc.shape[ps.acc.ndim - d.ndim :]:
+        raise ValueError(
+            f"Network.step: the neuromodulator {rule.modulator_name()!r} must be a scalar or "
+            f"one value per trial {ps.acc.shape} at each step, got shape {d.shape}"
+        )
+    d = jnp.broadcast_to(d, ps.acc.shape)
+    a = rule.eligibility_decay(dt).astype(dtype)
+    n_block = rule.sweep_steps(dt)
+
+    def sweep(p):
+        w = rule.catch_up(p.weights, p.eligibility, p.stamp, p.acc[..., None], dt)
+        return replace_state(
+            p,
+            weights=w.astype(dtype),
+            eligibility=p.eligibility * a**n_block,
+            stamp=jnp.zeros_like(p.stamp),
+            acc=jnp.zeros_like(p.acc),
+        )
+
+    ps = jax.lax.cond((k % n_block == 0) & (k > 0), sweep, lambda p: p, ps)
+    phase, a_end = block_factors(rule, k, dt)
+    gain = rule.tau_c * (1.0 - rule.eligibility_decay(dt))
+    (dx,), (dy,) = rule.trace_decays(dt)
+    lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
+    static = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in, capacity)
+    if capacity is not None and capacity >= max(proj.n_pre, proj.n_post):
+        static = static[:4] + (None,)
+    cast = lambda v: jnp.asarray(v).astype(dtype)  # noqa: E731
+    w, elig, stamp, acc, x, y, needed = modulated_update(
+        static, rule, lay, ps.weights, ps.eligibility, ps.stamp, ps.acc, ps.pre_traces[0],
+        ps.post_traces[0], s_emit, arrivals, s_post, d, cast(dx), cast(dy), cast(phase),
+        cast(a_end), cast(gain),
+    )  # fmt: skip
+    new = replace_state(
+        ps,
+        weights=w,
+        pre_traces=(x,),
+        post_traces=(y,),
+        history=history,
+        eligibility=elig,
+        stamp=stamp,
+        acc=acc,
+    )
+    return new, needed
+
+
+# ---------------------------------------------------------------------------------------------
 # What a network needs from a plastic projection. `Network` (and `Projection`'s constructor)
 # call these and nothing else of this module, so the rules' execution can change here alone.
 
@@ -452,13 +632,16 @@ def plastic_step(
     k,
     dt: float,
     capacity: int | None = None,
+    modulator: Any = None,
 ) -> tuple[Any, tuple[jax.Array, jax.Array]]:
     """The plastic state after one step, and the spike buffers it needed beyond `capacity`
     (`(needed_pre, needed_post)` per trial; see `plastic_update`).
 
     `s_pre_group` and `s_post_group` are the spike vectors of the groups of populations that
     hold `proj.pre` and `proj.post`, which hold them at `pre_offset` and `post_offset`; `k` is
-    the step index (for the delay history) and `dt` the step in ms.
+    the step index (for the delay history) and `dt` the step in ms. `modulator` is this step's
+    value of the neuromodulator of a rule that reads one (`rule.modulator_name()`), else
+    unused.
     """
     rule = proj.plasticity
     dtype = ps.weights.dtype
@@ -474,6 +657,13 @@ def plastic_step(
         arrivals = jax.lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
         arr_offset = 0
         history = jax.lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
+    if rule.modulator_name() is not None:
+        s_emit = s_group_pre[..., pre_offset : pre_offset + proj.n_pre]
+        s_arr = arrivals[..., arr_offset : arr_offset + proj.n_pre]
+        s_own_post = s_post[..., post_offset : post_offset + proj.n_post]
+        return _modulated_step(
+            proj, ps, s_emit, s_arr, s_own_post, history, k, dt, capacity, modulator
+        )
     pre_decay, post_decay = rule.trace_decays(dt)
     lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
     sizes = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in)

@@ -156,6 +156,12 @@ class PlasticityRule(eqx.Module):
         event path, which calls `on_pre` and `on_post`."""
         return None
 
+    def modulator_name(self) -> str | None:
+        """The name of the network input (a neuromodulator, one value per trial and step)
+        that this rule reads, or None (the default: the rule reads only spikes). A rule that
+        names one runs on the network's neuromodulated path (`nj.RewardSTDP`)."""
+        return None
+
     def clip(self, w: Array) -> Array:
         """`w` clipped to the bounds `[w_min, w_max]`."""
         return jnp.clip(w, self.w_min, self.w_max)
