@@ -42,8 +42,9 @@ DOPAMINE_SCALE = 1e-4  # d [weight units / ms per unit eligibility] per uM of do
 
 
 def _rules() -> dict[str, Any]:
-    """The rules timed, by name: a factory of the neurojax rule. The table a later rule joins
-    (short-term plasticity and learnable delays, issue 26, add their rows here)."""
+    """The rules timed, by name: a factory of the neurojax rule. Short-term plasticity and
+    learnable delays are not weight rules of this kind: `benchmarks/plasticity_stp.py` times
+    them on the same network, against the same static run and Brian2."""
     import neurojax as nj
 
     bounds = {"w_min": 0.0, "w_max": 1.2}
