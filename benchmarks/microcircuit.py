@@ -6,8 +6,10 @@ Each measurement runs in its own process (so that its peak RSS is its own), pinn
 neurojax, ...) for `--repeats` rounds. Reported per run: build time (connectivity, weights,
 delays; for NEST `Create`/`Connect`/`Prepare`), compile time (neurojax), run time of
 `--duration` ms of network activity (compile excluded) and its real-time factor, the
-per-population mean rates, bytes per synapse of the network's synapse arrays
-(`Network.nbytes()`) and the process's peak RSS divided by the number of synapses.
+per-population mean rates, the same times in process CPU seconds (all threads; the fair
+measure when the machine is shared and a process waits for a core), bytes per synapse of
+the network's synapse arrays (`Network.nbytes()`) and the process's peak RSS divided by the
+number of synapses.
 
 Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
 [--threads 1] [--repeats 1] [--peers neurojax,nest]`; one JSON line per run.
@@ -32,14 +34,15 @@ def _neurojax(args) -> dict:
     import neurojax as nj
     from neurojax.models._microcircuit import run_spike_ids
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     net, state = nj.models.microcircuit(
         jax.random.key(args.seed), scale=args.scale, k_scale=args.k_scale
     )
     jax.block_until_ready(state)
-    build_s = time.perf_counter() - t0
+    build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
     n_steps = round(args.duration / 0.1)
-    _, ids, counts, compile_s, run_s = run_spike_ids(net, state, n_steps, 0.1)
+    cpu = {}
+    _, ids, counts, compile_s, run_s = run_spike_ids(net, state, n_steps, 0.1, cpu=cpu)
     sizes = [net.sizes[p] for p in POPS]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     rates = {
@@ -53,6 +56,9 @@ def _neurojax(args) -> dict:
         "build_s": build_s,
         "compile_s": compile_s,
         "run_s": run_s,
+        "build_cpu_s": build_cpu,
+        "compile_cpu_s": cpu["compile_s"],
+        "run_cpu_s": cpu["run_s"],
         "rates_hz": rates,
         "version": nj.__version__ if hasattr(nj, "__version__") else "",
     }
@@ -63,15 +69,15 @@ def _nest(args) -> dict:
 
     from benchmarks.microcircuit_reference import build_nest
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     pops, recs = build_nest(args.scale, args.k_scale, args.seed + 1, args.threads)
     nest.Prepare()
     nest.Cleanup()
-    build_s = time.perf_counter() - t0
+    build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
     n_syn = nest.num_connections
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     nest.Simulate(args.duration)
-    run_s = time.perf_counter() - t0
+    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
     rates = {
         p: len(recs[a].get("events")["times"]) / len(pops[a]) / (args.duration * 1e-3)
         for a, p in enumerate(POPS)
@@ -81,6 +87,9 @@ def _nest(args) -> dict:
         "build_s": build_s,
         "compile_s": 0.0,
         "run_s": run_s,
+        "build_cpu_s": build_cpu,
+        "compile_cpu_s": 0.0,
+        "run_cpu_s": run_cpu,
         "rates_hz": rates,
         "version": nest.__version__,
     }
@@ -96,6 +105,7 @@ def _child(args) -> None:
         duration_ms=args.duration,
         threads=args.threads,
         real_time_factor=out["run_s"] / (args.duration * 1e-3),
+        real_time_factor_cpu=out["run_cpu_s"] / (args.duration * 1e-3),
         peak_rss_bytes=peak,
         peak_rss_bytes_per_synapse=peak / out["n_synapses"],
     )
