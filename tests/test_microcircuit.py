@@ -49,7 +49,7 @@ def test_synapse_numbers_follow_the_formula(small):
             k = math.log(1 - p) / math.log(1 - 1 / (n_full[a] * n_full[b]))
             want[(pre, post)] = round(k * SCALE * K_SCALE)
     got = {(p.pre, p.post): p.n_synapses for p in _recurrent(net)}
-    assert len(got) == 54  # 10 of the 64 pathways have probability 0
+    assert len(got) == 55  # 9 of the 64 pathways have probability 0
     assert got == {k: v for k, v in want.items() if v > 0}
     # the full model: L2/3E -> L2/3E holds about 4.5e7 synapses and the whole about 3e8
     full = mc.microcircuit_synapse_numbers(1.0, 1.0)
