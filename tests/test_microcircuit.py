@@ -332,3 +332,43 @@ def test_cli_runs_a_reduced_microcircuit(tmp_path, capsys):
     assert out["n_synapses"] == int(mc.microcircuit_synapse_numbers(0.02, 0.1).sum())
     assert all(0.0 <= r < 50.0 for r in out["rates_hz"].values())
     assert out["real_time_factor"] > 0
+
+
+@pytest.mark.slow
+def test_vmap_jit_and_grad_on_a_tiny_microcircuit():
+    """Two initial states (different voltages and background keys) run under `jax.vmap` and
+    `jit` equal the two runs one by one; `batch=` gives a state with a leading trial axis;
+    the gradient of the mean membrane potential with respect to the L4E->L2/3E weights is
+    finite and nonzero."""
+    import equinox as eqx
+
+    net, s0 = nj.models.microcircuit(jax.random.key(2), scale=0.01, k_scale=0.05)
+    v = s0.populations["L23E"].v
+    s1 = eqx.tree_at(
+        lambda s: (s.populations["L23E"].v, s.populations["background"].key),
+        s0,
+        (v + 2.0, jax.random.key(9)),
+    )
+    stacked = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), s0, s1)
+
+    def run(s):
+        return nj.simulate(net, s, dt=0.1, n_steps=300)[1].spikes
+
+    both = jax.jit(jax.vmap(run))(stacked)
+    for i, s in enumerate((s0, s1)):
+        one = jax.jit(run)(s)
+        for p in POPS:
+            assert np.array_equal(np.asarray(both[p])[i], np.asarray(one[p]))
+    assert sum(float(np.asarray(both[p]).sum()) for p in POPS) > 0
+    assert not all(np.array_equal(np.asarray(both[p])[0], np.asarray(both[p])[1]) for p in POPS)
+    _, sb = nj.models.microcircuit(jax.random.key(2), scale=0.01, k_scale=0.05, batch=3)
+    assert sb.populations["L5I"].v.shape == (3, net.sizes["L5I"])
+    k = next(i for i, p in enumerate(net.projections) if (p.pre, p.post) == ("L4E", "L23E"))
+
+    def loss(w):
+        n = eqx.tree_at(lambda m: m.projections[k].layout.weights, net, w)
+        final, _ = nj.simulate(n, s0, dt=0.1, n_steps=100)
+        return jnp.mean(final.populations["L23E"].v)
+
+    g = jax.jit(jax.grad(loss))(net.projections[k].layout.weights)
+    assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).sum()) > 0
