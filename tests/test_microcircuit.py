@@ -292,10 +292,11 @@ def test_rates_and_cv_match_nest_at_reduced_scale():
 
 @pytest.mark.slow
 def test_full_scale_rates_match_the_reference():
-    """Full scale (77 169 neurons, 2.99e8 synapses, ~4 GiB of synapses, peak RSS ~8 GiB),
-    Poisson background, 1 s after 200 ms: mean rates within 25 % (+0.3 Hz) of the full-scale
-    rates of the reference implementation (`full_mean_rates`, NEST; compare Potjans and
-    Diesmann 2014 Fig. 6). Takes tens of minutes on 2 shared cores."""
+    """Full scale (77 169 neurons, 2.99e8 synapses: 3.9 GB of synapse arrays, peak RSS
+    5.2 GB), Poisson background, 1 s after 200 ms: mean rates within 25 % (+0.3 Hz) of the
+    full-scale rates of the reference implementation (`full_mean_rates`, NEST; compare
+    Potjans and Diesmann 2014 Fig. 6). About 10 min of CPU time on one core (build 63 s,
+    compile 9 s, 0.45 s per simulated ms, `benchmarks/RESULTS.md`)."""
     out = _nj_stats(1, 1.0, 1.0, 200.0, 1000.0)
     for a, p in enumerate(POPS):
         want = P["full_mean_rates"][a]
