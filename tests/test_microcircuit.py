@@ -248,6 +248,8 @@ def test_thalamic_pulse_only_in_its_window(small):
         (dict(background="noise"), ValueError, r"background must be 'poisson' or 'dc'"),
         (dict(thalamus="yes"), TypeError, r"thalamus must be True or False"),
         (dict(layout=3), TypeError, r"microcircuit: layout must be a projection method"),
+        (dict(layout="dense"), ValueError, r"layout must be 'event' or 'auto'"),
+        (dict(layout=nj.network.DenseLayout), ValueError, r"must support per-synapse delays"),
         (dict(scale=1e-4), ValueError, r"leaves a population without neurons"),
     ],
 )

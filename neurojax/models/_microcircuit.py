@@ -519,8 +519,18 @@ def microcircuit(
         raise TypeError(f"microcircuit: thalamus must be True or False, got {thalamus!r}")
     if not (isinstance(layout, str) or (isinstance(layout, type) and issubclass(layout, Layout))):
         raise TypeError(
-            "microcircuit: layout must be a projection method name ('event', 'auto', ...) or "
+            "microcircuit: layout must be a projection method name ('event', 'auto') or "
             f"a nj.network.Layout subclass, got {layout!r}"
+        )
+    if isinstance(layout, str) and layout not in ("event", "auto"):
+        raise ValueError(
+            "microcircuit: layout must be 'event' or 'auto' (the built-in layouts with "
+            f"per-synapse delays) or a nj.network.Layout subclass, got {layout!r}"
+        )
+    if isinstance(layout, type) and not layout.per_synapse_delays:
+        raise ValueError(
+            f"microcircuit: layout {layout.__name__} must support per-synapse delays "
+            "(per_synapse_delays = True)"
         )
     batch = normalize_shape(owner, batch)
     key = jr.key(0) if key is None else key
