@@ -472,7 +472,9 @@ def _micro_stats(times, ids, n, t0, t1):
     rate = times.size / n / ((t1 - t0) * 1e-3)
     order = np.lexsort((times, ids))
     times, ids = times[order], ids[order]
-    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if ids.size else np.empty(0, int)
+    if ids.size == 0:
+        return rate, None, 0
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     ends = np.r_[starts[1:], ids.size]
     cvs = []
     for s, e in zip(starts, ends, strict=True):

@@ -75,7 +75,7 @@ def plot_microcircuit(
         rates.append(counts / (duration_ms * 1e-3))
     box = ax_b.boxplot(
         rates[::-1],
-        vert=False,
+        orientation="horizontal",
         showmeans=True,
         meanline=True,
         showfliers=False,
