@@ -1,4 +1,4 @@
-"""`neurojax run coba | cuba | izhikevich-lattice`: the ready-made networks from the command line.
+"""`neurojax run coba | cuba | izhikevich-lattice | microcircuit`: the ready-made networks.
 
 Each run builds the network (`nj.models`), compiles one program (timed apart), runs it once,
 and reports neurons, synapses, mean rate per population, compile time, run time and simulated
@@ -384,4 +384,222 @@ def network_models(run_model: Callable[..., Any]) -> dict[str, Any]:
             report=_report,
             plot=_plot,
         )
+    out.update(microcircuit_model(run_model))
     return out
+
+
+# ------------------------------------------------------------------ microcircuit
+
+_MICRO_DESCRIPTION = """\
+Cortical microcircuit of Potjans and Diesmann (2014)
+
+About 77 000 current-based LIF neurons (iaf_psc_exp) in the excitatory and inhibitory
+populations of layers 2/3, 4, 5 and 6, ~3e8 synapses at full scale (fixed total number per
+pathway, normal weights and delays), Poisson or DC background, dt = 0.1 ms; parameters of the
+INM-6 reference implementation (see nj.models.microcircuit). --scale scales the neuron
+numbers (in-degrees kept), --k-scale the in-degrees (weights / sqrt(k), DC compensation).
+
+Printed: per-population mean rate and mean CV of the interspike intervals (neurons with at
+least 3 spikes) over the run after --skip MS, build, compile and run times, and the real-time
+factor (wall seconds per simulated second). --plot FILE saves the raster of the 8 populations
+and the box plot of per-neuron rates. --batch must be 1.
+
+Units: time ms, rate Hz.
+"""
+
+
+def _micro_arguments(p: argparse.ArgumentParser) -> None:
+    from neurojax.cli import positive_ms
+
+    g = p.add_argument_group("microcircuit options")
+    g.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="factor on the neuron numbers, in (0, 1] (default 1)",
+    )
+    g.add_argument(
+        "--k-scale",
+        type=float,
+        default=1.0,
+        metavar="K",
+        help="factor on the in-degrees, in (0, 1] (default 1)",
+    )
+    g.add_argument(
+        "--background",
+        choices=("poisson", "dc"),
+        default="poisson",
+        help="background input (default poisson)",
+    )
+    g.add_argument(
+        "--thalamus", action="store_true", help="thalamic pulse (902 neurons, 120 Hz, 700-710 ms)"
+    )
+    g.add_argument(
+        "--skip",
+        type=positive_ms,
+        default=None,
+        metavar="MS",
+        help="initial transient left out of the statistics (default: 500 ms when "
+        "the run is longer than 1000 ms, else none)",
+    )
+
+
+def _micro_validate(args: argparse.Namespace) -> str | None:
+    import math
+
+    for flag, value in (("--scale", args.scale), ("--k-scale", args.k_scale)):
+        if not math.isfinite(value) or not 0.0 < value <= 1.0:
+            return f"argument {flag}: must be in (0, 1], got {value:g}"
+    if args.batch != 1:
+        return f"argument --batch: the microcircuit runs one trial, got {args.batch}"
+    if args.scale * 1065 < 0.5:
+        return (
+            "argument --scale: at least 1/1065 (every population keeps a neuron), got "
+            f"{args.scale:g}"
+        )
+    if args.skip is not None and args.skip >= args.duration:
+        return (
+            f"argument --skip: must be below --duration ({args.duration:g} ms), got {args.skip:g}"
+        )
+    return None
+
+
+def _micro_stats(times, ids, n, t0, t1):
+    """Mean rate [Hz] in [t0, t1) and the mean CV ISI of neurons with >= 3 spikes there."""
+    sel = (times >= t0) & (times < t1)
+    times, ids = times[sel], ids[sel]
+    rate = times.size / n / ((t1 - t0) * 1e-3)
+    order = np.lexsort((times, ids))
+    times, ids = times[order], ids[order]
+    if ids.size == 0:
+        return rate, None, 0
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    ends = np.r_[starts[1:], ids.size]
+    cvs = []
+    for s, e in zip(starts, ends, strict=True):
+        if e - s >= 3:
+            isi = np.diff(times[s:e])
+            cvs.append(isi.std() / isi.mean())
+    return rate, (float(np.mean(cvs)) if cvs else None), len(cvs)
+
+
+def _run_microcircuit(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
+    import neurojax as nj
+    from neurojax.cli import RunError, _steps
+    from neurojax.models._microcircuit import POPULATIONS, run_spike_ids
+
+    n_steps = _steps(args.duration, args.dt)
+    t0 = time.perf_counter()
+    net, state = nj.models.microcircuit(
+        jax.random.key(args.seed),
+        scale=args.scale,
+        k_scale=args.k_scale,
+        background=args.background,
+        thalamus=args.thalamus,
+        dt=args.dt,
+    )
+    jax.block_until_ready(state)
+    build_s = time.perf_counter() - t0
+    final, ids, counts, compile_s, run_s = run_spike_ids(net, state, n_steps, args.dt, progress)
+    v = np.concatenate([np.asarray(final.populations[p].v) for p in POPULATIONS])
+    if not np.isfinite(v).all():
+        raise RunError(f"the membrane potential became non-finite (--dt {args.dt:g} ms)")
+    step = np.repeat(np.arange(n_steps), counts)
+    gid = ids
+    times = (step + 1) * args.dt  # a spike of step k is dated at the end of the step
+    sizes = {p: net.sizes[p] for p in POPULATIONS}
+    offsets = np.concatenate([[0], np.cumsum(list(sizes.values()))])
+    skip = args.skip if args.skip is not None else (500.0 if args.duration > 1000.0 else 0.0)
+    rates, cvs, spikes = {}, {}, {}
+    for a, p in enumerate(POPULATIONS):
+        sel = (gid >= offsets[a]) & (gid < offsets[a + 1])
+        spikes[p] = (times[sel], gid[sel] - offsets[a])
+        rates[p], cvs[p], _ = _micro_stats(times[sel], gid[sel], sizes[p], skip, args.duration)
+    seconds = n_steps * args.dt / 1000.0
+    return {
+        "model": "microcircuit",
+        "scale": args.scale,
+        "k_scale": args.k_scale,
+        "background": args.background,
+        "thalamus": args.thalamus,
+        "n_neurons": int(sum(sizes.values())),
+        "n_synapses": net.n_synapses,
+        "synapse_bytes": net.nbytes(),
+        "duration_ms": args.duration,
+        "dt_ms": args.dt,
+        "seed": args.seed,
+        "stats_window_ms": [skip, args.duration],
+        "populations": sizes,
+        "rates_hz": rates,
+        "cv_isi": cvs,
+        "build_s": build_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "n_steps": n_steps,
+        "real_time_factor": run_s / seconds,
+        "backend": jax.default_backend(),
+        "_spikes": spikes,
+    }
+
+
+def _micro_report(result: dict[str, Any]) -> None:
+    print(
+        f"microcircuit (scale {result['scale']:g}, k_scale {result['k_scale']:g}, "
+        f"{result['background']} background{', thalamus' if result['thalamus'] else ''}): "
+        f"{result['n_neurons']} neurons, {result['n_synapses']} synapses, "
+        f"{result['duration_ms']:g} ms at dt {result['dt_ms']:g} ms"
+    )
+    lo, hi = result["stats_window_ms"]
+    print(f"statistics over {lo:g}-{hi:g} ms")
+    print(f"{'population':>10}  {'neurons':>8}  {'rate [Hz]':>10}  {'CV ISI':>7}")
+    for p, r in result["rates_hz"].items():
+        cv = result["cv_isi"][p]
+        cv_s = "-" if cv is None else f"{cv:.3f}"
+        print(f"{p:>10}  {result['populations'][p]:>8d}  {r:>10.3f}  {cv_s:>7}")
+    print()
+    rows = [
+        ("build time", f"{result['build_s']:.2f} s"),
+        ("compile time", f"{result['compile_s']:.2f} s"),
+        ("run time", f"{result['run_s']:.3f} s"),
+        ("real-time factor", f"{result['real_time_factor']:.3g} (wall s per simulated s)"),
+        ("synapse memory", f"{result['synapse_bytes'] / result['n_synapses']:.2f} bytes/synapse"),
+        ("backend", result["backend"]),
+    ]
+    from neurojax.cli import print_rows
+
+    print_rows(rows, result)
+
+
+def _micro_plot(result: dict[str, Any], path: str) -> None:
+    from neurojax.analysis._microcircuit_plots import plot_microcircuit
+
+    plot_microcircuit(
+        result["_spikes"],
+        result["populations"],
+        result["duration_ms"],
+        path,
+        title=(
+            f"microcircuit, scale {result['scale']:g}, k_scale {result['k_scale']:g}, "
+            f"{result['background']} background, seed {result['seed']}"
+        ),
+    )
+
+
+def microcircuit_model(run_model: Callable[..., Any]) -> dict[str, Any]:
+    """The `RunModel` entry of `neurojax run microcircuit`."""
+    return {
+        "microcircuit": run_model(
+            name="microcircuit",
+            help="cortical microcircuit of Potjans and Diesmann (2014)",
+            description=_MICRO_DESCRIPTION,
+            duration_ms=1000.0,
+            dt_ms=0.1,
+            batch=1,
+            add_arguments=_micro_arguments,
+            validate=_micro_validate,
+            run=_run_microcircuit,
+            report=_micro_report,
+            plot=_micro_plot,
+        )
+    }

@@ -256,7 +256,7 @@ def test_unknown_model_exits_2_naming_the_choices(capsys):
     err = capsys.readouterr().err
     assert (
         "argument MODEL: invalid choice: 'nope' (choose from 'hh', 'coba', 'cuba', "
-        "'izhikevich-lattice', 'assembly')" in err
+        "'izhikevich-lattice', 'microcircuit', 'assembly')" in err
     )
 
 

@@ -13,6 +13,7 @@ from ._builders import fixed_prob as fixed_prob
 from ._builders import from_arrays as from_arrays
 from ._builders import from_dense as from_dense
 from ._builders import one_to_one as one_to_one
+from ._fixed_total import fixed_total_number as fixed_total_number
 from ._lattice import distance_connect as distance_connect
 from ._lattice import from_predicate as from_predicate
 from ._lattice import gaussian_connect as gaussian_connect

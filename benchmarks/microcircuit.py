@@ -1,0 +1,152 @@
+"""Speed and memory of the Potjans-Diesmann microcircuit: neurojax against NEST 3 in one run.
+
+Each measurement runs in its own process (so that its peak RSS is its own), pinned with
+`taskset` to the same cores; neurojax's XLA gets one intra-op thread per core given
+(`--threads`), NEST `local_num_threads = --threads`. Peers alternate (neurojax, NEST,
+neurojax, ...) for `--repeats` rounds. Reported per run: build time (connectivity, weights,
+delays; for NEST `Create`/`Connect`/`Prepare`), compile time (neurojax), run time of
+`--duration` ms of network activity (compile excluded) and its real-time factor, the
+per-population mean rates, the same times in process CPU seconds (all threads; the fair
+measure when the machine is shared and a process waits for a core), bytes per synapse of
+the network's synapse arrays (`Network.nbytes()`) and the process's peak RSS divided by the
+number of synapses.
+
+Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
+[--threads 1] [--repeats 1] [--peers neurojax,nest]`; one JSON line per run.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+POPS = ("L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I")
+
+
+def _neurojax(args) -> dict:
+    import jax
+
+    import neurojax as nj
+    from neurojax.models._microcircuit import run_spike_ids
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    net, state = nj.models.microcircuit(
+        jax.random.key(args.seed), scale=args.scale, k_scale=args.k_scale
+    )
+    jax.block_until_ready(state)
+    build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
+    n_steps = round(args.duration / 0.1)
+    cpu = {}
+    _, ids, counts, compile_s, run_s = run_spike_ids(net, state, n_steps, 0.1, cpu=cpu)
+    sizes = [net.sizes[p] for p in POPS]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    rates = {
+        p: float(((ids >= offsets[a]) & (ids < offsets[a + 1])).sum() / sizes[a])
+        / (args.duration * 1e-3)
+        for a, p in enumerate(POPS)
+    }
+    return {
+        "n_synapses": net.n_synapses,
+        "synapse_bytes_per_synapse": net.nbytes() / net.n_synapses,
+        "build_s": build_s,
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "build_cpu_s": build_cpu,
+        "compile_cpu_s": cpu["compile_s"],
+        "run_cpu_s": cpu["run_s"],
+        "rates_hz": rates,
+        "version": nj.__version__ if hasattr(nj, "__version__") else "",
+    }
+
+
+def _nest(args) -> dict:
+    import nest
+
+    from benchmarks.microcircuit_reference import build_nest
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    pops, recs = build_nest(args.scale, args.k_scale, args.seed + 1, args.threads)
+    nest.Prepare()
+    nest.Cleanup()
+    build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
+    n_syn = nest.num_connections
+    t0, c0 = time.perf_counter(), time.process_time()
+    nest.Simulate(args.duration)
+    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    rates = {
+        p: len(recs[a].get("events")["times"]) / len(pops[a]) / (args.duration * 1e-3)
+        for a, p in enumerate(POPS)
+    }
+    return {
+        "n_synapses": int(n_syn),
+        "build_s": build_s,
+        "compile_s": 0.0,
+        "run_s": run_s,
+        "build_cpu_s": build_cpu,
+        "compile_cpu_s": 0.0,
+        "run_cpu_s": run_cpu,
+        "rates_hz": rates,
+        "version": nest.__version__,
+    }
+
+
+def _child(args) -> None:
+    out = _neurojax(args) if args.peer == "neurojax" else _nest(args)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out.update(
+        peer=args.peer,
+        scale=args.scale,
+        k_scale=args.k_scale,
+        duration_ms=args.duration,
+        threads=args.threads,
+        real_time_factor=out["run_s"] / (args.duration * 1e-3),
+        real_time_factor_cpu=out["run_cpu_s"] / (args.duration * 1e-3),
+        peak_rss_bytes=peak,
+        peak_rss_bytes_per_synapse=peak / out["n_synapses"],
+    )
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--k-scale", type=float, default=1.0)
+    p.add_argument("--duration", type=float, default=1000.0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--peers", default="neurojax,nest")
+    p.add_argument("--peer", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.peer is not None:
+        _child(args)
+        return
+    cores = ",".join(str(i) for i in range(args.threads))
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={str(args.threads > 1).lower()}"
+    ).strip()
+    env["OMP_NUM_THREADS"] = str(args.threads)
+    for _ in range(args.repeats):
+        for peer in args.peers.split(","):
+            cmd = ["taskset", "-c", cores, sys.executable, "-m", "benchmarks.microcircuit"]
+            cmd += [
+                "--peer", peer, "--scale", str(args.scale), "--k-scale", str(args.k_scale),
+                "--duration", str(args.duration), "--threads", str(args.threads),
+                "--seed", str(args.seed),
+            ]  # fmt: skip
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+            if res.returncode or not lines:
+                print(json.dumps({"peer": peer, "error": res.stderr[-2000:]}), flush=True)
+                continue
+            print(lines[-1][len("RESULT ") :], flush=True)
+
+
+if __name__ == "__main__":
+    main()

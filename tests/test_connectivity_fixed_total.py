@@ -1,0 +1,111 @@
+"""`nj.connect.fixed_total_number` against the multinomial expectation of its rule."""
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+import neurojax as nj
+
+
+def _pairs(conn):
+    idx = np.asarray(conn.indices)
+    return idx[:, 0], idx[:, 1]
+
+
+def test_exact_count_shape_and_order():
+    conn = nj.connect.fixed_total_number(jax.random.key(0), 300, 200, 12345, weight=0.5)
+    pre, post = _pairs(conn)
+    assert conn.shape == (300, 200) and conn.nse == 12345
+    assert conn.indices.dtype == np.int32 and np.all(np.asarray(conn.data) == np.float32(0.5))
+    key = pre.astype(np.int64) * 200 + post
+    assert np.all(np.diff(key) >= 0)  # row-major, duplicates adjacent
+    assert pre.min() >= 0 and pre.max() < 300 and post.min() >= 0 and post.max() < 200
+
+
+def test_degrees_follow_the_multinomial():
+    # Each synapse picks pre and post uniformly: in-degree ~ Binomial(n, 1/n_post), and the
+    # vector of in-degrees is multinomial (a chi-square test of uniformity over posts).
+    n_pre, n_post, n = 400, 250, 200_000
+    conn = nj.connect.fixed_total_number(jax.random.key(3), n_pre, n_post, n)
+    pre, post = _pairs(conn)
+    k_in = np.bincount(post, minlength=n_post)
+    k_out = np.bincount(pre, minlength=n_pre)
+    assert k_in.sum() == n and k_out.sum() == n
+    # mean exact; variance n p (1 - p) within its sampling error (~ sqrt(2/(n_post-1)) rel.)
+    p = 1 / n_post
+    assert k_in.var(ddof=1) == pytest.approx(n * p * (1 - p), rel=4 * np.sqrt(2 / n_post))
+    p = 1 / n_pre
+    assert k_out.var(ddof=1) == pytest.approx(n * p * (1 - p), rel=4 * np.sqrt(2 / n_pre))
+    for counts in (k_in, k_out):
+        chi2 = stats.chisquare(counts).pvalue
+        assert chi2 > 1e-4
+    # multapses: pairs carrying >= 2 synapses, expected n_pairs * P(Binomial(n, q) >= 2)
+    q = 1 / (n_pre * n_post)
+    key = pre.astype(np.int64) * n_post + post
+    _, mult = np.unique(key, return_counts=True)
+    expected = n_pre * n_post * stats.binom.sf(1, n, q)
+    assert (mult >= 2).sum() == pytest.approx(expected, rel=4 / np.sqrt(expected))
+
+
+def test_no_autapses_and_no_multapses():
+    conn = nj.connect.fixed_total_number(jax.random.key(1), 50, 50, 2000, allow_self=False)
+    pre, post = _pairs(conn)
+    assert not np.any(pre == post)
+    conn = nj.connect.fixed_total_number(
+        jax.random.key(2), 30, 40, 1000, allow_self=True, allow_multapses=False
+    )
+    pre, post = _pairs(conn)
+    key = pre.astype(np.int64) * 40 + post
+    assert conn.nse == 1000 and np.unique(key).size == 1000
+    assert np.all(np.diff(key) > 0)
+
+
+def test_without_multapses_every_subset_is_uniform():
+    # 2 synapses among the 6 pairs of a 2 x 3 grid: each pair is in the subset with
+    # probability 2/6, whatever the pair (frequencies over 300 keys, chi-square).
+    hits = np.zeros(6)
+    for s in range(300):
+        conn = nj.connect.fixed_total_number(jax.random.key(s), 2, 3, 2, allow_multapses=False)
+        pre, post = _pairs(conn)
+        assert np.unique(pre * 3 + post).size == 2
+        hits[pre * 3 + post] += 1
+    assert hits.sum() == 600
+    assert stats.chisquare(hits).pvalue > 1e-4
+
+
+def test_reproducible_and_weights_from_distribution():
+    a = nj.connect.fixed_total_number(jax.random.key(7), 100, 80, 3000)
+    b = nj.connect.fixed_total_number(
+        jax.random.key(7), 100, 80, 3000, weight=nj.connect.normal(1.0, 0.1)
+    )
+    assert np.array_equal(np.asarray(a.indices), np.asarray(b.indices))
+    w = np.asarray(b.data)
+    assert w.mean() == pytest.approx(1.0, abs=4 * 0.1 / np.sqrt(3000))
+    assert w.std() == pytest.approx(0.1, rel=0.1)
+    conn = nj.connect.fixed_total_number(jax.random.key(7), 100, 80, 0)
+    assert conn.nse == 0 and conn.shape == (100, 80)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_pre=2, n_post=3, n=7, allow_multapses=False), r"n must be <= 6"),
+        (dict(n_pre=2, n_post=3, n=1, allow_self=False), r"n_pre == n_post|same population"),
+        (dict(n_pre=1, n_post=1, n=1, allow_self=False), r"no candidate pair"),
+        (dict(n_pre=4, n_post=4, n=-1), r"n must be a non-negative int"),
+        (dict(n_pre=0, n_post=4, n=1), r"n_pre must be a positive int"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        nj.connect.fixed_total_number(jax.random.key(0), **kwargs)
+
+
+def test_bad_types_are_refused():
+    with pytest.raises(TypeError, match="fixed_total_number: n must be"):
+        nj.connect.fixed_total_number(jax.random.key(0), 4, 4, 2.5)
+    with pytest.raises(TypeError, match="fixed_total_number: allow_multapses must be True"):
+        nj.connect.fixed_total_number(jax.random.key(0), 4, 4, 2, allow_multapses=1)
+    with pytest.raises(TypeError, match="fixed_total_number: key must be a JAX PRNG key"):
+        nj.connect.fixed_total_number(0, 4, 4, 2)
