@@ -27,3 +27,4 @@ from ._weights import Uniform as Uniform
 from ._weights import lognormal as lognormal
 from ._weights import normal as normal
 from ._weights import uniform as uniform
+from . import _procedural as procedural  # noqa: E402  (nj.connect.procedural.fixed_prob, ...)

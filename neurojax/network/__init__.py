@@ -12,6 +12,7 @@ from ._layout import BCOOLayout as BCOOLayout
 from ._layout import DenseLayout as DenseLayout
 from ._layout import EventLayout as EventLayout
 from ._layout import Layout as Layout
+from ._layout import ProceduralLayout as ProceduralLayout
 from ._network import Network as Network
 from ._network import NetworkState as NetworkState
 from ._network import SpikeCapacityError as SpikeCapacityError

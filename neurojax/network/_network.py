@@ -636,6 +636,9 @@ class Network(eqx.Module):
         from ..kernels import _build, _config, _registry
 
         events = [p for p in self.projections if getattr(p.layout, "name", "") == "event"]
+        if any(getattr(p.layout, "name", "") == "procedural" for p in self.projections):
+            if _config.mode() == "reference" or not _registry._may_run_on_cpu():
+                return True  # the procedural layout's reference has a bounded buffer too
         if not events:
             return False
         if _config.mode() == "reference" or not _registry._may_run_on_cpu():

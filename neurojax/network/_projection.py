@@ -13,7 +13,9 @@ from .._validation import _fmt
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
 from ._layout import DENSE_AUTO_MAX as DENSE_AUTO_MAX
+from ..connectivity._procedural import Procedural
 from ._layout import Layout, layout_class
+from ._layout._procedural import procedural_parts
 from ._plastic import check_initial_weights, check_rule
 
 __all__ = ["Projection", "delay_steps"]
@@ -159,6 +161,13 @@ class Projection(eqx.Module):
                 f"got {type(output).__name__}"
             )
         check_rule("Projection", plasticity)
+        if isinstance(conn, Procedural):  # nj.connect.procedural: nothing stored
+            self.layout, self.delay = procedural_parts(
+                "Projection", conn, delay, plasticity, method
+            )
+            self.pre, self.post, self.synapse, self.output = pre, post, synapse, output
+            self.n_synapses, self.max_delay, self.plasticity = conn.n_synapses, self.delay, None
+            return
         conn = _check_conn(conn)
         n_pre, n_post = (int(d) for d in conn.shape)
         nnz = int(conn.nse)
