@@ -10,10 +10,10 @@ from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
 from .._validation import _fmt
+from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
 from ._layout import DENSE_AUTO_MAX as DENSE_AUTO_MAX
-from ..connectivity._procedural import Procedural
 from ._layout import Layout, layout_class
 from ._layout._procedural import procedural_parts
 from ._plastic import check_initial_weights, check_rule
