@@ -17,6 +17,7 @@ from .._validation import as_float, check_dt, default_float, is_concrete, normal
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
 from . import _phases
+from ._memory import MemoryReport, RingRow, plan_memory
 from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
 from ._sources import SpikeSource
@@ -452,6 +453,20 @@ class Network(eqx.Module):
         extra = sum(int(d.nbytes) for d in self.delay_steps if d is not None)
         return sum(p.nbytes() for p in self.projections) + extra
 
+    def memory(self, *, batch: int | tuple[int, ...] = ()) -> "MemoryReport":
+        """The bytes of this network by part, before its state is allocated: per population
+        its state per neuron, per projection its tables per synapse and its kinetics, per
+        ring buffer one delay slot (`nj.network.MemoryReport`; `print` it for a table).
+        `batch` are the state's trial dimensions. See `nj.network.plan_memory`."""
+        n_trials = math.prod(normalize_shape("Network.memory", batch))
+        sizes = {n: (m, self.sizes[n]) for n, m in self.populations.items()}
+        report = plan_memory(sizes, self.projections, dt=self.dt, batch=n_trials)
+        rings = tuple(
+            RingRow("+".join(self.groups[gi]), slots, width, 4 * width * n_trials)
+            for (gi, _), (slots, width) in zip(self.senders, self.ring_shape, strict=True)
+        )
+        return dataclasses.replace(report, rings=rings)
+
     def init_state(
         self, key: PRNGKeyArray | None = None, *, batch: int | tuple[int, ...] = ()
     ) -> NetworkState:
@@ -464,6 +479,7 @@ class Network(eqx.Module):
         `eqx.tree_at`, e.g. `eqx.tree_at(lambda s: s.populations["E"].v, state, v0)`.
         """
         batch = normalize_shape("Network.init_state", batch)
+        self.memory(batch=batch).check("Network.init_state")  # refused before allocating
         keys = [None] * len(self.sizes) if key is None else list(jr.split(key, len(self.sizes)))
         pops = {}
         for (name, model), k in zip(self.populations.items(), keys, strict=True):
