@@ -104,6 +104,7 @@ class ProjectionRow:
     n_synapses: int
     table_bytes: int  # connectivity arrays (layout + per-synapse delays)
     state_bytes: int  # kinetics and plastic state
+    n_post: int = 0
 
     @property
     def bytes_per_synapse(self) -> float:
@@ -182,7 +183,8 @@ class MemoryReport:
         for p in self.projections:
             row(f"{p.name} [{p.method}]", p.n_synapses, "syn", p.bytes_per_synapse, p.table_bytes)
             if p.state_bytes:
-                row(f"  kinetics {p.name}", p.state_bytes, "B", 1, p.state_bytes)
+                per = p.state_bytes / max(1, p.n_post)
+                row(f"  state of {p.name}", p.n_post, "nrn", per, p.state_bytes)
         for r in self.rings:
             row(f"ring {r.senders}", r.slots, "slot", r.bytes_per_slot, r.bytes)
         lines.append(
@@ -308,7 +310,9 @@ def plan_memory(
             state = _synapse_state_bytes(proj.synapse, proj.n_post, batch)
             if proj.plasticity is not None:
                 state += batch * proj.n_synapses * 4  # the plastic weights per trial
-            rows.append(ProjectionRow(name, proj.method, proj.n_synapses, table, state))
+            rows.append(
+                ProjectionRow(name, proj.method, proj.n_synapses, table, state, proj.n_post)
+            )
             pre, post, max_delay = proj.pre, proj.post, proj.max_delay
         elif isinstance(proj, ProjectionPlan):
             for end in (proj.pre, proj.post):
@@ -328,7 +332,9 @@ def plan_memory(
             else:
                 table = 4 * n_pre + 16 + 4 * proj.position_dims * (n_pre + n_post)
             state = batch * proj.synapse_state * n_post + (batch * 4 * n) * proj.plastic
-            rows.append(ProjectionRow(f"{proj.pre}->{proj.post}", proj.method, n, table, state))
+            rows.append(
+                ProjectionRow(f"{proj.pre}->{proj.post}", proj.method, n, table, state, n_post)
+            )
             pre, post, max_delay = proj.pre, proj.post, proj.max_delay
         else:
             raise TypeError(
