@@ -15,7 +15,7 @@ Bytes per synapse of each layout (float32 weights, int32 indices):
 
 | layout | bytes per synapse | bytes per presynaptic neuron |
 | --- | --- | --- |
-| `"event"` | 8 (+ 8 when plastic, + 1, 2 or 4 for per-synapse delays) | 4 |
+| `"event"` | 8 (+ 8 when plastic, + 5, 6 or 8 for per-synapse delays) | 4 |
 | `"bcoo"` | 12 | 0 |
 | `"dense"` | `4 n_pre n_post / n_synapses` | 0 |
 | `"procedural"` | 0 | 4 (+ 4 d for distance-rule positions) |
@@ -94,7 +94,8 @@ class PopulationRow:
 
     @property
     def bytes(self) -> int:
-        return int(round(self.state_bytes_per_neuron * self.neurons)) + self.parameter_bytes
+        """Bytes of the state (the parameters are counted apart)."""
+        return int(round(self.state_bytes_per_neuron * self.neurons))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +137,8 @@ class MemoryReport:
             buffer (`bytes`, and `state_bytes_per_neuron`, `bytes_per_synapse`,
             `bytes_per_slot`).
         batch: the trials the state holds.
-        built_bytes: bytes already allocated (the tables of built projections).
+        built_bytes: bytes already allocated (the tables of built projections and the
+            models' parameters).
     """
 
     populations: tuple[PopulationRow, ...]
@@ -160,9 +162,14 @@ class MemoryReport:
         )
 
     @property
+    def parameter_bytes(self) -> int:
+        """Bytes of the neuron models' parameter arrays."""
+        return sum(p.parameter_bytes for p in self.populations)
+
+    @property
     def total_bytes(self) -> int:
-        """Everything: tables and state."""
-        return self.table_bytes + self.state_bytes
+        """Everything: tables, parameters and state."""
+        return self.table_bytes + self.parameter_bytes + self.state_bytes
 
     @property
     def n_synapses(self) -> int:
@@ -254,9 +261,9 @@ def _population_row(name: str, model: Any, size: int, batch: int) -> PopulationR
     one = eqx.filter_eval_shape(lambda m: m.init_state((batch, 1), key=jr.key(0)), model)
     two = eqx.filter_eval_shape(lambda m: m.init_state((batch, 2), key=jr.key(0)), model)
     per = _tree_bytes(two) - _tree_bytes(one)
-    const = _tree_bytes(one) - per
+    const = _tree_bytes(one) - per  # per-population state (a key), none in the built-ins
     params = _tree_bytes(eqx.filter(model, eqx.is_array))
-    return PopulationRow(name, size, float(per), params + const)
+    return PopulationRow(name, size, float(per) + const / size, params)
 
 
 def _synapse_state_bytes(synapse: Any, n_post: int, batch: int) -> int:
@@ -324,7 +331,8 @@ def plan_memory(
             steps = 0 if dt is None else int(math.floor(proj.max_delay / dt + 0.5 + 1e-6))
             if proj.method == "event":
                 table = 8 * n + 4 * (n_pre + 1) + (8 * n + 4 * (n_post + 1)) * proj.plastic
-                table += n * _delay_bytes(steps) * proj.per_synapse_delays
+                # per-synapse delays: the projection's float32 ms and the network's steps
+                table += n * (4 + _delay_bytes(steps)) * proj.per_synapse_delays
             elif proj.method == "bcoo":
                 table = 12 * n
             elif proj.method == "dense":
@@ -349,4 +357,5 @@ def plan_memory(
     rings = tuple(
         RingRow(pre, slots, width, 4 * width * batch) for pre, (slots, width) in slots_of.items()
     )
+    built += sum(p.parameter_bytes for p in pops)  # the models exist already
     return MemoryReport(tuple(pops), tuple(rows), rings, int(batch), built)
