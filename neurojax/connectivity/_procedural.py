@@ -14,11 +14,11 @@ the key) and stored. The row's `j`-th entry (`j < counts[i]`) is:
 
 - `fixed_prob`: `counts[i] ~ Binomial(m, p)` with `m = n_post` candidates (`n_post - 1`
   without autapses), and the targets are the images of `0, 1, ..., counts[i] - 1` under a
-  keyed pseudo-random permutation of `[0, m)` (Kensler 2013, "Correlated multi-jittered
-  sampling", Pixar technical memo 13-01: a hash that is a bijection of the next power of two,
-  with cycle walking back into `[0, m)`). The targets of a row are therefore distinct: a
-  Bernoulli(p) graph, each row a pseudo-random `counts[i]`-subset; out-degrees are exactly
-  binomial, in-degrees binomial as far as the hash is random.
+  keyed pseudo-random permutation of `[0, m)` (a Feistel network over a mixed-radix domain
+  just above `m`, Black and Rogaway 2002, with cycle walking back into `[0, m)`). The targets
+  of a row are therefore distinct: a Bernoulli(p) graph, each row a pseudo-random
+  `counts[i]`-subset; out-degrees are exactly binomial, in-degrees binomial as far as the
+  hash is random.
 - `fixed_total`: `counts ~ Multinomial(n_synapses, uniform over the n_pre rows)` (stored, as
   GeNN's `FixedNumberTotalWithReplacement` does) and targets i.i.d. uniform over the
   candidates: the law of NEST's `fixed_total_number` with multapses (each synapse's source
@@ -42,7 +42,8 @@ built from `to_bcoo()` (`stored()`) delivers exactly the same values.
 References:
     J. C. Knight and T. Nowotny (2021), Larger GPU-accelerated brain simulations with
     procedural connectivity, Nature Computational Science 1: 136-142.
-    A. Kensler (2013), Correlated multi-jittered sampling, Pixar Technical Memo 13-01.
+    J. Black and P. Rogaway (2002), Ciphers with arbitrary finite domains, CT-RSA 2002,
+    LNCS 2271: 114-130.
 """
 
 import math
@@ -87,44 +88,84 @@ def delay_steps_f32(d: jax.Array, dt: float) -> jax.Array:
     return jnp.floor(ratio + 0.5 + 1e-6 * jnp.maximum(ratio, 1.0)).astype(jnp.int32)
 
 
-def _hash(x: jax.Array, p: jax.Array, w: int) -> jax.Array:
-    """One pass of Kensler's (2013) permutation hash: a bijection of `[0, w]` (`w + 1` a power
-    of two) keyed by the uint32 `p`; every step maps the low bits through a bijection."""
-    mask = jnp.uint32(w)
-    x = x ^ p
-    x = x * jnp.uint32(0xE170893D)
-    x = x ^ (p >> 16)
-    x = x ^ ((x & mask) >> 4)
-    x = x ^ (p >> 8)
-    x = x * jnp.uint32(0x0929EB3F)
-    x = x ^ (p >> 23)
-    x = x ^ ((x & mask) >> 1)
-    x = x * (jnp.uint32(1) | (p >> 27))
-    x = x * jnp.uint32(0x6935FA69)
-    x = x ^ ((x & mask) >> 11)
-    x = x * jnp.uint32(0x74DCB303)
-    x = x ^ ((x & mask) >> 2)
-    x = x * jnp.uint32(0x9E501CC3)
-    x = x ^ ((x & mask) >> 2)
-    x = x * jnp.uint32(0xC860A3DF)
-    x = x & mask
-    return x ^ (x >> 5)
+def _mix(x: jax.Array) -> jax.Array:
+    """MurmurHash3's 32-bit finaliser (a bijection of uint32 with full avalanche)."""
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * jnp.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
 
 
-def permute(j: jax.Array, m: int, p: jax.Array) -> jax.Array:
-    """The image of `j` (int, `0 <= j < m`) under the permutation of `[0, m)` keyed by `p`
-    (uint32, broadcast against `j`): Kensler's hash walked until it lands in `[0, m)`, then
-    rotated by `p mod m`. Distinct `j` give distinct images."""
-    w = (1 << max(0, (m - 1).bit_length())) - 1
-    x = _hash(j.astype(jnp.uint32), p, w)
-    x = lax.while_loop(lambda x: jnp.any(x >= m), lambda x: jnp.where(x >= m, _hash(x, p, w), x), x)
-    return ((x + p % jnp.uint32(m)) % jnp.uint32(m)).astype(jnp.int32)
+_ROUNDS = 4
 
 
-def _truncated(dist: Distribution, key, shape, low: float, high: float) -> jax.Array:
-    """Draws of `dist` conditioned on `[low, high]`, by inverting the truncated CDF."""
+def permute(j: jax.Array, m: int, key: jax.Array) -> jax.Array:
+    """The image of `j` (int, `0 <= j < m`) under the permutation of `[0, m)` keyed by `key`
+    (uint32, broadcast against `j`); distinct `j` give distinct images.
+
+    A four-round Feistel network over the mixed-radix domain `Z_a x Z_b` (`a = ceil(sqrt
+    m)`, `b = ceil(m / a)`, so `a b - m < a`), its rounds alternating the two radices (Black
+    and Rogaway 2002, "Ciphers with arbitrary finite domains"), with MurmurHash3's finaliser
+    as round function; images beyond `m` are walked through the permutation again until they
+    land in `[0, m)` (cycle walking, less than one step in `sqrt(m)` on average)."""
+    a = max(1, math.isqrt(m - 1) + 1) if m > 1 else 1
+    b = max(1, -(-m // a))
+    round_keys = [
+        _mix(key + jnp.uint32((0x9E3779B9 * (r + 1)) & 0xFFFFFFFF)) for r in range(_ROUNDS)
+    ]
+
+    def feistel(x):
+        left, right = x // jnp.uint32(b), x % jnp.uint32(b)
+        radix = (a, b)
+        for r in range(_ROUNDS):
+            p = radix[r % 2]  # the radix of `left` in this round
+            f = _mix(right ^ round_keys[r]) % jnp.uint32(p)
+            left, right = right, (left + f) % jnp.uint32(p)
+        return left * jnp.uint32(b) + right
+
+    x = feistel(j.astype(jnp.uint32))
+    if a * b > m:
+        x = lax.while_loop(lambda x: jnp.any(x >= m), lambda x: jnp.where(x >= m, feistel(x), x), x)
+    return x.astype(jnp.int32)
+
+
+def _uniform(bits: jax.Array) -> jax.Array:
+    """Uniform values in the open interval (0, 1) from uint32 words (24-bit resolution)."""
+    return ((bits >> 8).astype(default_float()) + 0.5) * (1.0 / (1 << 24))
+
+
+def _probit(u: jax.Array) -> jax.Array:
+    """The standard normal quantile at `u`, as `sqrt(2) erfinv(2u - 1)` (the transform of
+    `jax.random.normal`; cheaper than `ndtri`'s three-branch rational approximation)."""
+    return jnp.sqrt(2.0).astype(u.dtype) * lax.erf_inv(2.0 * u - 1.0)
+
+
+def _draw(dist: Distribution, u: jax.Array) -> jax.Array:
+    """Weights of `dist` by inverting its CDF at the uniforms `u` (differentiable in the
+    distribution's parameters). Normal tails beyond ~5.3 standard deviations are out of reach
+    of 24-bit uniforms (probability 1e-7)."""
+    if isinstance(dist, Uniform):
+        low = jnp.maximum(dist.low, 0.0) if dist.nonnegative else dist.low
+        return low + u * (dist.high - low)
+    if isinstance(dist, LogNormal):
+        return jnp.exp(dist.mean + dist.sigma * _probit(u))
+    if isinstance(dist, Normal):
+        if not dist.nonnegative:
+            return dist.mean + dist.std * _probit(u)
+        safe = jnp.where(dist.std > 0, dist.std, 1.0)
+        b = jnp.where(dist.std > 0, dist.mean / safe, jnp.inf)
+        w = dist.mean - dist.std * ndtri(u * ndtr(b))
+        return jnp.maximum(w, 0.0)  # a rounding residue below 0, never a genuine draw
+    raise TypeError(
+        f"procedural: weight distributions are normal, lognormal and uniform, got "
+        f"{type(dist).__name__}"
+    )
+
+
+def _truncated(dist: Distribution, u: jax.Array, low: float, high: float) -> jax.Array:
+    """`dist` conditioned on `[low, high]`, by inverting the truncated CDF at `u`."""
     dtype = default_float()
-    u = jr.uniform(key, shape, dtype)
     if isinstance(dist, Uniform):
         a = jnp.maximum(dist.low, low)
         b = jnp.minimum(dist.high, high)
@@ -186,44 +227,53 @@ class Procedural(eqx.Module):
 
     # ------------------------------------------------------------------ generation
 
-    def _keys(self):
-        key = jr.wrap_key_data(self.key_data)
-        return jr.split(key, 5)  # counts, structure, weights, delays, acceptance
-
     def rows(
         self, ids: Int[Array, " m"]
     ) -> tuple[Int[Array, "m k"], Float[Array, "m k"], Int[Array, "m k"] | None, Array]:
         """The rows of the presynaptic neurons `ids` (int32, each in `[0, n_pre)`), padded to
         `max_fan_out`: targets, weights, delays in steps (None without a delay
-        distribution) and which entries are synapses."""
+        distribution) and which entries are synapses.
+
+        One threefry call per row (`jax.random.bits` of the key folded with the row's id)
+        gives every random word of the row: the permutation key, and per entry the words of
+        its target (`fixed_total`), weight, delay and acceptance (`distance`)."""
         k = max(1, self.max_fan_out)
-        _, k_struct, k_weight, k_delay, k_accept = self._keys()
         ids = ids.astype(jnp.int32)
-        row_keys = lambda base: jax.vmap(lambda i: jr.fold_in(base, i))(ids)  # noqa: E731
+        n = ids.shape[0]
+        parts = ["perm"] if self.rule != "fixed_total" else ["hi", "lo"]
+        parts += ["w"] if isinstance(self.weight, Distribution) else []
+        parts += ["d"] if self.delay is not None else []
+        parts += ["acc"] if self.rule == "distance" else []
+        width = {"perm": 1}
+        sizes = [width.get(name, k) for name in parts]
+        key = jr.wrap_key_data(self.key_data)
+        bits = jax.vmap(lambda i: jr.bits(jr.fold_in(key, i), (sum(sizes),), jnp.uint32))(ids)
+        words, off = {}, 0
+        for name, size in zip(parts, sizes, strict=True):
+            words[name] = bits[:, off : off + size]
+            off += size
         j = jnp.arange(k, dtype=jnp.int32)
         valid = j[None, :] < self.counts[ids][:, None]
-        m = self.n_post - (0 if self.allow_self else 1)
+        m = max(1, self.n_post - (0 if self.allow_self else 1))
         if self.rule == "fixed_total":
-            post = jax.vmap(lambda kk: jr.randint(kk, (k,), 0, max(m, 1), jnp.int32))(
-                row_keys(k_struct)
-            )
+            # Two words per target, reduced as jax.random.randint does.
+            span = jnp.uint32(m)
+            mult = (jnp.uint32(2**16) % span) * (jnp.uint32(2**16) % span) % span
+            post = ((words["hi"] % span) * mult + words["lo"] % span) % span
+            post = post.astype(jnp.int32)
         else:
-            p = jax.vmap(lambda kk: jr.bits(kk, (), jnp.uint32))(row_keys(k_struct))
-            post = permute(jnp.broadcast_to(j, (ids.shape[0], k)), max(m, 1), p[:, None])
+            post = permute(jnp.broadcast_to(j, (n, k)), m, words["perm"])
         if not self.allow_self:
             post = post + (post >= ids[:, None]).astype(jnp.int32)
         if self.rule == "distance":
-            u = jax.vmap(lambda kk: jr.uniform(kk, (k,), default_float()))(row_keys(k_accept))
-            valid = valid & (u < self._kept(ids, post))
+            valid = valid & (_uniform(words["acc"]) < self._kept(ids, post))
         if isinstance(self.weight, Distribution):
-            w = jax.vmap(lambda kk: self.weight.sample(kk, (k,)))(row_keys(k_weight))
+            w = _draw(self.weight, _uniform(words["w"]))
         else:
-            w = jnp.broadcast_to(self.weight, (ids.shape[0], k))
+            w = jnp.broadcast_to(self.weight, (n, k))
         steps = None
         if self.delay is not None:
-            d = jax.vmap(
-                lambda kk: _truncated(self.delay, kk, (k,), self.delay_low, self.delay_high)
-            )(row_keys(k_delay))
+            d = _truncated(self.delay, _uniform(words["d"]), self.delay_low, self.delay_high)
             steps = delay_steps_f32(d, self.dt)
         return post, w.astype(default_float()), steps, valid
 
@@ -318,7 +368,7 @@ def _rng(owner: str, key) -> tuple[np.random.Generator, jax.Array]:
             f"{owner}: key must be a threefry2x32 key (jax.random.key(seed)), got key data of "
             f"shape {data.shape}"
         )
-    k_count = jr.key_data(jr.split(jr.wrap_key_data(data), 5)[0])
+    k_count = jr.key_data(jr.fold_in(jr.wrap_key_data(data), 2**31 - 1))  # rows: ids < 2**30
     return np.random.default_rng(np.asarray(k_count, np.uint32).tolist()), data
 
 

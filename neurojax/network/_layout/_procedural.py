@@ -52,7 +52,7 @@ from ._base import Delivery, Layout
 
 __all__ = ["ProceduralLayout", "procedural_parts"]
 
-_CHUNK_SYNAPSES = 1 << 18
+_CHUNK_SYNAPSES = 1 << 14
 
 
 class ProceduralLayout(Layout):
@@ -297,40 +297,49 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
     oob = flat.shape[0]
     mask = s_rows > 0
     count = jnp.sum(mask, axis=-1, dtype=jnp.int32)
-    if every:
-        size = n_source
-        idx, valid = _compact_all(mask)
-    else:
-        size = capacity_for(capacity, n_source)
-        idx, valid = _compact(mask.astype(jnp.float32), size)
-    conns = _conns(leaves, treedefs)
-    fan = max(max(1, c.max_fan_out) for c, _ in conns)
-    chunk = max(1, min(size, _CHUNK_SYNAPSES // (fan * n_trials)))
-    n_chunks = (jnp.minimum(jnp.max(count), size) + chunk - 1) // chunk
+    size = n_source if every else capacity_for(capacity, n_source)
     trial = jnp.arange(n_trials, dtype=jnp.int32)[:, None]
+    # Each projection compacts the spikes of its own presynaptic population, so that no row
+    # is generated for a spike of another population of the group.
+    for spec, (conn, start) in zip(specs, _conns(leaves, treedefs), strict=True):
+        _, pre_offset, n_pre, n_post, *_ = spec
+        sub = mask[:, pre_offset : pre_offset + n_pre]
+        sub_size = min(size, n_pre)
+        if every:
+            idx, valid = _compact_all(sub)
+        else:
+            idx, valid = _compact(sub.astype(jnp.float32), sub_size)
+        n_here = jnp.minimum(jnp.max(jnp.sum(sub, axis=-1, dtype=jnp.int32)), sub_size)
+        chunk = max(1, min(sub_size, _CHUNK_SYNAPSES // (max(1, conn.max_fan_out) * n_trials)))
 
-    def body(c, flat):
-        slots = c * chunk + jnp.arange(chunk, dtype=jnp.int32)
-        inside = slots < size
-        slots = jnp.minimum(slots, size - 1)
-        ids, ok_spike = idx[:, slots], valid[:, slots] & inside  # (trials, chunk)
-        for spec, (conn, start) in zip(specs, conns, strict=True):
-            _, pre_offset, n_pre, n_post, *_ = spec
-            local = ids - pre_offset
-            ok = ok_spike & (local >= 0) & (local < n_pre)
-            local = jnp.clip(local, 0, n_pre - 1)
-            value = jnp.where(ok, s_rows[trial, ids], 0)
+        def body(
+            c,
+            flat,
+            idx=idx,
+            valid=valid,
+            conn=conn,
+            start=start,
+            spec=spec,
+            chunk=chunk,
+            sub_size=sub_size,
+            pre_offset=pre_offset,
+            n_post=n_post,
+        ):
+            slots = c * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            inside = slots < sub_size
+            slots = jnp.minimum(slots, sub_size - 1)
+            local, ok = idx[:, slots], valid[:, slots] & inside  # (trials, chunk)
+            value = jnp.where(ok, s_rows[trial, local + pre_offset], 0)
             post, w, steps, ok_syn = _rows(conn, start, n_post, local.reshape(-1))
             ok_syn = ok_syn & ok.reshape(-1)[:, None]
-            tr = jnp.broadcast_to(trial, ids.shape).reshape(-1)[:, None]
+            tr = jnp.broadcast_to(trial, local.shape).reshape(-1)[:, None]
             target = _targets(spec, step, tr, post, steps, ok_syn, oob)
             contrib = value.reshape(-1)[:, None] * w.astype(value.dtype)
-            flat = flat.at[target.reshape(-1)].add(
+            return flat.at[target.reshape(-1)].add(
                 contrib.reshape(-1).astype(flat.dtype), mode="drop"
             )
-        return flat
 
-    flat = lax.fori_loop(0, n_chunks, body, flat)
+        flat = lax.fori_loop(0, (n_here + chunk - 1) // chunk, body, flat)
     need = needed(count, size, n_source)
     return flat.reshape(ring.shape), need.reshape(batch)
 
