@@ -31,6 +31,7 @@ keeps the targets in its block (`local_tables`); memory per device stays O(neuro
 work of generating a row is repeated on every device.
 """
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -310,22 +311,24 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
         else:
             idx, valid = _compact(sub.astype(jnp.float32), sub_size)
         n_here = jnp.minimum(jnp.max(jnp.sum(sub, axis=-1, dtype=jnp.int32)), sub_size)
-        chunk = max(1, min(sub_size, _CHUNK_SYNAPSES // (max(1, conn.max_fan_out) * n_trials)))
+        big = max(1, min(sub_size, _CHUNK_SYNAPSES // (max(1, conn.max_fan_out) * n_trials)))
+        small = max(1, big // 16)
 
         def body(
             c,
             flat,
+            base,
+            chunk,
             idx=idx,
             valid=valid,
             conn=conn,
             start=start,
             spec=spec,
-            chunk=chunk,
             sub_size=sub_size,
             pre_offset=pre_offset,
             n_post=n_post,
         ):
-            slots = c * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            slots = base + c * chunk + jnp.arange(chunk, dtype=jnp.int32)
             inside = slots < sub_size
             slots = jnp.minimum(slots, sub_size - 1)
             local, ok = idx[:, slots], valid[:, slots] & inside  # (trials, chunk)
@@ -339,7 +342,14 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
                 contrib.reshape(-1).astype(flat.dtype), mode="drop"
             )
 
-        flat = lax.fori_loop(0, (n_here + chunk - 1) // chunk, body, flat)
+        # Full chunks of `big` spikes, then the rest in chunks of `small`: at most `small - 1`
+        # empty rows are generated (XLA's CPU scatter pays for every entry, dropped or not).
+        n_big = n_here // big
+        flat = lax.fori_loop(0, n_big, functools.partial(body, base=0, chunk=big), flat)
+        if small < big:  # (with big == 1 the first loop took every spike)
+            rest = n_here - n_big * big
+            tail = functools.partial(body, base=n_big * big, chunk=small)
+            flat = lax.fori_loop(0, (rest + small - 1) // small, tail, flat)
     need = needed(count, size, n_source)
     return flat.reshape(ring.shape), need.reshape(batch)
 
