@@ -143,12 +143,20 @@ def coba(method: str, p: float = 0.02):
     return build
 
 
-def big(neurons: int, fanout: int, *, method: str = "procedural", dt: float = 0.1):
+def big(
+    neurons: int,
+    fanout: int,
+    *,
+    method: str = "procedural",
+    dt: float = 0.1,
+    drive: float = 12.0,
+    g: float = 5.0,
+):
     """A balanced E/I LIF network with `fanout` synapses per neuron (see the module docstring).
 
-    Drive 12 mV above rest (threshold 10 mV above), tau_m = 20 ms, t_ref = 2 ms, current
-    synapses tau = 5 ms; weights N(J, J/10) with J = 20 / fanout mV (E) and -5 J... scaled so
-    that the summed recurrent input does not depend on the fan-out."""
+    Drive `drive` mV above rest (threshold 10 mV above), tau_m = 20 ms, t_ref = 2 ms, current
+    synapses tau = 5 ms; weights N(J, (J/10)^2) (E) and N(-g J, (g J/10)^2) (I) with
+    J = 40 / fanout, so that the summed recurrent input does not depend on the fan-out."""
     import equinox as eqx
     import jax.numpy as jnp
     import jax.random as jr
@@ -162,7 +170,7 @@ def big(neurons: int, fanout: int, *, method: str = "procedural", dt: float = 0.
         j = 40.0 / fanout
         lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=2.0)
         sizes = {"E": n_e, "I": n_i}
-        weights = {"E": nj.connect.normal(j, 0.1 * j), "I": nj.connect.normal(-5.0 * j, 0.5 * j)}
+        weights = {"E": nj.connect.normal(j, 0.1 * j), "I": nj.connect.normal(-g * j, 0.1 * g * j)}
         projs = []
         for idx, (pre, post) in enumerate((("E", "E"), ("E", "I"), ("I", "E"), ("I", "I"))):
             k = jr.fold_in(key, idx)
@@ -183,7 +191,7 @@ def big(neurons: int, fanout: int, *, method: str = "procedural", dt: float = 0.
                 )
             )
         net = nj.Network(
-            {"E": (lif, n_e), "I": (lif, n_i)}, projs, inputs={"E": 12.0, "I": 12.0}, dt=dt
+            {"E": (lif, n_e), "I": (lif, n_i)}, projs, inputs={"E": drive, "I": drive}, dt=dt
         )
         state = net.init_state(jr.fold_in(key, 99))
         # Initial voltages uniform between reset and threshold (init_state's default for LIF).
@@ -202,7 +210,7 @@ def _one(args) -> dict:
         )
     if args.case == "big":
         return measure(
-            big(args.neurons, args.fanout, method=args.method),
+            big(args.neurons, args.fanout, method=args.method, drive=args.drive, g=args.g),
             duration=args.duration,
             label=f"big-{args.neurons}x{args.fanout}-{args.method}",
         )
@@ -220,6 +228,8 @@ def main(argv=None):
     parser.add_argument("--neurons", type=int, default=1_000_000)
     parser.add_argument("--fanout", type=int, default=10_000)
     parser.add_argument("--p", type=float, default=0.02)
+    parser.add_argument("--drive", type=float, default=12.0, help="big: constant drive [mV]")
+    parser.add_argument("--g", type=float, default=5.0, help="big: relative inhibition")
     parser.add_argument("--builder", default="", help="module:function(key, **kwargs)")
     parser.add_argument("--kwargs", default="{}")
     parser.add_argument("--timeout", type=float, default=3600.0)

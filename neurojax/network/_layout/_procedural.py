@@ -48,7 +48,7 @@ from jaxtyping import Array, Float, Int
 from ...connectivity._procedural import Procedural
 from ...kernels import Example, Sequential, call, register
 from ...kernels import Kernel as _Kernel
-from .._propagation import _compact, arrival_slot, capacity_for, needed
+from .._propagation import arrival_slot, capacity_for, needed
 from ._base import Delivery, Layout
 
 __all__ = ["ProceduralLayout", "procedural_parts"]
@@ -277,18 +277,6 @@ def _targets(spec, step, trial, post, steps, ok, oob, ignore_delays=False):
     return jnp.where(ok, target, oob)
 
 
-def _compact_all(mask):
-    """Every nonzero entry of each row of `mask` `(rows, n)` in ascending order, by a running
-    count (no top-k): `(rows, n)` indices and their validity."""
-    rows, n = mask.shape
-    pos = jnp.cumsum(mask, axis=-1, dtype=jnp.int32) - 1
-    pos = jnp.where(mask, pos, n)
-    r = jnp.arange(rows, dtype=jnp.int32)[:, None]
-    src = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), mask.shape)
-    idx = jnp.full((rows, n), n, jnp.int32).at[r, pos].set(src, mode="drop")
-    return jnp.minimum(idx, n - 1), idx < n
-
-
 def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
     n_source = s.shape[-1]
     batch = s.shape[:-1]
@@ -306,11 +294,12 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
         _, pre_offset, n_pre, n_post, *_ = spec
         sub = mask[:, pre_offset : pre_offset + n_pre]
         sub_size = min(size, n_pre)
-        if every:
-            idx, valid = _compact_all(sub)
-        else:
-            idx, valid = _compact(sub.astype(jnp.float32), sub_size)
-        n_here = jnp.minimum(jnp.max(jnp.sum(sub, axis=-1, dtype=jnp.int32)), sub_size)
+        # The k-th spike of a trial is where the running count first reaches k + 1: found by
+        # a binary search per chunk, so a step costs one cumulative sum over the neurons, not
+        # a compaction (a scatter over every neuron on XLA:CPU).
+        csum = jnp.cumsum(sub, axis=-1, dtype=jnp.int32)
+        n_sub = csum[:, -1]
+        n_here = jnp.minimum(jnp.max(n_sub), sub_size)
         big = max(1, min(sub_size, _CHUNK_SYNAPSES // (max(1, conn.max_fan_out) * n_trials)))
         small = max(1, big // 16)
 
@@ -319,19 +308,22 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
             flat,
             base,
             chunk,
-            idx=idx,
-            valid=valid,
+            csum=csum,
+            n_sub=n_sub,
             conn=conn,
             start=start,
             spec=spec,
             sub_size=sub_size,
             pre_offset=pre_offset,
             n_post=n_post,
+            n_pre=n_pre,
         ):
             slots = base + c * chunk + jnp.arange(chunk, dtype=jnp.int32)
             inside = slots < sub_size
             slots = jnp.minimum(slots, sub_size - 1)
-            local, ok = idx[:, slots], valid[:, slots] & inside  # (trials, chunk)
+            local = jax.vmap(lambda cs: jnp.searchsorted(cs, slots + 1, side="left"))(csum)
+            local = jnp.minimum(local.astype(jnp.int32), n_pre - 1)
+            ok = (slots[None, :] < n_sub[:, None]) & inside  # (trials, chunk)
             value = jnp.where(ok, s_rows[trial, local + pre_offset], 0)
             post, w, steps, ok_syn = _rows(conn, start, n_post, local.reshape(-1))
             ok_syn = ok_syn & ok.reshape(-1)[:, None]
