@@ -6,20 +6,23 @@ the weight and delay distributions, positions for the distance rule). When neuro
 its row (targets, weights, delays) is drawn again from keys folded with `i`; memory grows with
 the neurons, never with the synapses (Knight and Nowotny 2021).
 
-**One step.** The spikes of the sending group are compacted (ascending neuron) into a buffer,
-like the event layout's pure-JAX path; the buffer is walked in chunks of about 2^18 synapses
-(rows x `max_fan_out`) inside a `lax.while_loop` that stops after the last spike, so the work
-grows with spikes x fan-out and an idle step costs one compaction. Each chunk regenerates its
-rows and scatter-adds `spike * w` into the ring at `(arrival slot, target)`, in the order
-(ascending neuron, then the row's generation order) that `to_bcoo()` lists them: a stored
-projection built from `Procedural.stored()` delivers the same values, bit for bit.
+**One step.** Per projection, a running count of its presynaptic population's spikes
+(one cumulative sum) locates the `k`-th spike by binary search, chunk by chunk: first chunks
+of about 2^14 synapses (rows x `max_fan_out`), then the remainder in chunks 16 times smaller,
+inside `lax.while_loop`s that stop after the last spike. The work grows with spikes x fan-out
+(at most a small chunk of empty rows per step; XLA's CPU scatter pays for every entry, dropped
+or not) and an idle step costs the cumulative sum. Each chunk regenerates its rows and
+scatter-adds `spike * w` into the ring at `(arrival slot, target)`, in the order (ascending
+neuron, then the row's generation order) that `to_bcoo()` lists them: a stored projection
+built from `Procedural.stored()` delivers the same values, bit for bit.
 
-**Kernel entry `procedural_deliver`.** Its reference bounds the buffer by the network's spike
-capacity (`Delivery.capacity`) and reports what a step lacked, the machinery of the event
-layout (`nj.Network.fit_capacity`); its CPU slot is an XLA implementation (no C++ kernel: the
-rows are drawn with `jax.random`'s threefry, which a C++ copy would have to reproduce bit for
-bit) that compacts every spike with a running count and never needs a larger buffer. Both add
-the same terms in the same order. GPU and TPU run the reference.
+**Kernel entry `procedural_deliver`.** Its reference handles at most the network's spike
+capacity per trial and step (`Delivery.capacity`) and reports what a step lacked, the
+machinery of the event layout (`nj.Network.fit_capacity`): a GPU or TPU step keeps static
+shapes and never waits on the host. Its CPU slot is an XLA implementation, not C++ (the rows
+are drawn with `jax.random`'s threefry, which a C++ copy would have to reproduce bit for bit),
+that takes every spike and never needs a larger buffer. Both add the same terms in the same
+order. GPU and TPU run the reference.
 
 **Gradients** are those of the same delivery written over every row (a `lax.scan` over
 blocks of rows, built only under differentiation): with respect to the spikes of every
