@@ -336,3 +336,44 @@ def test_bad_inputs_are_refused_with_clear_messages():
     net = nj.Network({"E": (lif, 10)}, [nj.Projection("E", "E", drawn)], dt=0.05)
     with pytest.raises(ValueError, match="drawn for dt = 0.1 ms"):
         net.step(net.init_state(), None, 0.05)
+
+
+_SHARD_SCRIPT = """
+import jax, numpy as np, neurojax as nj
+from neurojax.parallel import shard_network
+n, dt = 203, 0.1
+desc = nj.connect.procedural.fixed_prob(
+    jax.random.key(0), n, n, 0.08, weight=nj.connect.normal(0.9, 0.3),
+    delay=nj.connect.uniform(0.0, 2.0), dt=dt, allow_self=False)
+lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=2.0)
+net = nj.Network({"E": (lif, n)}, [nj.Projection("E", "E", desc, synapse=nj.Exponential(5.0))],
+                 inputs={"E": 11.0}, dt=dt)
+state = net.init_state(jax.random.key(1))
+_, want = nj.simulate(net, state, dt=dt, n_steps=200)
+sharded = shard_network(net, jax.make_mesh((4,), ("neurons",)))
+_, got = sharded.run(sharded.shard_state(state), dt=dt, n_steps=200)
+got = np.asarray(got.spikes["E"])[:, :n]
+assert want.spikes["E"].sum() > 20
+np.testing.assert_array_equal(got, np.asarray(want.spikes["E"]))
+print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_sharded_procedural_network_equals_the_single_device_run():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARD_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
