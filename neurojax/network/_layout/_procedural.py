@@ -75,7 +75,7 @@ class ProceduralLayout(Layout):
     ```python
     desc = nj.connect.procedural.fixed_prob(jax.random.key(0), 3200, 4000, 0.02, weight=0.6)
     proj = nj.Projection("E", "all", desc, synapse=nj.Exponential(5.0))
-    proj.method, proj.nbytes()   # "procedural", 12820 (4 bytes per presynaptic neuron + key)
+    proj.method, proj.nbytes()   # "procedural", 12812 (4 bytes per presynaptic neuron + key)
     ```
     """
 
