@@ -211,6 +211,7 @@ def test_network_delivers_exactly_its_stored_conversion(mode):
             small.check_capacity(st)
 
 
+@pytest.mark.slow
 def test_fixed_total_and_distance_deliver_their_stored_conversions():
     pos = nj.connect.random_positions(jax.random.key(9), 200, (10.0, 10.0))
     descs = [
@@ -235,6 +236,7 @@ def test_fixed_total_and_distance_deliver_their_stored_conversions():
         np.testing.assert_array_equal(np.asarray(ra.spikes["E"]), np.asarray(rb.spikes["E"]))
 
 
+@pytest.mark.slow
 def test_product_equals_the_stored_matrix_and_vmap_equals_single_trials():
     desc = proc.fixed_prob(jax.random.key(13), 60, 40, 0.2, weight=nj.connect.lognormal(0.0, 0.5))
     layout = nj.network.ProceduralLayout.from_procedural(desc)
