@@ -58,21 +58,28 @@ def measure(
     report = net.memory()
     n_steps = int(round(duration / dt))
 
-    every = max(1, n_steps // 10)  # spike counts over windows: no (steps x neurons) raster
+    chunk = max(1, min(n_steps, 200))
+    while n_steps % chunk:
+        chunk -= 1
+    every = max(1, chunk // 10)  # spike counts over windows: no (steps x neurons) raster
 
-    def run():
-        final, rec = nj.simulate(net, state, dt=dt, n_steps=n_steps, record_every=every)
+    def run(steps):
+        final, rec = nj.simulate(
+            net, state, dt=dt, n_steps=steps, record_every=every, chunk_size=chunk
+        )
         return jax.block_until_ready((final, rec))
 
+    # The first call compiles the program of one chunk and runs it; the timed run reuses it.
     t0 = time.perf_counter()
-    run()
+    run(chunk)
     first_s = time.perf_counter() - t0
     loops = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        _, rec = run()
+        _, rec = run(n_steps)
         loops.append(time.perf_counter() - t0)
     loop_s = min(loops)
+    first_s -= loop_s * chunk / n_steps  # the warm-up's own chunk of simulation
     spikes = {k: float(jnp.sum(v)) for k, v in rec.spikes.items()}
     sizes = net.sizes
     fan = {}
@@ -86,7 +93,7 @@ def measure(
         "methods": sorted({p.method for p in net.projections}),
         "duration_ms": duration,
         "build_s": round(build_s, 3),
-        "compile_s": round(first_s - loop_s, 3),
+        "compile_s": round(first_s, 3),
         "loop_s": round(loop_s, 4),
         "realtime_factor": round(loop_s / (duration / 1000.0), 4),
         "rate_hz": {k: round(v / sizes[k] / (duration / 1000.0), 3) for k, v in spikes.items()},
