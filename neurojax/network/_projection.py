@@ -81,6 +81,10 @@ class Projection(eqx.Module):
       reference, slow in a loop.
     - `"auto"` (default): `"dense"` when `n_pre * n_post <= 65536`, the delay is homogeneous
       and the weights static, else `"event"`.
+    - `"procedural"` (`nj.network.ProceduralLayout`): `conn` is a description from
+      `nj.connect.procedural` and no synapse is stored; each spiking neuron's row is
+      regenerated from its key (4 bytes per presynaptic neuron). Static weights only;
+      per-synapse delays come from the description. `"auto"` picks it for a description.
     - a subclass of `nj.network.Layout`: a layout of your own (see its docstring).
     All built-in layouts deliver the same values and, through `jax.grad`, the same gradients.
 
