@@ -492,7 +492,8 @@ def fixed_prob(
 
     Args:
         key: a JAX PRNG key (threefry, `jax.random.key(seed)`).
-        n_pre, n_post: population sizes.
+        n_pre: number of presynaptic neurons.
+        n_post: number of postsynaptic neurons.
         p: connection probability in [0, 1].
         weight: a real scalar or a distribution (`nj.connect.normal`, `lognormal`,
             `uniform`), the unit of the projection's `g`.
@@ -627,12 +628,17 @@ def distance(
 
     Args:
         key: a JAX PRNG key.
-        pos_pre, pos_post: positions `(n_pre, d)`, `(n_post, d)` (any unit, that of `sigma`).
+        pos_pre: presynaptic positions `(n_pre, d)` (any unit, that of `sigma`).
+        pos_post: postsynaptic positions `(n_post, d)`.
         p_max: the probability at distance 0, in [0, 1].
         sigma: the length scale (> 0).
         profile: `"gaussian"` or `"exponential"`.
         box: None, or the periodic box's side lengths (a scalar or one per dimension).
-        weight, delay, dt, delay_range, allow_self: as `fixed_prob`.
+        weight: as `fixed_prob`.
+        delay: as `fixed_prob`.
+        dt: as `fixed_prob`.
+        delay_range: as `fixed_prob`.
+        allow_self: as `fixed_prob`.
 
     Example:
     ```python

@@ -173,10 +173,12 @@ class MemoryReport:
 
     @property
     def n_synapses(self) -> int:
+        """Synapses over all projections."""
         return sum(p.n_synapses for p in self.projections)
 
     @property
     def n_neurons(self) -> int:
+        """Neurons over all populations."""
         return sum(p.neurons for p in self.populations)
 
     def __str__(self) -> str:
