@@ -258,14 +258,11 @@ def _tree_bytes(tree: Any) -> int:
 
 
 def _population_row(name: str, model: Any, size: int, batch: int) -> PopulationRow:
-    # Per neuron from a 1-neuron state and a 2-neuron state (a per-population constant,
-    # e.g. a key, is not per neuron).
-    one = eqx.filter_eval_shape(lambda m: m.init_state((batch, 1), key=jr.key(0)), model)
-    two = eqx.filter_eval_shape(lambda m: m.init_state((batch, 2), key=jr.key(0)), model)
-    per = _tree_bytes(two) - _tree_bytes(one)
-    const = _tree_bytes(one) - per  # per-population state (a key), none in the built-ins
+    # The state's shapes at the population's own size (a model may hold per-neuron
+    # parameters of that size), traced abstractly: nothing is allocated.
+    state = eqx.filter_eval_shape(lambda m: m.init_state((batch, size), key=jr.key(0)), model)
     params = _tree_bytes(eqx.filter(model, eqx.is_array))
-    return PopulationRow(name, size, float(per) + const / size, params)
+    return PopulationRow(name, size, _tree_bytes(state) / size, params)
 
 
 def _synapse_state_bytes(synapse: Any, n_post: int, batch: int) -> int:
