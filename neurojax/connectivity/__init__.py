@@ -5,6 +5,7 @@ int32 and sorted row-major (pre, then post). See the docstring of `_builders` fo
 shared by every builder and `_weights` for the accepted forms of `weight`.
 """
 
+from . import _procedural as procedural  # noqa: F401  (nj.connect.procedural.fixed_prob, ...)
 from ._builders import all_to_all as all_to_all
 from ._builders import block as block
 from ._builders import fixed_indegree as fixed_indegree

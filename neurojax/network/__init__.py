@@ -12,6 +12,12 @@ from ._layout import BCOOLayout as BCOOLayout
 from ._layout import DenseLayout as DenseLayout
 from ._layout import EventLayout as EventLayout
 from ._layout import Layout as Layout
+from ._layout import ProceduralLayout as ProceduralLayout
+from ._memory import MemoryPlanError as MemoryPlanError
+from ._memory import MemoryReport as MemoryReport
+from ._memory import ProjectionPlan as ProjectionPlan
+from ._memory import available_memory as available_memory
+from ._memory import plan_memory as plan_memory
 from ._network import Network as Network
 from ._network import NetworkState as NetworkState
 from ._network import SpikeCapacityError as SpikeCapacityError

@@ -24,6 +24,7 @@ from .._validation import (
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
 from . import _phases
+from ._memory import MemoryReport, RingRow, plan_memory
 from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
 from ._sources import SpikeSource
@@ -493,6 +494,20 @@ class Network(eqx.Module):
         extra = sum(int(d.nbytes) for d in self.delay_steps if d is not None)
         return sum(p.nbytes() for p in self.projections) + extra
 
+    def memory(self, *, batch: int | tuple[int, ...] = ()) -> "MemoryReport":
+        """The bytes of this network by part, before its state is allocated: per population
+        its state per neuron, per projection its tables per synapse and its kinetics, per
+        ring buffer one delay slot (`nj.network.MemoryReport`; `print` it for a table).
+        `batch` are the state's trial dimensions. See `nj.network.plan_memory`."""
+        n_trials = math.prod(normalize_shape("Network.memory", batch))
+        sizes = {n: (m, self.sizes[n]) for n, m in self.populations.items()}
+        report = plan_memory(sizes, self.projections, dt=self.dt, batch=n_trials)
+        rings = tuple(
+            RingRow("+".join(self.groups[gi]), slots, width, 4 * width * n_trials)
+            for (gi, _), (slots, width) in zip(self.senders, self.ring_shape, strict=True)
+        )
+        return dataclasses.replace(report, rings=rings)
+
     def init_state(
         self, key: PRNGKeyArray | None = None, *, batch: int | tuple[int, ...] = ()
     ) -> NetworkState:
@@ -505,6 +520,7 @@ class Network(eqx.Module):
         `eqx.tree_at`, e.g. `eqx.tree_at(lambda s: s.populations["E"].v, state, v0)`.
         """
         batch = normalize_shape("Network.init_state", batch)
+        self.memory(batch=batch).check("Network.init_state")  # refused before allocating
         keys = [None] * len(self.sizes) if key is None else list(jr.split(key, len(self.sizes)))
         pops = {}
         for (name, model), k in zip(self.populations.items(), keys, strict=True):
@@ -714,6 +730,9 @@ class Network(eqx.Module):
         from ..kernels import _build, _config, _registry
 
         events = [p for p in self.projections if getattr(p.layout, "name", "") == "event"]
+        if any(getattr(p.layout, "name", "") == "procedural" for p in self.projections):
+            if _config.mode() == "reference" or not _registry._may_run_on_cpu():
+                return True  # the procedural layout's reference has a bounded buffer too
         if not events:
             return False
         if _config.mode() == "reference" or not _registry._may_run_on_cpu():

@@ -10,10 +10,12 @@ from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
 from .._validation import _fmt
+from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
 from ._layout import DENSE_AUTO_MAX as DENSE_AUTO_MAX
 from ._layout import Layout, layout_class
+from ._layout._procedural import procedural_parts
 from ._plastic import check_initial_weights, check_rule
 
 __all__ = ["Projection", "delay_steps"]
@@ -127,6 +129,10 @@ class Projection(eqx.Module):
       reference, slow in a loop.
     - `"auto"` (default): `"dense"` when `n_pre * n_post <= 65536`, the delay is homogeneous
       and the weights static, else `"event"`.
+    - `"procedural"` (`nj.network.ProceduralLayout`): `conn` is a description from
+      `nj.connect.procedural` and no synapse is stored; each spiking neuron's row is
+      regenerated from its key (4 bytes per presynaptic neuron). Static weights only;
+      per-synapse delays come from the description. `"auto"` picks it for a description.
     - a subclass of `nj.network.Layout`: a layout of your own (see its docstring).
     All built-in layouts deliver the same values and, through `jax.grad`, the same gradients.
 
@@ -226,6 +232,20 @@ class Projection(eqx.Module):
                 f"got {type(output).__name__}"
             )
         check_rule("Projection", plasticity)
+        if isinstance(conn, Procedural):  # nj.connect.procedural: nothing stored
+            if short_term is not None or learnable_delays is not False:
+                raise ValueError(
+                    "Projection: a procedural projection (nj.connect.procedural) regenerates "
+                    "its synapses at each spike and takes neither short_term nor "
+                    f"learnable_delays (got short_term={short_term!r}, learnable_delays="
+                    f"{learnable_delays!r}); build the synapses with nj.connect for those"
+                )
+            self.layout, self.delay = procedural_parts(
+                "Projection", conn, delay, plasticity, method
+            )
+            self.pre, self.post, self.synapse, self.output = pre, post, synapse, output
+            self.n_synapses, self.max_delay, self.plasticity = conn.n_synapses, self.delay, None
+            return
         conn = _check_conn(conn)
         n_pre, n_post = (int(d) for d in conn.shape)
         nnz = int(conn.nse)

@@ -8,3 +8,4 @@ from ._choose import LAYOUTS as LAYOUTS
 from ._choose import layout_class as layout_class
 from ._dense import DenseLayout as DenseLayout
 from ._event import EventLayout as EventLayout
+from ._procedural import ProceduralLayout as ProceduralLayout

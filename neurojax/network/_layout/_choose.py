@@ -7,6 +7,7 @@ from ._base import Layout
 from ._bcoo import BCOOLayout
 from ._dense import DenseLayout
 from ._event import EventLayout
+from ._procedural import ProceduralLayout
 
 __all__ = ["LAYOUTS", "DENSE_AUTO_MAX", "layout_class"]
 
@@ -15,6 +16,7 @@ LAYOUTS: dict[str, type[Layout]] = {
     "event": EventLayout,
     "dense": DenseLayout,
     "bcoo": BCOOLayout,
+    "procedural": ProceduralLayout,
 }
 # `method="auto"` takes the dense layout up to this many (n_pre x n_post) entries.
 DENSE_AUTO_MAX = 1 << 16

@@ -1,0 +1,478 @@
+r"""The procedural layout: no synapses kept, each spiking neuron's row regenerated.
+
+A projection built from a procedural description (`nj.connect.procedural`) stores, instead
+of its synapses, the description (a key, one int32 per presynaptic neuron, the parameters of
+the weight and delay distributions, positions for the distance rule). When neuron `i` spikes,
+its row (targets, weights, delays) is drawn again from keys folded with `i`; memory grows with
+the neurons, never with the synapses (Knight and Nowotny 2021).
+
+**One step.** Per projection, a running count of its presynaptic population's spikes
+(one cumulative sum) locates the `k`-th spike by binary search, chunk by chunk: first chunks
+of about 2^14 synapses (rows x `max_fan_out`), then the remainder in chunks 16 times smaller,
+inside `lax.while_loop`s that stop after the last spike. The work grows with spikes x fan-out
+(at most a small chunk of empty rows per step; XLA's CPU scatter pays for every entry, dropped
+or not) and an idle step costs the cumulative sum. Each chunk regenerates its rows and
+scatter-adds `spike * w` into the ring at `(arrival slot, target)`, in the order (ascending
+neuron, then the row's generation order) that `to_bcoo()` lists them: a stored projection
+built from `Procedural.stored()` delivers the same values, bit for bit.
+
+**Kernel entry `procedural_deliver`.** Its reference handles at most the network's spike
+capacity per trial and step (`Delivery.capacity`) and reports what a step lacked, the
+machinery of the event layout (`nj.Network.fit_capacity`): a GPU or TPU step keeps static
+shapes and never waits on the host. Its CPU slot is an XLA implementation, not C++ (the rows
+are drawn with `jax.random`'s threefry, which a C++ copy would have to reproduce bit for bit),
+that takes every spike and never needs a larger buffer. Both add the same terms in the same
+order. GPU and TPU run the reference.
+
+**Gradients** are those of the same delivery written over every row (a `lax.scan` over
+blocks of rows, built only under differentiation): with respect to the spikes of every
+presynaptic neuron (surrogate gradients) and to the parameters of the weight distribution.
+
+**Sharding** (`nj.parallel.shard_network`): each device keeps the description and the start
+of its block of postsynaptic neurons, regenerates the rows of every spike it receives and
+keeps the targets in its block (`local_tables`); memory per device stays O(neurons), the
+work of generating a row is repeated on every device.
+"""
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jax import lax
+from jax.experimental import sparse
+from jaxtyping import Array, Float, Int
+
+from ...connectivity._procedural import Procedural
+from ...kernels import Example, Sequential, call, register
+from ...kernels import Kernel as _Kernel
+from .._propagation import arrival_slot, capacity_for, needed
+from ._base import Delivery, Layout
+
+__all__ = ["ProceduralLayout", "procedural_parts"]
+
+_CHUNK_SYNAPSES = 1 << 14
+
+
+class ProceduralLayout(Layout):
+    r"""A projection whose synapses are regenerated from a procedural description.
+
+    Built by `nj.Projection(pre, post, desc)` with `desc` from `nj.connect.procedural`
+    (`fixed_prob`, `fixed_total`, `distance`); `method` is then `"procedural"` (or `"auto"`).
+    Keeps `desc.nbytes()` bytes (about 4 per presynaptic neuron). Per-synapse delays come from
+    the description; weights are static: a plastic projection needs stored synapses
+    (`method="event"`), and a procedural one refuses `plasticity=`.
+
+    `to_bcoo()` regenerates every synapse (O(synapses)), for inspection;
+    `conn.stored()` gives the BCOO and per-synapse delays of the equivalent stored projection.
+
+    Example:
+    ```python
+    desc = nj.connect.procedural.fixed_prob(jax.random.key(0), 3200, 4000, 0.02, weight=0.6)
+    proj = nj.Projection("E", "all", desc, synapse=nj.Exponential(5.0))
+    proj.method, proj.nbytes()   # "procedural", 12812 (4 bytes per presynaptic neuron + key)
+    ```
+    """
+
+    name: ClassVar[str] = "procedural"
+    per_synapse_delays: ClassVar[bool] = True
+    plastic: ClassVar[bool] = False
+
+    n_pre: int = eqx.field(static=True)
+    n_post: int = eqx.field(static=True)
+    conn: Procedural
+    post_start: Int[Array, ""] | None = None
+
+    @classmethod
+    def from_bcoo(
+        cls, conn: sparse.BCOO, *, delay: np.ndarray | None = None, plastic: bool = False
+    ) -> tuple["ProceduralLayout", np.ndarray | None]:
+        """Refused: a stored connectivity has nothing to regenerate."""
+        raise ValueError(
+            "Projection: method='procedural' needs a procedural description from "
+            "nj.connect.procedural (fixed_prob, fixed_total, distance) as conn, got a stored "
+            "BCOO; use method='event' for stored synapses"
+        )
+
+    @classmethod
+    def from_procedural(cls, conn: Procedural) -> "ProceduralLayout":
+        """The layout of the description `conn`."""
+        return cls(n_pre=conn.n_pre, n_post=conn.n_post, conn=conn)
+
+    @property
+    def max_fan_out(self) -> int:
+        """Entries generated per spike (the longest row; candidates for the distance rule)."""
+        return self.conn.max_fan_out
+
+    def to_bcoo(self) -> sparse.BCOO:
+        """Every synapse, regenerated (see `Procedural.to_bcoo`)."""
+        if self.post_start is not None:
+            raise ValueError("ProceduralLayout.to_bcoo: not available on one device's share")
+        return self.conn.to_bcoo()
+
+    def nbytes(self) -> int:
+        """Bytes of the description's arrays (no synapse is stored)."""
+        return self.conn.nbytes()
+
+    def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
+        """`s @ W` over every regenerated row (the delays are not applied)."""
+        ring = jnp.zeros(s.shape[:-1] + (1, self.n_post), s.dtype)
+        spec = (self.n_pre, 0, self.n_pre, self.n_post, 1, 0, self.n_post, 0)
+        out, _ = _dense(
+            s,
+            jnp.zeros((), jnp.int32),
+            ring,
+            (self._leaves(),),
+            specs=(spec,),
+            treedefs=(self._treedef(),),
+            fresh=True,
+            capacity=None,
+            ignore_delays=True,
+        )
+        return out[..., 0, :]
+
+    def _leaves(self):
+        return tuple(jtu.tree_leaves(self._view()))
+
+    def _treedef(self):
+        return jtu.tree_structure(self._view())
+
+    def _view(self):
+        return (self.conn, self.post_start)
+
+    @classmethod
+    def deliver_group(
+        cls,
+        deliveries: Sequence[Delivery],
+        s: Float[Array, "*batch n_source"],
+        step: jax.Array,
+        ring: Float[Array, "*batch d w"],
+        *,
+        fresh: bool,
+    ) -> tuple[Float[Array, "*batch d w"], jax.Array]:
+        """Every procedural projection of the group in one compaction of `s` and one walk
+        over its spikes (kernel entry `procedural_deliver`): the ring and the buffer each
+        trial lacked (see `Delivery.capacity`)."""
+        specs, leaves, treedefs = [], [], []
+        for dl in deliveries:
+            lay = dl.layout
+            if dl.weights is not None or dl.delays is not None:
+                raise ValueError(
+                    "ProceduralLayout: a procedural projection has neither plastic weights nor "
+                    "stored per-synapse delays"
+                )
+            own = lay.conn.delay is not None
+            if own and dl.delay_steps != lay.conn.max_delay_steps:
+                raise ValueError(
+                    f"ProceduralLayout: the projection's delays were drawn for dt = "
+                    f"{lay.conn.dt} ms (up to {lay.conn.max_delay_steps} steps) but the network "
+                    f"gives {dl.delay_steps} steps for its longest delay: build the description "
+                    "with the network's dt"
+                )
+            specs.append(
+                (
+                    s.shape[-1],
+                    dl.pre_offset,
+                    lay.n_pre,
+                    lay.n_post,
+                    ring.shape[-2],
+                    -1 if own else int(dl.delay_steps or 0),
+                    ring.shape[-1],
+                    dl.target_offset,
+                )
+            )
+            leaves.append(lay._leaves())
+            treedefs.append(lay._treedef())
+        cap = deliveries[0].capacity
+        cap = None if cap is None else capacity_for(cap, s.shape[-1])
+        if cap is not None and cap >= s.shape[-1]:
+            cap = None
+        return call(
+            DELIVER,
+            s,
+            step,
+            ring,
+            tuple(leaves),
+            specs=tuple(specs),
+            treedefs=tuple(treedefs),
+            fresh=bool(fresh),
+            capacity=cap,
+        )
+
+    def local_tables(self, n_devices: int, block_post: int, n_pre_padded: int) -> "Layout":
+        """Per device, this description (replicated) and the start of the device's block of
+        postsynaptic neurons: the device regenerates each spiking neuron's row and keeps the
+        targets in `[d * block_post, (d + 1) * block_post)`."""
+        conn = jtu.tree_map(lambda x: jnp.broadcast_to(x, (n_devices,) + x.shape), self.conn)
+        starts = jnp.arange(n_devices, dtype=jnp.int32) * block_post
+        return ProceduralLayout(n_pre=n_pre_padded, n_post=block_post, conn=conn, post_start=starts)
+
+
+def procedural_parts(
+    owner: str, conn: Procedural, delay: Any, plasticity: Any, method: Any
+) -> tuple[ProceduralLayout, float]:
+    """The layout of a projection built from a procedural description and its delay [ms]
+    (the projection's scalar, or the longest drawn delay, which sizes the ring buffer)."""
+    if plasticity is not None:
+        raise ValueError(
+            f"{owner}: a procedural projection cannot be plastic: its weights are regenerated "
+            "at every spike, so a learned weight has nowhere to live; build it stored (pass "
+            "desc.to_bcoo(), method='event') to make it plastic"
+        )
+    if not (method == "auto" or method == "procedural" or method is ProceduralLayout):
+        raise ValueError(
+            f"{owner}: conn is a procedural description, which needs method='procedural' (or "
+            f"'auto'), got method={method!r}; for a stored layout pass desc.to_bcoo()"
+        )
+    if isinstance(delay, jax.core.Tracer):
+        raise TypeError(f"{owner}: delay is a traced value; build projections outside jit")
+    d = np.asarray(delay, np.float64) if not isinstance(delay, bool) else None
+    if d is None or d.dtype.kind not in "fiu" or d.ndim != 0:
+        raise TypeError(
+            f"{owner}: with a procedural conn, delay must be a real scalar in ms (per-synapse "
+            f"delays come from the description's delay distribution), got {delay!r}"
+        )
+    if not (math.isfinite(float(d)) and float(d) >= 0):
+        raise ValueError(f"{owner}: delay must be finite and >= 0 ms, got {float(d)!r}")
+    if conn.delay is not None:
+        if float(d) != 0.0:
+            raise ValueError(
+                f"{owner}: the procedural description draws its own delays; leave delay at 0, "
+                f"got {float(d)!r}"
+            )
+        return ProceduralLayout.from_procedural(conn), conn.max_delay
+    return ProceduralLayout.from_procedural(conn), float(d)
+
+
+# ---------------------------------------------------------------------- the kernel entry
+
+
+def _conns(leaves, treedefs):
+    return [jtu.tree_unflatten(td, list(lv)) for td, lv in zip(treedefs, leaves, strict=True)]
+
+
+def _rows(conn, post_start, n_post_local, ids):
+    """Rows of `ids` (valid only below the description's n_pre), restricted to the targets
+    `[post_start, post_start + n_post_local)` on one device's share."""
+    inside = ids < conn.n_pre
+    post, w, steps, ok = conn.rows(jnp.minimum(ids, conn.n_pre - 1))
+    ok = ok & inside[:, None]
+    if post_start is not None:
+        local = post - post_start
+        ok = ok & (local >= 0) & (local < n_post_local)
+        post = jnp.clip(local, 0, n_post_local - 1)
+    return post, w, steps, ok
+
+
+def _targets(spec, step, trial, post, steps, ok, oob, ignore_delays=False):
+    _, _, _, _, n_slots, delay_steps, n_targets, target_offset = spec
+    if ignore_delays or steps is None:
+        d = 0 if ignore_delays else delay_steps
+    else:
+        d = steps
+    slot = arrival_slot(step, d, n_slots)
+    target = (trial * n_slots + slot) * n_targets + target_offset + post
+    return jnp.where(ok, target, oob)
+
+
+def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
+    n_source = s.shape[-1]
+    batch = s.shape[:-1]
+    s_rows = s.reshape(-1, n_source)
+    n_trials = s_rows.shape[0]
+    flat = (jnp.zeros_like(ring) if fresh else ring).reshape(-1)
+    oob = flat.shape[0]
+    mask = s_rows > 0
+    count = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+    size = n_source if every else capacity_for(capacity, n_source)
+    trial = jnp.arange(n_trials, dtype=jnp.int32)[:, None]
+    # Each projection compacts the spikes of its own presynaptic population, so that no row
+    # is generated for a spike of another population of the group.
+    for spec, (conn, start) in zip(specs, _conns(leaves, treedefs), strict=True):
+        _, pre_offset, n_pre, n_post, *_ = spec
+        sub = mask[:, pre_offset : pre_offset + n_pre]
+        sub_size = min(size, n_pre)
+        # The k-th spike of a trial is where the running count first reaches k + 1: found by
+        # a binary search per chunk, so a step costs one cumulative sum over the neurons, not
+        # a compaction (a scatter over every neuron on XLA:CPU).
+        csum = jnp.cumsum(sub, axis=-1, dtype=jnp.int32)
+        n_sub = csum[:, -1]
+        n_here = jnp.minimum(jnp.max(n_sub), sub_size)
+        big = max(1, min(sub_size, _CHUNK_SYNAPSES // (max(1, conn.max_fan_out) * n_trials)))
+        small = max(1, big // 16)
+
+        def body(
+            c,
+            flat,
+            base,
+            chunk,
+            csum=csum,
+            n_sub=n_sub,
+            conn=conn,
+            start=start,
+            spec=spec,
+            sub_size=sub_size,
+            pre_offset=pre_offset,
+            n_post=n_post,
+            n_pre=n_pre,
+        ):
+            slots = base + c * chunk + jnp.arange(chunk, dtype=jnp.int32)
+            inside = slots < sub_size
+            slots = jnp.minimum(slots, sub_size - 1)
+            local = jax.vmap(lambda cs: jnp.searchsorted(cs, slots + 1, side="left"))(csum)
+            local = jnp.minimum(local.astype(jnp.int32), n_pre - 1)
+            ok = (slots[None, :] < n_sub[:, None]) & inside  # (trials, chunk)
+            value = jnp.where(ok, s_rows[trial, local + pre_offset], 0)
+            post, w, steps, ok_syn = _rows(conn, start, n_post, local.reshape(-1))
+            ok_syn = ok_syn & ok.reshape(-1)[:, None]
+            tr = jnp.broadcast_to(trial, local.shape).reshape(-1)[:, None]
+            target = _targets(spec, step, tr, post, steps, ok_syn, oob)
+            contrib = value.reshape(-1)[:, None] * w.astype(value.dtype)
+            return flat.at[target.reshape(-1)].add(
+                contrib.reshape(-1).astype(flat.dtype), mode="drop"
+            )
+
+        # Full chunks of `big` spikes, then the rest in chunks of `small`: at most `small - 1`
+        # empty rows are generated (XLA's CPU scatter pays for every entry, dropped or not).
+        n_big = n_here // big
+        flat = lax.fori_loop(0, n_big, functools.partial(body, base=0, chunk=big), flat)
+        if small < big:  # (with big == 1 the first loop took every spike)
+            rest = n_here - n_big * big
+            tail = functools.partial(body, base=n_big * big, chunk=small)
+            flat = lax.fori_loop(0, (rest + small - 1) // small, tail, flat)
+    need = needed(count, size, n_source)
+    return flat.reshape(ring.shape), need.reshape(batch)
+
+
+def _reference(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
+    """The pure-JAX delivery: spikes compacted into a buffer of `capacity` per trial, rows
+    regenerated chunk by chunk; the ring and the buffer each trial lacked."""
+    return _walk(
+        s,
+        step,
+        ring,
+        leaves,
+        specs=specs,
+        treedefs=treedefs,
+        fresh=fresh,
+        capacity=capacity,
+        every=False,
+    )
+
+
+def _cpu(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
+    """The CPU slot (XLA, no C++): every spike compacted by a running count, so no step ever
+    needs a larger buffer; the same terms in the same order as the reference."""
+    return _walk(
+        s,
+        step,
+        ring,
+        leaves,
+        specs=specs,
+        treedefs=treedefs,
+        fresh=fresh,
+        capacity=None,
+        every=True,
+    )
+
+
+def _dense(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None, ignore_delays=False):
+    """The same delivery over every row (a scan over blocks of rows): the function whose
+    derivative the entry uses, reaching every presynaptic neuron and the weight parameters."""
+    n_source = s.shape[-1]
+    s_rows = s.reshape(-1, n_source)
+    n_trials = s_rows.shape[0]
+    flat = (jnp.zeros_like(ring) if fresh else ring).reshape(n_trials, -1)
+    oob = flat.shape[-1]
+    for spec, (conn, start) in zip(specs, _conns(leaves, treedefs), strict=True):
+        _, pre_offset, n_pre, n_post, *_ = spec
+        block = max(1, min(n_pre, _CHUNK_SYNAPSES // max(1, conn.max_fan_out)))
+        n_blocks = -(-n_pre // block)
+
+        def body(
+            flat,
+            b,
+            conn=conn,
+            start=start,
+            spec=spec,
+            block=block,
+            n_pre=n_pre,
+            pre_offset=pre_offset,
+            n_post=n_post,
+        ):
+            ids = b * block + jnp.arange(block, dtype=jnp.int32)
+            inside = ids < n_pre
+            ids = jnp.minimum(ids, n_pre - 1)
+            post, w, steps, ok = _rows(conn, start, n_post, ids)
+            ok = ok & inside[:, None]
+            target = _targets(spec, step, 0, post, steps, ok, oob, ignore_delays)
+            value = jnp.where(inside, s_rows[:, pre_offset + ids], 0)  # (trials, block)
+            contrib = value[:, :, None] * w.astype(value.dtype)
+            flat = flat.at[:, target.reshape(-1)].add(
+                contrib.reshape(n_trials, -1).astype(flat.dtype), mode="drop"
+            )
+            return flat, None
+
+        flat, _ = lax.scan(body, flat, jnp.arange(n_blocks, dtype=jnp.int32))
+    return flat.reshape(ring.shape), jnp.zeros(s.shape[:-1], jnp.int32)
+
+
+def _batching(axis_size, in_batched, args, apply):
+    """Fold a vmapped axis of the spikes and the ring into the trials of one call when the
+    step and the descriptions are shared; otherwise one call per element."""
+    s, step, ring, leaves = args
+    s_b, step_b, ring_b, leaves_b = in_batched
+    if step_b or any(jax.tree.leaves(leaves_b)):
+        return Sequential()(axis_size, in_batched, args, apply)
+    if not s_b:
+        s = jnp.broadcast_to(s, (axis_size, *s.shape))
+    if not ring_b:
+        ring = jnp.broadcast_to(ring, (axis_size, *ring.shape))
+    out = apply(s, step, ring, leaves)
+    return out, jax.tree.map(lambda _: True, out)
+
+
+def _examples():
+    import jax.random as jr
+
+    from ...connectivity import _procedural as proc
+    from ...connectivity._weights import normal, uniform
+
+    desc = proc.fixed_prob(
+        jr.key(3), 12, 9, 0.4, weight=normal(0.5, 0.1), delay=uniform(0.0, 0.5), dt=0.1
+    )
+    lay = ProceduralLayout.from_procedural(desc)
+    s = (jr.uniform(jr.key(4), (2, 12)) < 0.5).astype(jnp.float32)
+    ring = jr.uniform(jr.key(5), (2, 6, 9))
+    spec = (12, 0, 12, 9, 6, -1, 9, 0)
+    static = dict(specs=(spec,), treedefs=(lay._treedef(),), fresh=False)
+    args = (s, jnp.int32(3), ring, (lay._leaves(),))
+    yield Example(
+        args,
+        dict(static, capacity=None),
+        grad_argnums=(0, 2),
+        vmap_argnums=(0, 2),
+        label="all-spikes",
+    )
+    yield Example(
+        args, dict(static, capacity=8, fresh=True), vmap_argnums=(0, 2), label="capacity-8-fresh"
+    )
+
+
+DELIVER = register(
+    _Kernel(
+        name="procedural_deliver",
+        reference=_reference,
+        cpu=_cpu,
+        batching=_batching,
+        differentiable=_dense,
+        examples=_examples,
+        doc="Delivery of a procedural projection's spikes: each spiking neuron's row "
+        "regenerated from its key (neurojax.network._layout._procedural).",
+    )
+)
