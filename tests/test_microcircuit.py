@@ -248,7 +248,7 @@ def test_thalamic_pulse_only_in_its_window(small):
         (dict(background="noise"), ValueError, r"background must be 'poisson' or 'dc'"),
         (dict(thalamus="yes"), TypeError, r"thalamus must be True or False"),
         (dict(layout=3), TypeError, r"microcircuit: layout must be a projection method"),
-        (dict(layout="dense"), ValueError, r"layout must be 'event' or 'auto'"),
+        (dict(layout="dense"), ValueError, r"layout must be 'event', 'auto'"),
         (dict(layout=nj.network.DenseLayout), ValueError, r"must support per-synapse delays"),
         (dict(scale=1e-4), ValueError, r"leaves a population without neurons"),
     ],
@@ -377,3 +377,36 @@ def test_vmap_jit_and_grad_on_a_tiny_microcircuit():
 
     g = jax.jit(jax.grad(loss))(net.projections[k].layout.weights)
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).sum()) > 0
+
+
+def test_procedural_layout_has_the_stored_laws():
+    """`layout="procedural"` keeps no synapse but draws every pathway from the stored
+    layout's laws: the same counts, weights of the same mean and sign, delays of the same
+    truncated normal law rounded to steps (checked on the regenerated synapses)."""
+    stored, _ = nj.models.microcircuit(jax.random.key(3), scale=SCALE, k_scale=K_SCALE)
+    proc, _ = nj.models.microcircuit(
+        jax.random.key(3), scale=SCALE, k_scale=K_SCALE, layout="procedural"
+    )
+    pairs = list(zip(_recurrent(stored), _recurrent(proc), strict=True))
+    assert len(pairs) == 55
+    delays = {True: [], False: []}
+    for s, p in pairs:
+        assert (p.pre, p.post, p.method) == (s.pre, s.post, "procedural")
+        assert p.n_synapses == s.n_synapses
+        conn, d = p.layout.conn.stored()
+        w_p = np.asarray(conn.data, np.float64)
+        w_s = np.asarray(s.weights, np.float64)
+        assert w_p.size == s.n_synapses
+        assert np.all(np.sign(w_p) == np.sign(w_s.mean()))
+        se = 0.1 * abs(w_s.mean()) * math.sqrt(2.0 / w_p.size)
+        assert w_p.mean() == pytest.approx(w_s.mean(), abs=5 * se + 1e-6)
+        delays[POPS.index(p.pre) % 2 == 0].append(np.asarray(d, np.float64))
+    for mean, exc in ((1.5, True), (0.75, False)):
+        d = np.concatenate(delays[exc])
+        sd = 0.5 * mean
+        law = stats.truncnorm((0.05 - mean) / sd, np.inf, loc=mean, scale=sd)
+        # whole steps of 0.1 ms: the mean of the rounded law equals the law's to 0.01 ms
+        assert d.min() >= 0.1 - 1e-6
+        assert d.mean() == pytest.approx(law.mean(), abs=5 * law.std() / math.sqrt(d.size) + 0.01)
+    # memory: the procedural network stores no synapse
+    assert proc.memory().table_bytes < 0.01 * stored.memory().table_bytes

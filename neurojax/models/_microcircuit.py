@@ -418,6 +418,31 @@ class InputLayout(Layout):
 # ---------------------------------------------------------------------- the builder
 
 
+def _procedural(
+    key, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn, *, delay_rel_std=None
+):
+    """A pathway of `n` synapses in the procedural layout: the same laws as the stored
+    pathway (fixed total number with multapses and autapses, normal weights, normal delays
+    conditioned on >= dt/2 and rounded to steps), regenerated at every spike.
+
+    Excitatory weights are truncated at 0 as in the stored layout; inhibitory ones are drawn
+    untruncated (the procedural normal truncates only below 0): at the published spread of
+    10 % of the mean, a draw of the other sign has probability about 1e-23."""
+    rel = c["delay_rel_std"] if delay_rel_std is None else delay_rel_std
+    weight = connect.normal(mean * to_na, std * to_na, nonnegative=bool(mean > 0))
+    desc = connect.procedural.fixed_total(
+        key,
+        sizes[pre],
+        sizes[post],
+        n,
+        weight=weight,
+        delay=connect.normal(d_mean, d_mean * rel),
+        dt=dt,
+        delay_range=(0.5 * dt, d_mean * (1.0 + 40.0 * rel)),
+    )
+    return Projection(pre, post, desc, synapse=syn, output=CurrentOutput())
+
+
 def _truncated_normal(key, n: int, mean: float, std: float, low: float, high: float):
     """`n` float64 values from N(mean, std^2), redrawn until they lie in [low, high].
 
@@ -484,7 +509,10 @@ def microcircuit(
         thalamus: add the 902 thalamic neurons firing at 120 Hz from 700 to 710 ms.
         layout: the storage of the recurrent and thalamic projections, passed to every
             `nj.Projection` as `method` (default `"event"`, the stored layout; a
-            `nj.network.Layout` subclass plugs in another).
+            `nj.network.Layout` subclass plugs in another), or `"procedural"`: no synapse
+            is stored, each pathway is a `nj.connect.procedural.fixed_total` description
+            with the same laws (inhibitory weights drawn untruncated, see `_procedural`),
+            its synapses regenerated at every spike.
         dt: time step [ms] the delays and the exact-integration factor are built for
             (0.1 ms in the model); simulate with the same `dt`.
         batch: leading batch dimensions of the state (independent initial voltages and
@@ -522,11 +550,13 @@ def microcircuit(
             "microcircuit: layout must be a projection method name ('event', 'auto') or "
             f"a nj.network.Layout subclass, got {layout!r}"
         )
-    if isinstance(layout, str) and layout not in ("event", "auto"):
+    if isinstance(layout, str) and layout not in ("event", "auto", "procedural"):
         raise ValueError(
-            "microcircuit: layout must be 'event' or 'auto' (the built-in layouts with "
-            f"per-synapse delays) or a nj.network.Layout subclass, got {layout!r}"
+            "microcircuit: layout must be 'event', 'auto' (the built-in stored layouts with "
+            "per-synapse delays), 'procedural' (no stored synapses) or a nj.network.Layout "
+            f"subclass, got {layout!r}"
         )
+    procedural = layout == "procedural"
     if isinstance(layout, type) and not layout.per_synapse_delays:
         raise ValueError(
             f"microcircuit: layout {layout.__name__} must support per-synapse delays "
@@ -567,13 +597,18 @@ def microcircuit(
             if n == 0:
                 continue
             kk = jr.fold_in(k_conn, 8 * a + b)
-            idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
             mean = w_mean[a, b]
             std = abs(mean) * c["weight_rel_std"]
+            d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
+            if procedural:
+                projections.append(
+                    _procedural(kk, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn)
+                )
+                continue
+            idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
             low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
             w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
             conn = _bcoo(idx, w * to_na, sizes[pre], sizes[post])
-            d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
             delay = _truncated_normal(
                 jr.fold_in(k_d, 8 * a + b), n, d_mean, d_mean * c["delay_rel_std"], d_min, np.inf
             )
@@ -632,6 +667,25 @@ def microcircuit(
         for a, post in enumerate(POPULATIONS):
             n = int(n_th_syn[a])
             if n == 0:
+                continue
+            if procedural:
+                projections.append(
+                    _procedural(
+                        jr.fold_in(k_th, 3 * a),
+                        "thalamus",
+                        post,
+                        {"thalamus": n_th, **sizes},
+                        n,
+                        j_th,
+                        j_th * c["weight_rel_std"],
+                        to_na,
+                        c["delay_th_mean"],
+                        c,
+                        dt,
+                        syn,
+                        delay_rel_std=c["delay_th_rel_std"],
+                    )
+                )
                 continue
             idx = fixed_total_pairs(jr.fold_in(k_th, 3 * a), n_th, sizes[post], n, True, True)
             w = _truncated_normal(
