@@ -123,3 +123,113 @@ def test_non_finite_bcoo_weights_are_refused(bad):
     conn = sparse.BCOO((jnp.array([1.0, bad], F32), jnp.array([[0, 1], [1, 2]])), shape=(3, 3))
     with pytest.raises(ValueError, match=r"Projection: conn has 1 non-finite weight.*entry 1"):
         nj.Projection("A", "B", conn)
+
+
+# ------------------------------------------------------------------ 2. the step clock
+
+WRAP = 2**31 - 1
+
+
+def _at_step(state, step):
+    return eqx.tree_at(lambda s: s.step, state, jnp.asarray(step, jnp.int32))
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+def test_runs_that_would_wrap_the_step_counter_are_refused_before_work(mode):
+    # Before: the int32 counter wrapped; the CPU kernel then crashed (negative ring slot) and
+    # the pure-JAX path delivered into the wrong slots.
+    net = _net(delay=1.0)
+    state = _at_step(net.init_state(KEY), WRAP - 50)
+    with kernels.use(mode), pytest.raises(ValueError, match=r"from 2147483597 to 2147483697"):
+        nj.simulate(net, state, dt=0.1, n_steps=100)
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match=r"past 2\*\*31 - 1 = 2147483647"):
+        nj.simulate(lif, lif.init_state(3), 20.0, dt=0.1, n_steps=2**31)
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+def test_runs_just_below_the_wrap_point_equal_runs_at_the_same_ring_phase(mode):
+    # Delays act through step mod D (D ring slots): a run that starts 400 steps before the
+    # limit and ends exactly at it equals one started at a small step of the same phase.
+    net = _net(delay=1.0)
+    n_slots = net.ring_shape[0][0]
+    start = WRAP - 400
+    state = net.init_state(KEY)
+    with kernels.use(mode):
+        _, near = nj.simulate(net, _at_step(state, start), dt=0.1, n_steps=400)
+        _, ref = nj.simulate(net, _at_step(state, start % n_slots), dt=0.1, n_steps=400)
+    assert int(ref.spikes["A"].sum()) > 40
+    np.testing.assert_array_equal(np.asarray(near.spikes["A"]), np.asarray(ref.spikes["A"]))
+
+
+def test_kernel_ring_slot_of_a_negative_counter_stays_inside_the_ring():
+    # A caller's own loop over `step` can still take the counter past 2**31 - 1: the kernel
+    # then reads the same (non-negative) slot as the pure-JAX path, never outside the ring.
+    net = _net(delay=1.0)
+    state = _at_step(net.init_state(KEY), -(2**31) + 3)
+    step = eqx.filter_jit(lambda s: net.step(s, None, 0.1))
+    for _ in range(12):
+        state_k, _ = step(state)
+        with kernels.use("reference"):
+            state_r, _ = step(state)
+        for a, b in zip(jax.tree.leaves(state_k.buffers), jax.tree.leaves(state_r.buffers)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        state = state_k
+
+
+# ------------------------------------------------------------------ 3. silent wrong results
+
+
+def test_record_every_beyond_int32_counts_is_refused():
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match=r"record_every=2147483648 is more than 2\*\*31 - 1"):
+        nj.simulate(lif, lif.init_state(3), 20.0, dt=0.1, n_steps=2**31, record_every=2**31)
+
+
+def test_state_of_another_network_size_is_refused():
+    # Before: a 30-neuron state ran in a 20-neuron network and returned a 30-wide raster.
+    net20 = nj.Network({"A": (nj.LIF(), 20)}, [])
+    net30 = nj.Network({"A": (nj.LIF(), 30)}, [])
+    with pytest.raises(
+        ValueError, match=r"state field populations\['A'\]\.v is float32\[30\].*float32\[20\]"
+    ):
+        nj.simulate(net20, net30.init_state(KEY), dt=0.1, n_steps=5)
+
+
+def test_non_finite_final_state_warns_naming_the_field():
+    # Hodgkin-Huxley with RK4 at dt = 1 ms is unstable: before, it ran silently and recorded
+    # spikes at zero current. At dt = 0.05 ms it stays at rest (no warning, no spike).
+    hh = nj.HodgkinHuxley()
+    with pytest.warns(RuntimeWarning, match=r"field\(s\) 'v' \(3 of 3 entries\).*dt=1.0 ms"):
+        nj.simulate(hh, hh.init_state(3), 0.0, dt=1.0, n_steps=50)
+    _, rec = nj.simulate(hh, hh.init_state(3), 0.0, dt=0.05, n_steps=1000)
+    assert int(rec.spikes.sum()) == 0
+    lif = nj.LIF()
+    bad = eqx.tree_at(lambda s: s.v, lif.init_state(3), jnp.array([0.0, jnp.nan, 0.0], F32))
+    with pytest.warns(RuntimeWarning, match=r"'v' \(1 of 3 entries\)"):
+        nj.simulate(lif, bad, 0.0, dt=0.1, n_steps=5)
+    with pytest.raises(FloatingPointError, match=r"state field 'v' became non-finite at step 0"):
+        nj.simulate(lif, bad, 0.0, dt=0.1, n_steps=5, check=True)
+
+
+@pytest.mark.parametrize(
+    "inputs, error, match",
+    [
+        (jnp.nan, ValueError, r"inputs must be finite, got nan"),
+        (jnp.array([1.0, jnp.inf, 0.0], F32), ValueError, r"1 non-finite value.*index \(1,\)"),
+        (jnp.ones(3, jnp.complex64), TypeError, r"inputs are complex \(complex64\)"),
+        (1 + 2j, TypeError, r"inputs must be real, got the complex number"),
+        (lambda t, i: jnp.ones(3, jnp.complex64), TypeError, r"function returns complex"),
+    ],
+)
+def test_non_finite_and_complex_inputs_are_refused(inputs, error, match):
+    lif = nj.LIF()
+    with pytest.raises(error, match=match):
+        nj.simulate(lif, lif.init_state(3), inputs, dt=0.1, n_steps=5)
+
+
+@pytest.mark.parametrize("dt", [1e-300, 1e-39, 1e39])
+def test_dt_that_the_model_dtype_cannot_hold_is_refused(dt):
+    lif = nj.LIF()
+    with pytest.raises(ValueError, match=r"not representable in float32.*time would not advance"):
+        nj.simulate(lif, lif.init_state(3), 0.0, dt=dt, n_steps=5)
