@@ -233,3 +233,114 @@ def test_dt_that_the_model_dtype_cannot_hold_is_refused(dt):
     lif = nj.LIF()
     with pytest.raises(ValueError, match=r"not representable in float32.*time would not advance"):
         nj.simulate(lif, lif.init_state(3), 0.0, dt=dt, n_steps=5)
+
+
+# ------------------------------------------------------------------ 5. late or crashing errors
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "NEUROJAX_CPU_KERNEL": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "neurojax", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_cli_refuses_durations_past_the_step_clock_and_the_memory():
+    # Before: --duration 1e30 exited 1 with a traceback; --duration 1e7 failed after
+    # compiling with an out-of-memory error.
+    proc = _cli("run", "hh", "--duration", "1e30")
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --duration: at most 2**31 - 1 steps" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = _cli("run", "hh", "--duration", "1e8", "--dt", "0.05")
+    assert proc.returncode == 2, proc.stderr
+    assert "spike raster of 2000000000 steps x 41 neurons would take 82 GB" in proc.stderr
+
+
+def test_builders_refuse_connectivity_larger_than_memory_before_sampling():
+    # Before: 57 s of sampling, then out of memory.
+    with pytest.raises(ValueError, match=r"fixed_prob: n_pre \* n_post \* p = .* 5e\+11 synapses"):
+        nj.connect.fixed_prob(KEY, 10**6, 10**6, 0.5)
+    with pytest.raises(ValueError, match=r"fixed_indegree: n_post \* k = 1000000000 \* 1000"):
+        nj.connect.fixed_indegree(KEY, 10**9, 10**9, 1000)
+    with pytest.raises(ValueError, match=r"all_to_all: n_pre \* n_post = 1000000 \* 1000000"):
+        nj.connect.all_to_all(10**6, 10**6)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (
+            lambda k: nj.LIF().init_state(3, key=k),
+            ValueError,
+            r"LIF.init_state: key must be a single",
+        ),
+        (
+            lambda k: nj.Network({"A": (nj.LIF(), 3)}, []).init_state(k),
+            ValueError,
+            r"Network.init_state: key must be a single PRNG key, got a batch of keys of shape \(2,\)",
+        ),
+        (
+            lambda k: nj.connect.fixed_prob(jax.random.key_data(k), 5, 5, 0.5),
+            ValueError,
+            r"fixed_prob: key must be a single PRNG key, got raw key data of shape \(2, 2\)",
+        ),
+    ],
+)
+def test_batched_keys_are_refused_naming_owner_and_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call(jax.random.split(KEY, 2))
+
+
+def test_wrong_key_types_are_refused_naming_owner_and_argument():
+    with pytest.raises(TypeError, match=r"Network.init_state: key must be a JAX PRNG key.*str 'a'"):
+        nj.Network({"A": (nj.LIF(), 3)}, []).init_state("a")
+    with pytest.raises(TypeError, match=r"HodgkinHuxley.init_state: key must be a JAX PRNG key"):
+        nj.HodgkinHuxley().init_state(3, key=jnp.zeros(3, F32))
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: nj.LIF(tau_m="10"), r"LIF: parameter tau_m must be a real number.*'10'"),
+        (lambda: nj.Izhikevich(0.02, "x"), r"Izhikevich: parameter b must be a real number"),
+        (lambda: nj.AdEx(a=1j), r"AdEx: parameter a must be a real number"),
+    ],
+)
+def test_string_parameters_name_the_model_and_the_parameter(make, match):
+    with pytest.raises(TypeError, match=match):
+        make()
+
+
+def test_state_of_another_model_or_precision_blames_the_state_before_compiling():
+    lif = nj.LIF()
+    # Before: an AttributeError after 21 compilations.
+    with pytest.raises(TypeError, match=r"state is a IzhikevichState, but LIF.init_state makes"):
+        nj.simulate(lif, nj.Izhikevich().init_state(3), 0.0, dt=0.1, n_steps=5)
+    bad = eqx.tree_at(lambda s: s.refractory, lif.init_state(3), jnp.zeros(4, F32))
+    with pytest.raises(ValueError, match=r"state field refractory is float32\[4\].*float32\[3\]"):
+        nj.simulate(lif, bad, 0.0, dt=0.1, n_steps=5)
+    state32 = lif.init_state(3)
+    with jax.enable_x64(True):
+        lif64 = nj.LIF()
+        with pytest.raises(ValueError, match=r"state field v is float32\[3\].*float64\[3\]"):
+            nj.simulate(lif64, state32, 0.0, dt=0.1, n_steps=5)
+
+
+def test_set_winners_out_of_range_raises_with_the_value_at_once():
+    brain = nj.assembly.Brain({"A": (50, 5)}, p=0.2, beta=0.1, mode="explicit", key=KEY)
+    state = brain.init_state(KEY)
+    with pytest.raises(
+        ValueError, match=r"labels of area 'A' must be in \[0, 50\) \(n\), got \[50, -1\]"
+    ):
+        brain.set_winners(state, "A", jnp.array([1, 50, -1]))
+    with pytest.raises(ValueError, match=r"must be distinct, got \[2, 2\]"):
+        brain.set_winners(state, "A", jnp.array([2, 2]))
+
+
+def test_record_and_sweep_functions_returning_non_arrays_are_named():
+    lif = nj.LIF()
+    with pytest.raises(TypeError, match=r"simulate: the record function returned str 'x'"):
+        nj.simulate(lif, lif.init_state(3), 0.0, dt=0.1, n_steps=5, record=lambda s, o: "x")
+    with pytest.raises(TypeError, match=r"sweep: fn returned str 'x' at \[1\], not an array"):
+        nj.parallel.sweep(lambda p: (p, "x"), jnp.ones(3, F32))
