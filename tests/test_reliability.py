@@ -344,3 +344,145 @@ def test_record_and_sweep_functions_returning_non_arrays_are_named():
         nj.simulate(lif, lif.init_state(3), 0.0, dt=0.1, n_steps=5, record=lambda s, o: "x")
     with pytest.raises(TypeError, match=r"sweep: fn returned str 'x' at \[1\], not an array"):
         nj.parallel.sweep(lambda p: (p, "x"), jnp.ones(3, F32))
+
+
+# ------------------------------------------------------------------ 4. checkpoints
+
+
+def test_static_configuration_mismatch_is_refused_naming_the_field(tmp_path):
+    # Before: the method and the network's delay steps came silently from like.
+    nj.save(tmp_path / "lif.nj", nj.LIF(method="exact"))
+    with pytest.raises(ValueError, match=r"static field 'method' is 'exact' in the checkpoint"):
+        nj.load(tmp_path / "lif.nj", nj.LIF(method="euler"))
+    assert nj.load(tmp_path / "lif.nj", nj.LIF(method="exact")).method == "exact"
+    nj.save(tmp_path / "net.nj", _net(delay=1.0))
+    with pytest.raises(
+        ValueError, match=r"static field 'n_slots' is \(11,\) in the checkpoint but \(21,\)"
+    ):
+        nj.load(tmp_path / "net.nj", _net(delay=2.0))
+    net = nj.load(tmp_path / "net.nj", _net(delay=1.0))
+    assert net.projections[0].delay == 1.0 and net.homogeneous_delay_steps == (10,)
+
+
+def test_next_save_removes_temporaries_of_killed_saves(tmp_path):
+    path = tmp_path / "run.nj"
+    nj.save(path, {"w": jnp.zeros(3, F32)})
+    # A save killed with `kill -9`: its writer process is gone, its temporary file stays.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    host = nj.io._HOST
+    stale = tmp_path / f".run.nj.{host}-{child.pid}.0123456789abcdef.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    alive = tmp_path / f".run.nj.{host}-{os.getpid()}.fedcba9876543210.tmp"
+    alive.write_bytes(b"being written")
+    other = tmp_path / f".other.nj.{host}-{child.pid}.0123456789abcdef.tmp"
+    other.write_bytes(b"another target")
+    nj.save(path, {"w": jnp.ones(3, F32)})
+    assert not stale.exists()
+    assert alive.exists() and other.exists()  # a live writer's, another target's
+    np.testing.assert_array_equal(np.asarray(nj.load(path, {"w": jnp.zeros(3, F32)})["w"]), 1.0)
+
+
+def test_save_os_errors_name_the_target_with_the_save_prefix(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user who can write a read-only folder (root)")
+        with pytest.raises(PermissionError, match=r"^save: cannot write '.*ro/x.nj'") as info:
+            nj.save(folder / "x.nj", {"w": jnp.zeros(3, F32)})
+        assert info.value.errno == 13
+    finally:
+        folder.chmod(0o700)
+
+
+def test_save_os_errors_from_the_disk_name_the_target(tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=r"^save: cannot write '.*x\.nj': No space left") as info:
+        nj.save(tmp_path / "x.nj", {"w": jnp.zeros(3, F32)})
+    assert info.value.errno == 28
+    assert os.listdir(tmp_path) == []
+
+
+def _with_header(path, header):
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    members["neurojax_checkpoint.json"] = (
+        header if isinstance(header, bytes) else json.dumps(header).encode()
+    )
+    with zipfile.ZipFile(path, "w") as zf:
+        for n, b in members.items():
+            zf.writestr(n, b)
+
+
+def test_malformed_headers_raise_the_documented_value_error(tmp_path):
+    # Before: a list as a leaf's member escaped as TypeError (unhashable), a deeply nested
+    # header as RecursionError.
+    import json
+    import zipfile
+
+    path = tmp_path / "c.nj"
+    nj.save(path, {"w": jnp.zeros(3, F32)})
+    with zipfile.ZipFile(path) as zf:
+        header = json.loads(zf.read("neurojax_checkpoint.json"))
+    header["leaves"][0]["member"] = ["leaves/00000.npy"]
+    _with_header(path, header)
+    with pytest.raises(ValueError, match=r"its array is missing from the archive"):
+        nj.load(path, {"w": jnp.zeros(3, F32)})
+    _with_header(path, b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(ValueError, match=r"header is damaged \(nested too deeply\)"):
+        nj.load(path, {"w": jnp.zeros(3, F32)})
+
+
+# ------------------------------------------------------------------ 6. the kernel cache
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="no user ids on this platform")
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_kernel_cache_writable_by_others_is_refused(tmp_path, monkeypatch, mode):
+    # Before: a library placed in such a folder under the expected name was loaded and run.
+    from neurojax.kernels import _build
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    folder.chmod(mode)
+    monkeypatch.setenv("NEUROJAX_CACHE_DIR", str(folder))
+    with pytest.raises(PermissionError, match=r"kernel cache folder .* is writable by other users"):
+        _build._build()
+    with pytest.raises(ValueError, match=r"compilation cache folder .* writable by other users"):
+        nj.enable_compilation_cache(folder)
+
+
+def test_kernel_library_writable_by_others_is_refused(tmp_path, monkeypatch):
+    from neurojax.kernels import _build
+
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("NEUROJAX_CACHE_DIR", str(folder))
+    monkeypatch.setattr(_build, "compile_library", lambda out: out.write_bytes(b"\x7fELF"))
+    built = _build._build()
+    built.chmod(0o666)
+    with pytest.raises(
+        PermissionError, match=r"compiled kernel library .* writable by other users"
+    ):
+        _build._build()
+    built.chmod(0o600)
+    assert _build._build() == built
+
+
+def test_kernel_cache_owned_by_another_user_is_refused(tmp_path, monkeypatch):
+    from neurojax import _reliability
+
+    folder = tmp_path / "cache"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(folder).st_uid + 1)
+    with pytest.raises(PermissionError, match=r"is owned by user id \d+, not by you"):
+        _reliability.check_private_path("t", folder, "kernel cache folder")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
