@@ -442,6 +442,7 @@ def _hh_validate(args: argparse.Namespace) -> str | None:
 def _hh_run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     import neurojax as nj
 
+    _check_raster(args, args.batch)  # one neuron per trial, before the resting state is solved
     model = nj.HodgkinHuxley(method=args.method)
     currents = np.linspace(args.i_min, args.i_max, args.batch)
     state = model.init_state(args.batch)
@@ -593,6 +594,24 @@ def _chunking(n_steps: int, batch: int) -> tuple[int, int]:
     return target, n_steps % target
 
 
+def _check_raster(args: argparse.Namespace, size: int) -> None:
+    """The raster of a run comes back to the host whole (one byte per neuron and step):
+    refuse, before anything is built or compiled, one that cannot fit in the memory
+    available (exit code 2, as for any argument that asks too much)."""
+    from ._simulate import RecordingTooLarge, _available_bytes
+
+    n_steps = _steps(args.duration, args.dt)
+    need = n_steps * size
+    available = _available_bytes(on_host=True)
+    if available is not None and need > available:
+        raise RecordingTooLarge(
+            f"argument --duration: the spike raster of {n_steps} steps x {size} neurons would "
+            f"take {need / 1e9:.3g} GB, more than the {available / 1e9:.3g} GB of memory "
+            f"available; use a shorter --duration (at most about "
+            f"{available // max(size, 1) * args.dt:.3g} ms here) or a smaller --batch"
+        )
+
+
 def _step_outputs(model: Any, state: Any) -> Any:
     """The abstract outputs (spikes) of one step of `model` (traced, not run)."""
     import equinox as eqx
@@ -617,23 +636,11 @@ def _timed_simulate(
     """
     import neurojax as nj
 
-    from ._simulate import RecordingTooLarge, _available_bytes
-
     n_steps = _steps(args.duration, args.dt)
-    # The raster comes back to the host whole: refuse, before anything is compiled, a run
-    # whose raster cannot fit in the memory available.
     size = sum(
         int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(_step_outputs(model, state))
     )
-    need = n_steps * size  # one byte per neuron and step (bool raster)
-    available = _available_bytes(on_host=True)
-    if available is not None and need > available:
-        raise RecordingTooLarge(
-            f"argument --duration: the spike raster of {n_steps} steps x {size} neurons would "
-            f"take {need / 1e9:.3g} GB, more than the {available / 1e9:.3g} GB of memory "
-            f"available; use a shorter --duration (at most about "
-            f"{available // max(size, 1) * args.dt:.3g} ms here) or a smaller --batch"
-        )
+    _check_raster(args, size)
     chunk, rem = _chunking(n_steps, args.batch)
     t0 = time.perf_counter()
     for length in (chunk, rem) if rem else (chunk,):

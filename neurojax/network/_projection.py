@@ -167,7 +167,7 @@ class Projection(eqx.Module):
 
         if isinstance(delay, jax.core.Tracer):
             raise TypeError("Projection: delay is a traced value; build projections outside jit")
-        d = np.asarray(delay, np.float64) if not isinstance(delay, bool) else None
+        d = np.asarray(delay, np.float64) if not isinstance(delay, (bool, str, bytes)) else None
         if d is None or d.dtype.kind not in "fiu":
             raise TypeError(
                 f"Projection: delay must be a real number or array in ms, got {delay!r}"
