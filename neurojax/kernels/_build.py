@@ -81,16 +81,20 @@ def _cpu_flags() -> bytes:
     return b""
 
 
-def _build() -> Path:
+def library_path() -> Path:
+    """Where the library of these sources, this JAX, these flags and this CPU is cached."""
     include = jax.ffi.include_dir()
-    sources = _sources()
-    source = b"".join(path.read_bytes() for path in sources + _headers())
+    source = b"".join(path.read_bytes() for path in _sources() + _headers())
     march = os.environ.get("NEUROJAX_MARCH", "native")
     tag = hashlib.sha256(
         source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
     ).hexdigest()[:16]
-    folder = _cache_dir()
-    out = folder / f"libneurojax_{tag}.so"
+    return _cache_dir() / f"libneurojax_{tag}.so"
+
+
+def _build() -> Path:
+    out = library_path()
+    folder = out.parent
     if not folder.exists():
         # Private from the start (group/other bits off whatever the umask), as checked below.
         folder.parent.mkdir(parents=True, exist_ok=True)
