@@ -77,6 +77,26 @@ def _fmt_list(values: np.ndarray, limit: int = 5) -> str:
     return f"[{shown}{', ...' if values.size > limit else ''}]"
 
 
+def checked_conn(owner: str, conn: Any) -> Any:
+    """`conn` (a 2-D BCOO) without JAX's padding entries, after `check_conn_entries`.
+
+    JAX marks unused entries of a BCOO (after slicing, `sum_duplicates`, ...) with the index
+    `(n_pre, n_post)` and a zero value; those carry no synapse and are removed. Any other
+    index outside the shape is refused."""
+    idx = np.asarray(conn.indices)
+    data = np.asarray(conn.data)
+    pad = None
+    if idx.ndim == 2 and idx.shape[1:] == (2,) and idx.shape[0]:
+        pad = (idx == np.asarray(conn.shape)).all(axis=1) & (data == 0)
+    if pad is not None and pad.any():
+        from jax.experimental import sparse
+
+        keep = np.flatnonzero(~pad)
+        conn = sparse.BCOO((conn.data[keep], conn.indices[keep]), shape=conn.shape)
+    check_conn_entries(owner, tuple(conn.shape), conn.indices, conn.data)
+    return conn
+
+
 def check_conn_entries(owner: str, shape: tuple[int, int], indices: Any, data: Any) -> None:
     """Every synapse of a BCOO `(n_pre, n_post)` inside the shape, and every weight finite.
 

@@ -486,3 +486,15 @@ def test_kernel_cache_owned_by_another_user_is_refused(tmp_path, monkeypatch):
     with pytest.raises(PermissionError, match=r"is owned by user id \d+, not by you"):
         _reliability.check_private_path("t", folder, "kernel cache folder")
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+
+
+@pytest.mark.parametrize("method", ["dense", "bcoo", "event"])
+def test_jax_padding_entries_of_a_sliced_bcoo_carry_no_synapse(method):
+    # JAX marks the unused entries of a sliced BCOO with index (n_pre, n_post) and value 0:
+    # they are removed, every other out-of-range index is refused.
+    full = nj.connect.fixed_prob(jax.random.key(2), 7, 30, 0.5, weight=3.0)
+    part = full[:, :7]
+    proj = nj.Projection("A", "A", part, method=method)
+    np.testing.assert_array_equal(
+        np.asarray(proj.conn.todense()), np.asarray(full.todense())[:, :7]
+    )

@@ -9,7 +9,7 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
-from .._reliability import check_conn_entries
+from .._reliability import checked_conn
 from .._validation import _fmt
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
@@ -52,8 +52,7 @@ def _check_conn(conn: Any) -> sparse.BCOO:
         )
     if not jnp.issubdtype(conn.indices.dtype, jnp.integer):
         raise TypeError(f"Projection: conn.indices must be integers, got {conn.indices.dtype}")
-    check_conn_entries("Projection", tuple(conn.shape), conn.indices, conn.data)
-    return conn
+    return checked_conn("Projection", conn)
 
 
 class Projection(eqx.Module):
