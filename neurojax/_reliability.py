@@ -465,6 +465,9 @@ def check_input_values(owner: str, inputs: Any) -> None:
             )
         if isinstance(x, jax.core.Tracer) or not jnp.issubdtype(dtype, jnp.floating):
             continue
+        # One reduction on the device and one scalar back; the details only on failure.
+        if bool(jnp.all(jnp.isfinite(x))):
+            continue
         finite = np.isfinite(np.asarray(x))
         if not finite.all():
             first = np.unravel_index(int(np.argmin(finite.reshape(-1))), finite.shape)
