@@ -12,6 +12,8 @@ from pathlib import Path
 
 import jax
 
+from ._reliability import check_private_path
+
 __all__ = ["enable_compilation_cache", "compilation_cache_dir"]
 
 _ENV_DIR = "NEUROJAX_COMPILATION_CACHE_DIR"
@@ -37,7 +39,9 @@ def enable_compilation_cache(
     Args:
         path: the folder (created if missing); default `compilation_cache_dir()`. It holds
             one file per compiled program (a few kB to a few MB each) and may be deleted at
-            any time; JAX recompiles what is missing.
+            any time; JAX recompiles what is missing. It must belong to you and be writable
+            by no other user (no group or other write bit): a shared folder is refused with a
+            `ValueError`, as compilers' caches refuse one, since its programs are executed.
         min_compile_time_s: cache only programs that took at least this long to compile
             (0: all of them, the small samplers of connectivity builders included, which is
             what makes a repeated build fast).
@@ -64,11 +68,18 @@ def enable_compilation_cache(
         )
     folder = Path(path) if path is not None else compilation_cache_dir()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if not folder.exists():
+            folder.mkdir(mode=0o700)
     except OSError as err:
         raise ValueError(
             f"enable_compilation_cache: cannot create the cache folder {str(folder)!r}: {err}"
         ) from err
+    try:
+        # Compiled programs found there are executed: refuse what another user can write.
+        check_private_path("enable_compilation_cache", folder, "compilation cache folder")
+    except PermissionError as err:
+        raise ValueError(str(err)) from None
     if not os.access(folder, os.W_OK):
         raise ValueError(f"enable_compilation_cache: the folder {str(folder)!r} is not writable")
     jax.config.update("jax_compilation_cache_dir", str(folder))

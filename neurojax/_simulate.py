@@ -2,6 +2,7 @@
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from . import _reliability as _rel
 from ._recording import count_dtype
 from ._validation import check_dt, check_positive_int
 
@@ -279,6 +281,12 @@ def _classify_inputs(model, state, inputs, n_steps, dt) -> tuple[str, int]:
                 "simulate: the inputs function must take (t_ms, step_index) and return the "
                 f"step input; calling it failed: {type(err).__name__}: {err}"
             ) from err
+        for leaf in jtu.tree_leaves(sample):
+            if jnp.issubdtype(leaf.dtype, jnp.complexfloating):
+                raise TypeError(
+                    f"simulate: the inputs function returns complex values ({leaf.dtype}); "
+                    "the models take real currents, and the imaginary part would be dropped"
+                )
         ok, why = _step_ok(model, state, sample, dt)
         if not ok:
             raise _inputs_error(
@@ -759,7 +767,14 @@ def simulate(
     if not isinstance(check, bool):
         raise TypeError(f"simulate: check must be a bool, got {check!r}")
     record = _record_spec(record, state)
+    # The state against the model's own init_state (type, field shapes, dtypes) and the
+    # inputs' values, before any input is matched to the state or anything compiled.
+    _rel.check_state("simulate", model, state, (_signature(model), _signature(state)))
+    if inputs is not None and not callable(inputs):
+        _rel.check_input_values("simulate", inputs)
     kind, n_steps = _classify_inputs(model, state, inputs, n_steps, dt)
+    if not _is_tracer(first):
+        _rel.check_run_length("simulate", first, n_steps, record_every)
     if n_steps % record_every:
         raise ValueError(f"simulate: record_every={record_every} must divide n_steps={n_steps}")
     if chunk_size is not None and chunk_size % record_every:
@@ -875,6 +890,19 @@ def simulate(
         # No rerun is possible under the caller's transformation: one check after the run.
         state = model.check_capacity(state)
 
+    if not check and not traced:
+        bad = _rel.nonfinite_fields(state)
+        if bad:
+            fields = ", ".join(f"{name!r} ({n} of {size} entries)" for name, n, size in bad)
+            warnings.warn(
+                f"simulate: the final state holds NaN or infinity in field(s) {fields}: the "
+                "initial state or the inputs held non-finite values, or the integration is "
+                f"unstable at dt={dt} ms (the recording after that point is meaningless). Run "
+                "with check=True to raise at the first step that produced them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
     if check:
         bad_step, bad_leaf = diag
         names = _float_leaf_names(state)
@@ -957,6 +985,7 @@ def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dt
             values = eqx.filter_eval_shape(record, state, out)
         except Exception:  # noqa: BLE001
             return size
+        _rel.check_record_values("simulate", values)
     else:
         values = jax.eval_shape(lambda st: _recorded_values(record, st, None), state)
     return size + sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jtu.tree_leaves(values))

@@ -218,6 +218,16 @@ def check_dt(owner: str, dt: Any) -> float:
     dt = float(dt)
     if not math.isfinite(dt) or dt <= 0:
         raise ValueError(f"{owner}: dt must be finite and > 0 ms, got {dt!r}")
+    # The models compute in the default float dtype: a dt that it rounds to 0 (time would
+    # never advance) or to infinity is refused, as is one below its smallest normal number.
+    dtype = np.dtype(default_float())
+    info = np.finfo(dtype)
+    if not (float(info.tiny) <= dt <= float(info.max)):
+        raise ValueError(
+            f"{owner}: dt={dt!r} ms is not representable in {dtype.name}, the dtype the "
+            f"models compute in (normal numbers from {float(info.tiny):.3g} to "
+            f"{float(info.max):.3g}); time would not advance"
+        )
     return dt
 
 

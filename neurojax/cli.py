@@ -230,6 +230,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 # `neurojax run MODEL`: a registry of ready-made models sharing the common flags.
 
 
+_STEP_LIMIT = 2**31 - 1  # the int32 step clock of simulate and of a network's state
+
+
 class RunError(Exception):
     """A failure while running a model (reported with exit code 1)."""
 
@@ -361,6 +364,12 @@ def _validate_common(args: argparse.Namespace) -> str | None:
             f" --duration {args.duration:g} and --dt {args.dt:g}"
             f" ({args.duration / args.dt:g} steps)"
         )
+    if _steps(args.duration, args.dt) > _STEP_LIMIT:
+        return (
+            f"argument --duration: at most 2**31 - 1 steps of --dt {args.dt:g} ms"
+            f" ({_STEP_LIMIT * args.dt:.6g} ms), the range of the int32 step clock; got"
+            f" --duration {args.duration:g} ({args.duration / args.dt:.3g} steps)"
+        )
     if args.plot is not None:
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(folder):
@@ -433,6 +442,7 @@ def _hh_validate(args: argparse.Namespace) -> str | None:
 def _hh_run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     import neurojax as nj
 
+    _check_raster(args, args.batch)  # one neuron per trial, before the resting state is solved
     model = nj.HodgkinHuxley(method=args.method)
     currents = np.linspace(args.i_min, args.i_max, args.batch)
     state = model.init_state(args.batch)
@@ -584,6 +594,37 @@ def _chunking(n_steps: int, batch: int) -> tuple[int, int]:
     return target, n_steps % target
 
 
+def _check_raster(args: argparse.Namespace, size: int) -> None:
+    """The raster of a run comes back to the host whole (one byte per neuron and step):
+    refuse, before anything is built or compiled, one that cannot fit in the memory
+    available (exit code 2, as for any argument that asks too much)."""
+    from ._simulate import RecordingTooLarge, _available_bytes
+
+    n_steps = _steps(args.duration, args.dt)
+    need = n_steps * size
+    available = _available_bytes(on_host=True)
+    if available is not None and need > available:
+        raise RecordingTooLarge(
+            f"argument --duration: the spike raster of {n_steps} steps x {size} neurons would "
+            f"take {need / 1e9:.3g} GB, more than the {available / 1e9:.3g} GB of memory "
+            f"available; use a shorter --duration (at most about "
+            f"{available // max(size, 1) * args.dt:.3g} ms here) or a smaller --batch"
+        )
+
+
+def _step_outputs(model: Any, state: Any) -> Any:
+    """The abstract outputs (spikes) of one step of `model` (traced, not run)."""
+    import equinox as eqx
+
+    leaves = jax.tree_util.tree_leaves(state)
+    probe = None
+    if not hasattr(model, "sizes") and leaves:
+        v = getattr(state, "v", leaves[0])
+        probe = jax.ShapeDtypeStruct(v.shape, v.dtype)
+    _, out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, 0.1), model, state, probe)
+    return out
+
+
 def _timed_simulate(
     model: Any, state: Any, inputs: Any, args: argparse.Namespace, progress: bool
 ) -> dict[str, Any]:
@@ -596,6 +637,10 @@ def _timed_simulate(
     import neurojax as nj
 
     n_steps = _steps(args.duration, args.dt)
+    size = sum(
+        int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(_step_outputs(model, state))
+    )
+    _check_raster(args, size)
     chunk, rem = _chunking(n_steps, args.batch)
     t0 = time.perf_counter()
     for length in (chunk, rem) if rem else (chunk,):

@@ -3,10 +3,14 @@
 **Checkpoints.** `save(path, tree)` writes any PyTree of neurojax objects (models, states
 with their PRNG keys, ring buffers and plastic weights, optax optimizer states, Python
 scalars) to one file; `load(path, like)` reads it back into a PyTree of the same structure,
-for example a freshly built model and `init_state`. Only values are stored: the static parts
-of the tree (sizes, method names, the classes themselves, functions) come from `like`, so a
-checkpoint never executes code when loaded. A simulation or a training run resumed from a
-checkpoint continues bit for bit as if it had not been interrupted.
+for example a freshly built model and `init_state`. The structure and code come from
+`like` (the classes themselves, functions), so a checkpoint never executes code when loaded;
+the static configuration (sizes, method names, delays in steps: every static field of every
+module) is stored too, and `load` refuses a `like` built with another one, naming the field.
+Every module rebuilt by `load` passes its constructor's checks again (a projection's
+compressed rows inside its populations, finite weights, parameters in range). A simulation
+or a training run resumed from a checkpoint continues bit for bit as if it had not been
+interrupted.
 
 ```python
 state, rec = nj.simulate(net, net.init_state(jax.random.key(0)), dt=0.1, n_steps=10_000)
@@ -24,13 +28,19 @@ state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
   type name of every internal node of the tree, `None` included) and `leaves` (per leaf, in
   the order of `jax.tree_util.tree_flatten`: its path as written by `jax.tree_util.keystr`,
   its kind, shape, dtype, PRNG implementation, the archive member holding it and the SHA-256
-  of its bytes; Python scalars and strings are stored in the header itself);
+  of its bytes; Python scalars and strings are stored in the header itself) and `static`
+  (per module node path, its static fields that have an exact JSON form: floats as
+  `["float", hex]`, tuples as `["tuple", [...]]`; absent from files of older versions, which
+  are then loaded without this comparison);
 - `leaves/00000.npy`, ...: one `.npy` file per array leaf. Typed PRNG keys are stored as
   their `jax.random.key_data` (uint32); dtypes that `.npy` cannot describe (`bfloat16`,
   `float8_*`, ...) as their raw bytes, a `uint8` array with a trailing axis of the item size.
 
 Files are written atomically (a temporary file in the same directory, `fsync`, then
 `os.replace`), so an interrupted `save` leaves the previous file, or none, never half a file.
+The temporary file is named `.<name>.<host>-<pid>.<random>.tmp`; a save killed before its
+rename (`kill -9`, a power cut) leaves it behind, and the next `save` to the same path
+removes those whose writer process no longer exists on this host.
 `load` verifies the archive, the header, the structure, shapes and dtypes against `like` and
 every checksum before it builds anything, and reads arrays with `allow_pickle=False`.
 
@@ -196,6 +206,92 @@ def _nodes(tree: Any) -> list[tuple[str, str]]:
     return out
 
 
+class _NotStored(Exception):
+    """Internal: a static value with no exact JSON form (a function, a class)."""
+
+
+def _static_value(v: Any) -> Any:
+    """An exact JSON form of a static field's value (floats as hex, containers tagged)."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return ["float", float(v).hex()]
+    if isinstance(v, (tuple, list)):
+        return ["tuple" if isinstance(v, tuple) else "list", [_static_value(x) for x in v]]
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        return ["dict", [[k, _static_value(x)] for k, x in v.items()]]
+    raise _NotStored
+
+
+def _show_static(enc: Any) -> str:
+    """The value of `_static_value`'s form, as Python writes it."""
+    if isinstance(enc, list) and len(enc) == 2 and enc[0] == "float":
+        return repr(float.fromhex(enc[1]))
+    if isinstance(enc, list) and len(enc) == 2 and enc[0] in ("tuple", "list"):
+        items = [_show_static(x) for x in enc[1]]
+        if enc[0] == "tuple":
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        return f"[{', '.join(items)}]"
+    if isinstance(enc, list) and len(enc) == 2 and enc[0] == "dict":
+        return "{" + ", ".join(f"{k!r}: {_show_static(x)}" for k, x in enc[1]) + "}"
+    return repr(enc)
+
+
+def _statics(tree: Any) -> dict[str, dict[str, Any]]:
+    """Per module node of `tree` (by path, as in `_nodes`), its static fields (the sizes,
+    method names, delays in steps that `load` cannot take from the file's arrays)."""
+    import dataclasses
+
+    import equinox as eqx
+
+    out: dict[str, dict[str, Any]] = {}
+
+    def visit(x: Any, path: str) -> None:
+        def one_level(y: Any) -> bool:
+            return y is not x
+
+        if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
+            return
+        if isinstance(x, eqx.Module) and dataclasses.is_dataclass(x):
+            fields = {}
+            for field in dataclasses.fields(x):
+                if not field.metadata.get("static", False):
+                    continue
+                try:
+                    fields[field.name] = _static_value(getattr(x, field.name))
+                except (_NotStored, AttributeError):
+                    continue
+            if fields:
+                out[path] = fields
+        children, _ = jtu.tree_flatten_with_path(x, is_leaf=one_level)
+        for key_path, child in children:
+            visit(child, path + jtu.keystr(key_path))
+
+    visit(tree, "")
+    return out
+
+
+def _match_statics(where: str, header: dict, like: Any) -> None:
+    """Refuse a `like` whose static configuration differs from the one saved."""
+    saved = header.get("static")
+    if saved is None:  # written before static fields were stored
+        return
+    mine = _statics(like)
+    for path, fields in saved.items():
+        ours = mine.get(path, {})
+        for name, value in fields.items():
+            if name in ours and ours[name] != value:
+                raise _mismatch(
+                    where,
+                    path,
+                    f"static field {name!r} is {_show_static(value)} in the checkpoint but "
+                    f"{_show_static(ours[name])} in like; build like with the configuration "
+                    "that was saved",
+                )
+
+
 def _neurojax_version() -> str:
     package = sys.modules.get(__name__.rpartition(".")[0])
     return str(getattr(package, "__version__", "unknown"))
@@ -212,8 +308,52 @@ def _fsync_directory(directory: pathlib.Path) -> None:
             os.close(fd)
 
 
+# Temporary files of a save: `.<target name>.<host>-<pid>.<random>.tmp` beside the target,
+# so that a later save can tell a file of a writer that no longer exists (killed) from one
+# still being written by another process.
+_HOST = "".join(c if c.isalnum() or c == "-" else "_" for c in os.uname().nodename) or "host"
+
+
+def _writer_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by another user
+        return True
+    return True
+
+
+def _remove_stale_temporaries(path: pathlib.Path) -> list[pathlib.Path]:
+    """Remove the temporary files of earlier saves to `path` whose writer process (on this
+    host) no longer exists: a save killed between creating its temporary file and renaming
+    it leaves one behind. Files of live writers, of other hosts and of other targets are
+    kept. Returns the paths removed."""
+    removed = []
+    prefix = f".{path.name}.{_HOST}-"
+    try:
+        entries = list(os.scandir(path.absolute().parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        pid_text = name[len(prefix) :].split(".", 1)[0]
+        if not pid_text.isdigit() or _writer_alive(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+            removed.append(pathlib.Path(entry.path))
+    return removed
+
+
 def _atomic_write(owner: str, path: pathlib.Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write a file with `write(fileobj)` so that `path` is either the old or the new file."""
+    """Write a file with `write(fileobj)` so that `path` is either the old or the new file.
+
+    Temporary files that killed saves to the same `path` left behind are removed first
+    (`_remove_stale_temporaries`). An `OSError` (a full disk, a read-only folder) is raised
+    again, of the same class and errno, with `owner` and the target path in its message."""
     directory = path.absolute().parent
     if not directory.is_dir():
         raise FileNotFoundError(
@@ -221,24 +361,33 @@ def _atomic_write(owner: str, path: pathlib.Path, write: Callable[[BinaryIO], No
         )
     if path.is_dir():
         raise IsADirectoryError(f"{owner}: path {str(path)!r} is a directory, expected a file")
+    _remove_stale_temporaries(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = directory / f".{path.name}.{secrets.token_hex(8)}.tmp"
-        try:
-            # Mode 0o666 lets the umask decide the permissions, as for any new file.
-            fd = os.open(tmp, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
+    tmp = None
     try:
+        while True:
+            tmp = directory / f".{path.name}.{_HOST}-{os.getpid()}.{secrets.token_hex(8)}.tmp"
+            try:
+                # Mode 0o666 lets the umask decide the permissions, as for any new file.
+                fd = os.open(tmp, flags, 0o666)
+                break
+            except FileExistsError:
+                continue
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    except BaseException as err:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(err, OSError):
+            reason = err.strerror or str(err)
+            new = type(err)(f"{owner}: cannot write {str(path)!r}: {reason}")
+            # errno only: with strerror or filename set, str() would drop the message.
+            new.errno = err.errno
+            raise new from err
         raise
     _fsync_directory(directory)
 
@@ -344,6 +493,9 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
         ValueError: for `sharded=False` with arrays spread over several processes.
         FileExistsError: for the directory layout at the path of a file, or of a directory
             that is not a neurojax checkpoint.
+        OSError: when the file cannot be written (a full disk, a read-only folder): the
+            same class and errno as the system's error, with a message that starts with
+            `save:` and names `path`; the previous file at `path` is left as it was.
 
     Example:
     ```python
@@ -387,6 +539,7 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
         "numpy_version": np.__version__,
         "nodes": [list(node) for node in _nodes(tree)],
         "leaves": specs,
+        "static": _statics(tree),
     }
     header_bytes = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -435,6 +588,11 @@ def _check_header(header: Any, members: set[str]) -> None:
         "nodes must be a list of [path, type] pairs",
     )
     need(isinstance(leaves, list), "leaves must be a list")
+    static = header.get("static", {})
+    need(
+        isinstance(static, dict) and all(isinstance(f, dict) for f in static.values()),
+        "static must map node paths to objects of static fields",
+    )
     for i, spec in enumerate(leaves):
         need(isinstance(spec, dict), f"leaves[{i}] is not an object")
         need(isinstance(spec.get("path"), str), f"leaves[{i}] has no path")
@@ -443,7 +601,11 @@ def _check_header(header: Any, members: set[str]) -> None:
         where = f"leaf {_show(spec['path'])}"
         if kind in ("array", "key"):
             need(is_shape(spec.get("shape")), f"{where} has no valid shape")
-            need(spec.get("member") in members, f"{where}: its array is missing from the archive")
+            member = spec.get("member")
+            need(
+                isinstance(member, str) and member in members,
+                f"{where}: its array is missing from the archive",
+            )
             sha = spec.get("sha256")
             need(
                 isinstance(sha, str)
@@ -666,7 +828,9 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
     Raises:
         FileNotFoundError: if there is no file at `path`.
         ValueError: if the file is truncated, corrupted, not a neurojax checkpoint or written
-            by a newer format version, or if `like` does not match it.
+            by a newer format version, if `like` does not match it (structure, shapes,
+            dtypes, static configuration), or if a rebuilt module fails its constructor's
+            checks.
         TypeError: for a bad `path` or traced leaves in `like` (call `load` outside `jit`).
 
     Example:
@@ -710,8 +874,11 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
                     header = json.loads(zf.read(_HEADER).decode("utf-8"))
                 except (zipfile.BadZipFile, UnicodeDecodeError, ValueError) as err:
                     raise _Corrupt(f"its header is damaged ({err})") from None
+                except RecursionError:
+                    raise _Corrupt("its header is damaged (nested too deeply)") from None
                 _check_header(header, members)
                 _match(where, header, like_nodes, like_specs)
+                _match_statics(where, header, like)
                 values = [
                     _read_array(zf, spec) if spec["kind"] in ("array", "key") else None
                     for spec in header["leaves"]
@@ -726,7 +893,18 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
         _restore(spec, value, x)
         for spec, value, x in zip(header["leaves"], values, like_leaves, strict=True)
     ]
-    return jtu.tree_unflatten(treedef, leaves)
+    out = jtu.tree_unflatten(treedef, leaves)
+    # The values did not pass through the constructors: check what they would have checked
+    # (a projection's compressed rows inside its populations, finite weights, parameters in
+    # range), so that a forged file with a valid checksum cannot make a kernel read or write
+    # outside its arrays.
+    from ._reliability import revalidate
+
+    try:
+        revalidate(f"load: checkpoint {where}", out)
+    except (ValueError, TypeError) as err:
+        raise ValueError(str(err)) from None
+    return out
 
 
 # ----------------------------------------------------------------------------- recordings

@@ -567,6 +567,21 @@ class Brain(eqx.Module):
             )
         labels = labels.astype(jnp.int32)
         limit = state.support[area] if self.mode == "sparse" else jnp.asarray(n, jnp.int32)
+        if not isinstance(labels, jax.core.Tracer) and not isinstance(limit, jax.core.Tracer):
+            # Concrete labels: the error now, with the values, not at the next run.
+            values, top = np.asarray(labels), int(np.max(np.asarray(limit)))
+            bad = values[(values < 0) | (values >= top)]
+            what = "the support of the area" if self.mode == "sparse" else "n"
+            if bad.size:
+                raise ValueError(
+                    f"Brain.set_winners: labels of area {area!r} must be in [0, {top}) ({what}), "
+                    f"got {bad.tolist()[:5]}"
+                )
+            if np.unique(values).size != values.size:
+                raise ValueError(
+                    f"Brain.set_winners: labels of area {area!r} must be distinct, got "
+                    f"{values.tolist()[:10]}"
+                )
         srt = jnp.sort(labels)
         bad = jnp.any(labels < 0) | jnp.any(labels >= limit) | jnp.any(srt[1:] == srt[:-1])
         labels = eqx.error_if(

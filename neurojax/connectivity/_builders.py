@@ -44,6 +44,7 @@ from ._checks import (
     check_probability,
     check_same_population,
     check_size,
+    check_synapse_memory,
     host_reals,
 )
 from ._sampling import (
@@ -131,6 +132,9 @@ def fixed_prob(
     allow_self = check_flag(owner, "allow_self", allow_self)
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
+    check_synapse_memory(
+        owner, n_pre * n_post * p, f"n_pre * n_post * p = {n_pre} * {n_post} * {p}"
+    )
     k_struct, k_weight = split2(key)
     exclude = None if allow_self else np.arange(n_pre, dtype=np.int64)
     counts, cols = bernoulli_rows(k_struct, n_pre, n_post, p, exclude)
@@ -205,6 +209,7 @@ def fixed_indegree(
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_pre", n_pre, allow_self, allow_multapses)
+    check_synapse_memory(owner, n_post * k, f"n_post * k = {n_post} * {k}")
     k_struct, k_weight = split2(key)
     # Rows of `sources` are post neurons; a (pre, post) key sort turns them into row-major
     # (pre, post) order, the transpose of how they were drawn.
@@ -263,6 +268,7 @@ def fixed_outdegree(
     if not allow_self:
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_post", n_post, allow_self, allow_multapses)
+    check_synapse_memory(owner, n_pre * k, f"n_pre * k = {n_pre} * {k}")
     k_struct, k_weight = split2(key)
     targets = sample_subsets(k_struct, n_pre, k, n_post, not allow_self, allow_multapses)
     indices = rows_to_indices(np.full(n_pre, k, np.int64), targets.reshape(-1))
@@ -298,6 +304,7 @@ def all_to_all(
     owner = "all_to_all"
     n_pre = check_size(owner, "n_pre", n_pre)
     n_post = check_size(owner, "n_post", n_post)
+    check_synapse_memory(owner, n_pre * n_post, f"n_pre * n_post = {n_pre} * {n_post}")
     allow_self = check_flag(owner, "allow_self", allow_self)
     key = check_optional_key(owner, key)
     if not allow_self:

@@ -52,9 +52,16 @@ def check_key(owner: str, key: Any, name: str = "key") -> jax.Array:
         return key
     if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32:
         try:
-            return jr.wrap_key_data(jnp.asarray(key))
+            wrapped = jr.wrap_key_data(jnp.asarray(key))
         except (TypeError, ValueError):
-            pass
+            wrapped = None
+        if wrapped is not None:
+            if wrapped.shape != ():
+                raise ValueError(
+                    f"{owner}: {name} must be a single PRNG key, got raw key data of shape "
+                    f"{np.shape(key)} (a batch of {wrapped.shape} keys)"
+                )
+            return wrapped
     if hasattr(key, "dtype"):
         shown = f"array of shape {np.shape(key)} and dtype {key.dtype}"
     else:
@@ -186,4 +193,24 @@ def check_same_population(owner: str, n_pre: int, n_post: int) -> None:
         raise ValueError(
             f"{owner}: allow_self=False requires n_pre == n_post (one population), got"
             f" n_pre={n_pre} and n_post={n_post}"
+        )
+
+
+# Bytes a builder holds per synapse at its peak: the BCOO's two int32 indices and float32
+# weight (12), plus the int64 column draws and row counts it builds them from.
+_BYTES_PER_SYNAPSE = 24
+
+
+def check_synapse_memory(owner: str, expected: float, how: str) -> None:
+    """Refuse, before any sampling, a connectivity whose expected number of synapses cannot
+    fit in the memory available (Linux `MemAvailable`; no check where it is unknown)."""
+    from .._simulate import _available_bytes
+
+    need = expected * _BYTES_PER_SYNAPSE
+    available = _available_bytes(on_host=True)
+    if available is not None and need > available:
+        raise ValueError(
+            f"{owner}: {how} = {expected:.4g} synapses expected, about {need / 1e9:.3g} GB "
+            f"while building ({_BYTES_PER_SYNAPSE} bytes each), more than the "
+            f"{available / 1e9:.3g} GB of memory available"
         )

@@ -10,7 +10,9 @@ headers that ship with jaxlib, for this CPU's instruction set (`-march=native`; 
 without fused multiply-add contraction, and cached in `$NEUROJAX_CACHE_DIR` (default
 `~/.cache/neurojax`) under a name that hashes the sources, the JAX version, the flags and the
 CPU's feature flags, so a cache shared between machines never hands one CPU code built for
-another.
+another. The cache folder and the library must belong to this user and be writable by no one
+else (no group or other write permission): a folder or file that another user could write is
+refused with a warning, and the kernels then run their pure-JAX references.
 
 It is built only when a registered kernel is about to run its CPU implementation (see
 `neurojax.kernels.call`): a process that only runs on a GPU or TPU, or in
@@ -20,6 +22,7 @@ fails, neurojax warns once and every kernel runs its pure-JAX reference, which g
 results (within each entry's stated tolerance).
 """
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -32,6 +35,8 @@ import warnings
 from pathlib import Path
 
 import jax
+
+from .._reliability import check_private_path
 
 __all__ = ["library", "register_targets"]
 
@@ -76,21 +81,45 @@ def _cpu_flags() -> bytes:
     return b""
 
 
-def _build() -> Path:
+def library_path() -> Path:
+    """Where the library of these sources, this JAX, these flags and this CPU is cached."""
     include = jax.ffi.include_dir()
-    sources = _sources()
-    source = b"".join(path.read_bytes() for path in sources + _headers())
+    source = b"".join(path.read_bytes() for path in _sources() + _headers())
     march = os.environ.get("NEUROJAX_MARCH", "native")
     tag = hashlib.sha256(
         source + jax.__version__.encode() + include.encode() + march.encode() + _cpu_flags()
     ).hexdigest()[:16]
-    out = _cache_dir() / f"libneurojax_{tag}.so"
+    return _cache_dir() / f"libneurojax_{tag}.so"
+
+
+def _build() -> Path:
+    out = library_path()
+    folder = out.parent
+    if not folder.exists():
+        # Private from the start (group/other bits off whatever the umask), as checked below.
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+    # The library is loaded into this process and run: a folder or file that another user
+    # can write is refused (see docs/concepts/reliability.md).
+    check_private_path("neurojax kernels", folder, "kernel cache folder")
     if out.exists():
+        check_private_path("neurojax kernels", out, "compiled kernel library")
         return out
+    compile_library(out)
+    return out
+
+
+def compile_library(out: Path, extra_flags: tuple[str, ...] = ()) -> None:
+    """Compile every kernel source into the shared library `out` (atomically: written under
+    a temporary name beside it, then renamed). `extra_flags` are appended to the compiler's
+    command line (the tests build an AddressSanitizer copy with them)."""
+    include = jax.ffi.include_dir()
+    sources = _sources()
     cxx = _compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler found (set CXX)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    march = os.environ.get("NEUROJAX_MARCH", "native")
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
 
@@ -99,6 +128,7 @@ def _build() -> Path:
             cxx,
             "-O3",
             *march_flags,
+            *extra_flags,
             # No implicit fused multiply-add contraction: each kernel writes std::fma where
             # the XLA program it must match has one (XLA:CPU contracts a multiply feeding an
             # add on CPUs with FMA, as in the LIF run) and separate operations elsewhere.
@@ -128,7 +158,6 @@ def _build() -> Path:
         os.unlink(tmp)
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     os.replace(tmp, out)  # atomic: concurrent builders never see a half-written library
-    return out
 
 
 @functools.cache

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -73,56 +74,103 @@ struct Proj {
   const void* delay;
   ffi::DataType delay_type;
   int64_t pre_offset, n_pre, delay_steps, target_offset;
+  int64_t nnz;    // synapses (entries of indices)
+  int64_t width;  // ring columns from target_offset to the end: a bound on indices
   bool per_synapse;
   int64_t w_stride;  // weights of trial b start at b * w_stride (0: shared by all trials)
 };
 
+// A slot of the ring: (step + 1 + delay) mod n_slots, never negative whatever the counter
+// holds (C++'s % keeps the sign of a negative operand).
+inline int64_t Slot(int64_t step, int64_t delay, int64_t n_slots) {
+  const int64_t r = (step + 1 + delay) % n_slots;
+  return r < 0 ? r + n_slots : r;
+}
+
+// What a call found outside its arrays (entries skipped, then reported as an error).
+struct Faults {
+  int64_t rows = 0;      // rows whose indptr range is not inside [0, nnz] or decreases
+  int64_t targets = 0;   // synapses whose postsynaptic index is outside the projection's ring
+  int64_t delays = 0;    // synapses with a negative per-synapse delay
+};
+
+// The synapses of row r: every index is checked against the arrays before it is used, so
+// no content of indptr, indices or delays can make the kernel touch memory outside them.
+// An invalid entry is skipped and counted; the call then fails with the counts.
 template <typename F, typename D>
 inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, int64_t n_slots,
-                int64_t n_targets) {
+                int64_t n_targets, Faults& bad) {
   const F* w = static_cast<const F*>(p.w) + b * p.w_stride;
-  const int32_t end = p.indptr[r + 1];
+  const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
+  if (begin < 0 || end < begin || end > p.nnz) {
+    ++bad.rows;
+    return;
+  }
+  const uint32_t width = static_cast<uint32_t>(p.width);
   F* base = rb + p.target_offset;
   if (n_slots == 1) {
-    for (int32_t k = p.indptr[r]; k < end; ++k) base[p.post[k]] += v * w[k];
+    for (int64_t k = begin; k < end; ++k) {
+      const uint32_t j = static_cast<uint32_t>(p.post[k]);
+      if (j >= width) {
+        ++bad.targets;
+        continue;
+      }
+      base[j] += v * w[k];
+    }
   } else if (!p.per_synapse) {
-    F* row = base + ((step + 1 + p.delay_steps) % n_slots) * n_targets;
-    for (int32_t k = p.indptr[r]; k < end; ++k) row[p.post[k]] += v * w[k];
+    F* row = base + Slot(step, p.delay_steps, n_slots) * n_targets;
+    for (int64_t k = begin; k < end; ++k) {
+      const uint32_t j = static_cast<uint32_t>(p.post[k]);
+      if (j >= width) {
+        ++bad.targets;
+        continue;
+      }
+      row[j] += v * w[k];
+    }
   } else {
     const D* d = static_cast<const D*>(p.delay);
-    for (int32_t k = p.indptr[r]; k < end; ++k) {
-      const int64_t slot = (step + 1 + static_cast<int64_t>(d[k])) % n_slots;
-      base[slot * n_targets + p.post[k]] += v * w[k];
+    for (int64_t k = begin; k < end; ++k) {
+      const uint32_t j = static_cast<uint32_t>(p.post[k]);
+      if (j >= width) {
+        ++bad.targets;
+        continue;
+      }
+      if (d[k] < 0) {
+        ++bad.delays;
+        continue;
+      }
+      base[Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets + j] += v * w[k];
     }
   }
 }
 
 template <typename F>
 inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, F* rb,
-                   int64_t step, int64_t n_slots, int64_t n_targets) {
+                   int64_t step, int64_t n_slots, int64_t n_targets, Faults& bad) {
   for (const Proj& p : projs) {
     const int64_t r = i - p.pre_offset;
     if (r < 0 || r >= p.n_pre) continue;
     switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
       case ffi::DataType::S8:
-        Row<F, int8_t>(p, b, r, v, rb, step, n_slots, n_targets);
+        Row<F, int8_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
         break;
       case ffi::DataType::S16:
-        Row<F, int16_t>(p, b, r, v, rb, step, n_slots, n_targets);
+        Row<F, int16_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
         break;
       default:
-        Row<F, int32_t>(p, b, r, v, rb, step, n_slots, n_targets);
+        Row<F, int32_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
     }
   }
 }
 
 template <typename F, typename Bits>
 void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
-             int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials) {
+             int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials,
+             Faults& bad) {
   for (int64_t b = 0; b < n_trials; ++b) {
     F* rb = ring + b * n_slots * n_targets;
     ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
-      Neuron(projs, b, i, v, rb, step, n_slots, n_targets);
+      Neuron(projs, b, i, v, rb, step, n_slots, n_targets, bad);
     });
   }
 }
@@ -149,6 +197,19 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
       target_offset.size() != k || per_synapse.size() != k || weights_batched.size() != k) {
     return ffi::Error::InvalidArgument("nj_csr_deliver: inconsistent projection arguments");
   }
+  // Sizes first, once per call (O(projections)): nothing below reads past a buffer whose
+  // size is checked here, and the per-row checks in Row cover the contents.
+  if (n_source < 0 || n_slots < 1 || n_targets < 0) {
+    return ffi::Error::InvalidArgument("nj_csr_deliver: negative sizes or no ring slot");
+  }
+  const int64_t n_trials = n_source > 0 ? s.element_count() / n_source : 0;
+  if (n_source > 0 && (static_cast<int64_t>(s.element_count()) != n_trials * n_source ||
+                       static_cast<int64_t>(ring_in.element_count()) !=
+                           n_trials * n_slots * n_targets ||
+                       ring_out->element_count() != ring_in.element_count())) {
+    return ffi::Error::InvalidArgument(
+        "nj_csr_deliver: the spikes and the ring buffer do not match the trials and sizes");
+  }
   std::vector<Proj> projs(k);
   for (size_t p = 0; p < k; ++p) {
     auto indptr = rest.get<ffi::AnyBuffer>(4 * p);
@@ -168,6 +229,17 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
         dt != ffi::DataType::S32) {
       return ffi::Error::InvalidArgument("nj_csr_deliver: delays must be int8, int16 or int32");
     }
+    const int64_t nnz = static_cast<int64_t>(post->element_count());
+    const int64_t n_w = static_cast<int64_t>(w->element_count());
+    if (n_pre[p] < 0 || pre_offset[p] < 0 || pre_offset[p] + n_pre[p] > n_source ||
+        target_offset[p] < 0 || target_offset[p] > n_targets || delay_steps[p] < 0 ||
+        static_cast<int64_t>(indptr->element_count()) != n_pre[p] + 1 ||
+        n_w != (weights_batched[p] ? n_trials * nnz : nnz) ||
+        (per_synapse[p] && static_cast<int64_t>(d->element_count()) < nnz)) {
+      return ffi::Error::InvalidArgument(
+          "nj_csr_deliver: projection " + std::to_string(p) +
+          ": indptr, indices, weights or delays do not match its sizes and offsets");
+    }
     projs[p] = Proj{static_cast<const int32_t*>(indptr->untyped_data()),
                     static_cast<const int32_t*>(post->untyped_data()),
                     w->untyped_data(),
@@ -177,6 +249,8 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                     n_pre[p],
                     delay_steps[p],
                     target_offset[p],
+                    nnz,
+                    n_targets - target_offset[p],
                     per_synapse[p] != 0,
                     weights_batched[p] ? static_cast<int64_t>(post->element_count()) : 0};
   }
@@ -185,16 +259,23 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
   } else if (ring_out->untyped_data() != ring_in.untyped_data()) {
     std::memcpy(ring_out->untyped_data(), ring_in.untyped_data(), ring_in.size_bytes());
   }
-  const int64_t n_trials = n_source > 0 ? s.element_count() / n_source : 0;
   const int64_t t = *static_cast<const int32_t*>(step.untyped_data());
+  Faults bad;
   if (type == ffi::DataType::F32) {
     Deliver<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
                              static_cast<float*>(ring_out->untyped_data()), n_source, n_slots,
-                             n_targets, n_trials);
+                             n_targets, n_trials, bad);
   } else {
     Deliver<double, uint64_t>(static_cast<const double*>(s.untyped_data()), projs, t,
                               static_cast<double*>(ring_out->untyped_data()), n_source, n_slots,
-                              n_targets, n_trials);
+                              n_targets, n_trials, bad);
+  }
+  if (bad.rows || bad.targets || bad.delays) {
+    return ffi::Error::InvalidArgument(
+        "nj_csr_deliver: corrupted connectivity (not delivered): " + std::to_string(bad.rows) +
+        " rows with indptr outside [0, nnz] or decreasing, " + std::to_string(bad.targets) +
+        " synapses with a postsynaptic index outside the population, " +
+        std::to_string(bad.delays) + " negative delays");
   }
   return ffi::Error::Success();
 }
@@ -304,8 +385,36 @@ int64_t AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay
   return count;
 }
 
+// Whether row i's synapses [indptr[i], indptr[i + 1]) lie inside [0, nnz) and point at
+// postsynaptic neurons of [0, n_post); and column j's entries likewise at synapses of
+// [0, nnz) and presynaptic neurons of [0, n_pre). Read before any weight is written, so that
+// no content of the index arrays makes the update touch memory outside its arrays.
+inline bool RowOk(const int32_t* indptr, const int32_t* post, int64_t i, int64_t nnz,
+                  int64_t n_post) {
+  const int64_t begin = indptr[i], end = indptr[i + 1];
+  if (begin < 0 || end < begin || end > nnz) return false;
+  for (int64_t k = begin; k < end; ++k) {
+    if (static_cast<uint32_t>(post[k]) >= static_cast<uint64_t>(n_post)) return false;
+  }
+  return true;
+}
+
+inline bool ColumnOk(const int32_t* col_ptr, const int32_t* col_syn, const int32_t* col_pre,
+                     int64_t j, int64_t nnz, int64_t n_pre) {
+  const int64_t begin = col_ptr[j], end = col_ptr[j + 1];
+  if (begin < 0 || end < begin || end > nnz) return false;
+  for (int64_t m = begin; m < end; ++m) {
+    if (static_cast<uint32_t>(col_syn[m]) >= static_cast<uint64_t>(nnz) ||
+        static_cast<uint32_t>(col_pre[m]) >= static_cast<uint64_t>(n_pre)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Returns the number of rows and columns found corrupted (0: the update ran in full).
 template <typename F, typename Bits>
-void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
+int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
           const int32_t* indptr, const int32_t* post, const int32_t* col_ptr,
           const int32_t* col_syn, const int32_t* col_pre, int64_t nnz, int64_t n_pre,
           int64_t n_post, int64_t n_trials, int64_t arr_stride, int64_t post_stride,
@@ -336,16 +445,28 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     // The rows and columns of this step's spikes start at scattered places, mostly outside
     // this core's caches; asking for all their lines first lets the misses overlap (about
     // 10 % less kernel time in the COBA benchmark than fetching them on use).
+    int64_t bad = 0;
     for (int64_t q = 0; q < n_arr; ++q) {
-      const int32_t i = arrived[q], len = indptr[i + 1] - indptr[i];
+      const int32_t i = arrived[q];
+      if (!RowOk(indptr, post, i, nnz, n_post)) {
+        ++bad;
+        continue;
+      }
+      const int32_t len = indptr[i + 1] - indptr[i];
       nj_run::PrefetchRange(wb + indptr[i], len * static_cast<int64_t>(sizeof(F)), true);
       nj_run::PrefetchRange(post + indptr[i], len * 4, false);
     }
     for (int64_t q = 0; q < n_fired; ++q) {
-      const int32_t j = fired[q], len = col_ptr[j + 1] - col_ptr[j];
+      const int32_t j = fired[q];
+      if (!ColumnOk(col_ptr, col_syn, col_pre, j, nnz, n_pre)) {
+        ++bad;
+        continue;
+      }
+      const int32_t len = col_ptr[j + 1] - col_ptr[j];
       nj_run::PrefetchRange(col_syn + col_ptr[j], len * 4, false);
       nj_run::PrefetchRange(col_pre + col_ptr[j], len * 4, false);
     }
+    if (bad) return bad;  // nothing written but the traces; the call reports an error
     for (int64_t q = 0; q < n_arr; ++q) {
       const int32_t i = arrived[q];
       if (multiplicative) {
@@ -371,6 +492,7 @@ void Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
       }
     }
   }
+  return 0;
 }
 
 ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_in,
@@ -403,6 +525,14 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
   // Trials from the presynaptic trace (a projection may have no synapse at all; its traces
   // still advance).
   const int64_t n_trials = n_pre > 0 ? x_in.element_count() / n_pre : 0;
+  const auto count = [](const ffi::AnyBuffer& b) { return static_cast<int64_t>(b.element_count()); };
+  if (n_pre < 0 || n_post < 0 || count(params) < 6 || count(x_in) != n_trials * n_pre ||
+      (n_trials > 0 && (count(y_in) != n_trials * n_post || count(w_in) != n_trials * nnz)) ||
+      count(indptr) != n_pre + 1 || count(col_ptr) != n_post + 1 || count(col_syn) != nnz ||
+      count(col_pre) != nnz) {
+    return ffi::Error::InvalidArgument(
+        "nj_stdp_update: weights, traces or index arrays do not match n_pre, n_post and nnz");
+  }
   if (arr_offset < 0 || arr_offset + n_pre > arr_stride || post_offset < 0 ||
       post_offset + n_post > post_stride ||
       s_arr.element_count() != static_cast<size_t>(n_trials * arr_stride) ||
@@ -413,9 +543,10 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
   const auto i32 = [](const ffi::AnyBuffer& b) {
     return static_cast<const int32_t*>(b.untyped_data());
   };
+  int64_t bad = 0;
   const auto run = [&](auto zero, auto bits) {
     using F = decltype(zero);
-    Stdp<F, decltype(bits)>(
+    bad = Stdp<F, decltype(bits)>(
         static_cast<F*>(w_out->untyped_data()), static_cast<F*>(x_out->untyped_data()),
         static_cast<F*>(y_out->untyped_data()),
         static_cast<const F*>(s_arr.untyped_data()) + arr_offset,
@@ -430,6 +561,11 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
     run(0.0, uint64_t{0});
   } else {
     return ffi::Error::InvalidArgument("nj_stdp_update: float32 or float64 expected");
+  }
+  if (bad) {
+    return ffi::Error::InvalidArgument(
+        "nj_stdp_update: corrupted connectivity (weights not updated): " + std::to_string(bad) +
+        " rows or columns with indices outside the projection");
   }
   return ffi::Error::Success();
 }

@@ -385,7 +385,8 @@ ffi::Error HhRunImpl(ffi::ThreadPool pool, ffi::AnyBuffer v, ffi::AnyBuffer m, f
   }
   ffi::Result<ffi::AnyBuffer>* outs[4] = {&v_out, &m_out, &h_out, &n_out};
   for (int j = 0; j < 4; ++j) {
-    if ((*outs[j])->element_type() != type) {
+    if ((*outs[j])->element_type() != type ||
+        static_cast<int64_t>((*outs[j])->element_count()) != size) {
       return ffi::Error::InvalidArgument("nj_hh_run: unexpected dtypes");
     }
     a.v_out[j] = (*outs[j])->untyped_data();

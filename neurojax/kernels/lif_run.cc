@@ -135,7 +135,9 @@ ffi::Error LifRunImpl(ffi::AnyBuffer v, ffi::AnyBuffer r, ffi::AnyBuffer v_inf, 
                                                              : ffi::DataType::S32);
   // Under vmap (broadcast_all) dts arrives repeated once per batch entry; all rows are equal.
   if (dts.element_type() != type || dts.element_count() < 2 || dts.element_count() % 2 != 0 ||
-      v_out->element_type() != type || r_out->element_type() != type || !out_ok) {
+      v_out->element_type() != type || r_out->element_type() != type || !out_ok ||
+      static_cast<int64_t>(v_out->element_count()) != n ||
+      static_cast<int64_t>(r_out->element_count()) != n) {
     return ffi::Error::InvalidArgument("nj_lif_run: unexpected dtypes");
   }
   if (inner <= 0 || n_steps < 0 || every <= 0 || n_steps % every != 0 || n % inner != 0 ||

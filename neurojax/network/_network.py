@@ -13,6 +13,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _reliability as _rel
 from .._validation import (
     as_float,
     check_dt,
@@ -520,6 +521,8 @@ class Network(eqx.Module):
         `eqx.tree_at`, e.g. `eqx.tree_at(lambda s: s.populations["E"].v, state, v0)`.
         """
         batch = normalize_shape("Network.init_state", batch)
+        if key is not None:
+            _rel.check_key("Network.init_state", "key", key)
         self.memory(batch=batch).check("Network.init_state")  # refused before allocating
         keys = [None] * len(self.sizes) if key is None else list(jr.split(key, len(self.sizes)))
         pops = {}

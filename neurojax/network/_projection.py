@@ -9,6 +9,7 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
+from .._reliability import checked_conn
 from .._validation import _fmt
 from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
@@ -53,7 +54,7 @@ def _check_conn(conn: Any) -> sparse.BCOO:
         )
     if not jnp.issubdtype(conn.indices.dtype, jnp.integer):
         raise TypeError(f"Projection: conn.indices must be integers, got {conn.indices.dtype}")
-    return conn
+    return checked_conn("Projection", conn)
 
 
 def _check_new_options(short_term, learnable, max_delay, plasticity, d, n_pre, nnz):
@@ -252,7 +253,7 @@ class Projection(eqx.Module):
 
         if isinstance(delay, jax.core.Tracer):
             raise TypeError("Projection: delay is a traced value; build projections outside jit")
-        d = np.asarray(delay, np.float64) if not isinstance(delay, bool) else None
+        d = np.asarray(delay, np.float64) if not isinstance(delay, (bool, str, bytes)) else None
         if d is None or d.dtype.kind not in "fiu":
             raise TypeError(
                 f"Projection: delay must be a real number or array in ms, got {delay!r}"

@@ -1,6 +1,7 @@
 """The interface every neuron model implements, and the helpers its `step` shares."""
 
 import abc
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -23,7 +24,35 @@ __all__ = [
 ]
 
 
-class NeuronModel(eqx.Module):
+class _NamesBadParameters(type(eqx.Module)):
+    """Construction of a neuron model: a parameter that the converter refuses (a string, a
+    boolean, a complex number) is reported with the model's and the parameter's names."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except TypeError as err:
+            if not str(err).startswith("expected a real number"):
+                raise
+            fields = [f for f in dataclasses.fields(cls) if f.init]
+            static = {f.name for f in fields if f.metadata.get("static", False)}
+            given = {**dict(zip([f.name for f in fields], args)), **kwargs}
+            bad = [
+                n
+                for n, v in given.items()
+                if n not in static
+                and (
+                    isinstance(v, (str, bytes, bool, complex))
+                    or getattr(getattr(v, "dtype", None), "kind", "-") in "bcUSO"
+                )
+            ]
+            which = f"parameter {bad[0]}" if bad else "a parameter"
+            raise TypeError(
+                f"{cls.__name__}: {which} must be a real number or array: {err}"
+            ) from None
+
+
+class NeuronModel(eqx.Module, metaclass=_NamesBadParameters):
     """A population of point neurons with a pure, explicit-state update.
 
     Subclasses hold their parameters as array leaves (scalars, or arrays broadcastable to the
@@ -64,6 +93,9 @@ class NeuronModel(eqx.Module):
         run = cls.__dict__.get("fused_run")
         if run is not None:
             cls.fused_run = _bind_fused_run_to_step(run, cls)
+        init = cls.__dict__.get("init_state")
+        if init is not None and not getattr(init, "_checks_key", False):
+            cls.init_state = _checking_key(init, cls.__name__)
 
     @abc.abstractmethod
     def init_state(self, shape: int | tuple[int, ...], *, key: PRNGKeyArray | None = None) -> Any:
@@ -222,3 +254,17 @@ def refractory_next(
         The refractory time left at the end of the step [ms]; `0` for a free neuron.
     """
     return jnp.where(spikes > 0, t_ref, jnp.where(clamped, refractory - dt, 0.0))
+
+
+def _checking_key(init: Any, model: str) -> Any:
+    """`init_state` with its `key` checked first: one PRNG key (or None), named in the error."""
+    from .._reliability import check_key
+
+    @functools.wraps(init)
+    def init_state(self, shape, *args, key=None, **kwargs):
+        if key is not None:
+            check_key(f"{model}.init_state", "key", key)
+        return init(self, shape, *args, key=key, **kwargs)
+
+    init_state._checks_key = True
+    return init_state

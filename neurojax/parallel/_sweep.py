@@ -150,6 +150,7 @@ def sweep(
         chunk = -(-chunk // n_dev) * n_dev
         sharding = NamedSharding(mesh, P(axes if len(axes) > 1 else axes[0]))
     params = jtu.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), params)
+    _check_outputs(fn, params)
 
     starts = list(range(0, n, chunk))
     bar = None
@@ -187,6 +188,22 @@ def sweep(
     # batch axis when it divides evenly over the devices, else replicate it.
     host = jtu.tree_map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=0), *parts)
     return jax.device_put(host, _layout(sharding, n))
+
+
+def _check_outputs(fn: Any, params: Any) -> None:
+    """Trace `fn` on one abstract entry (nothing is compiled or run) and refuse outputs that
+    are not arrays, naming the leaf, before the sweep compiles."""
+    one = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), params)
+    out = eqx.filter_eval_shape(fn, one)
+    for path, leaf in jtu.tree_leaves_with_path(out):
+        if not isinstance(leaf, jax.ShapeDtypeStruct) and not isinstance(
+            leaf, (bool, int, float, np.ndarray, np.generic)
+        ):
+            where = jtu.keystr(path) or "its output"
+            raise TypeError(
+                f"sweep: fn returned {type(leaf).__name__} {leaf!r:.60} at {where}, not an "
+                "array; fn must return a PyTree of arrays (one entry of the results)"
+            )
 
 
 def _layout(sharding: NamedSharding, n: int) -> NamedSharding:

@@ -66,6 +66,9 @@ def _check_scale(owner: str, name: str, value) -> float:
 def _check_key(owner: str, key) -> PRNGKeyArray:
     if key is None:
         raise ValueError(f"{owner}: key is required to draw the initial weights, got None")
+    from .._reliability import check_key
+
+    check_key(owner, "key", key)
     return key
 
 

@@ -1,0 +1,848 @@
+"""Adversarial inputs (issue 28): a table of bad arguments to every public entry point, each
+refused with a `TypeError`/`ValueError` (or the CLI's exit code 2) whose message names the
+owner, the argument and the rule, before any program is compiled.
+
+"Before compiling" is measured with JAX's monitoring events: every backend compilation of a
+program other than an eager single operation (`jnp.asarray`, a comparison: what a
+constructor's checks run) is counted while the bad call runs, and must be zero. The counter
+itself is checked on good calls, which do compile."""
+
+import math
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax import monitoring
+from jax.experimental import sparse
+
+import neurojax as nj
+from neurojax import training as tr
+
+F32 = jnp.float32
+KEY = jax.random.key(0)
+
+# ------------------------------------------------------------------ the compilation counter
+
+_COMPILED: list[str] = []
+# Compiles of one eager operation: the jitted wrapper of a jax.numpy or lax function.
+_EAGER = re.compile(r"^jit\((\w+)\)$")
+_WORK_HINTS = ("run", "chunk", "scan", "while", "step", "sweep", "simulate", "lambda", "fn")
+
+
+def _listener(name, duration, **kwargs):
+    if name == "/jax/core/compile/backend_compile_duration":
+        _COMPILED.append(str(kwargs.get("fun_name", "")))
+
+
+monitoring.register_event_duration_secs_listener(_listener)
+
+
+def _work(names):
+    """The compiled programs among `names` that are more than one eager operation."""
+    out = []
+    for n in names:
+        m = _EAGER.match(n)
+        if m is None or any(h in m.group(1).lower() for h in _WORK_HINTS):
+            out.append(n)
+    return out
+
+
+def _compiles_during(call):
+    start = len(_COMPILED)
+    try:
+        call()
+    finally:
+        names = _COMPILED[start:]
+    return _work(names)
+
+
+def test_the_counter_sees_the_compilation_of_a_run():
+    lif = nj.LIF(tau_m=13.7)  # a parameter value no other test uses: a fresh program
+    names = _compiles_during(
+        lambda: jax.block_until_ready(
+            nj.simulate(lif, lif.init_state(7), 20.0, dt=0.1, n_steps=37, record=("v",))
+        )
+    )
+    assert names, "a simulate call compiled nothing that the counter saw"
+    assert not _work(["jit(convert_element_type)", "jit(multiply)", "jit(broadcast_in_dim)"])
+
+
+# ------------------------------------------------------------------ builders of arguments
+
+lif = nj.LIF()
+lif_state = lif.init_state(3)
+conn = nj.connect.fixed_prob(jax.random.key(1), 10, 10, 0.3, weight=0.5)
+net = nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("E", "E", conn)], dt=0.1)
+net_state = net.init_state(KEY)
+brain = nj.assembly.Brain({"A": (50, 5)}, {"s": 5}, p=0.2, beta=0.1, mode="explicit", key=KEY)
+brain_state = brain.init_state(KEY)
+
+
+def bcoo(data, idx, shape=(3, 3)):
+    return sparse.BCOO((jnp.asarray(data, F32), jnp.asarray(idx)), shape=shape)
+
+
+def sim(**kw):
+    args = dict(model=lif, state=lif_state, inputs=0.0, dt=0.1, n_steps=5)
+    args.update(kw)
+    m, s, i = args.pop("model"), args.pop("state"), args.pop("inputs")
+    return lambda: nj.simulate(m, s, i, **args)
+
+
+def layer():
+    return tr.SpikingDense(4, 3, key=KEY)
+
+
+# (id, call, exception, message regex)
+CASES = [
+    # --- neuron models
+    ("lif-tau-zero", lambda: nj.LIF(tau_m=0.0), ValueError, r"LIF: tau_m must be > 0"),
+    ("lif-tau-neg", lambda: nj.LIF(tau_m=-1.0), ValueError, r"LIF: tau_m must be > 0"),
+    ("lif-tau-nan", lambda: nj.LIF(tau_m=math.nan), ValueError, r"LIF: tau_m"),
+    ("lif-tau-str", lambda: nj.LIF(tau_m="10"), TypeError, r"LIF: parameter tau_m .*'10'"),
+    ("lif-tau-bool", lambda: nj.LIF(tau_m=True), TypeError, r"LIF: parameter tau_m"),
+    ("lif-tau-complex", lambda: nj.LIF(tau_m=1j), TypeError, r"LIF: parameter tau_m"),
+    ("lif-vth-below-reset", lambda: nj.LIF(v_th=-70.0), ValueError, r"LIF: .*v_th"),
+    ("lif-tref-neg", lambda: nj.LIF(t_ref=-1.0), ValueError, r"LIF: t_ref"),
+    ("lif-rm-inf", lambda: nj.LIF(r_m=math.inf), ValueError, r"LIF: r_m"),
+    ("lif-method", lambda: nj.LIF(method="rk45"), ValueError, r"LIF: method must be one of"),
+    ("lif-init-shape", lambda: lif.init_state(-3), ValueError, r"init_state|shape"),
+    (
+        "lif-init-key",
+        lambda: lif.init_state(3, key=jnp.zeros(2, F32)),
+        TypeError,
+        r"LIF.init_state: key must be a JAX PRNG key",
+    ),
+    (
+        "lif-init-keys",
+        lambda: lif.init_state(3, key=jax.random.split(KEY, 3)),
+        ValueError,
+        r"LIF.init_state: key must be a single",
+    ),
+    ("izh-preset", lambda: nj.Izhikevich.preset("XX"), ValueError, r"Izhikevich.*XX"),
+    ("izh-a-str", lambda: nj.Izhikevich(a="x"), TypeError, r"Izhikevich: parameter a"),
+    ("izh-method", lambda: nj.Izhikevich(method="rk4"), ValueError, r"Izhikevich: method"),
+    ("hh-method", lambda: nj.HodgkinHuxley(method="euler"), ValueError, r"HodgkinHuxley: method"),
+    ("hh-cm-zero", lambda: nj.HodgkinHuxley(c_m=0.0), ValueError, r"HodgkinHuxley: c_m"),
+    ("hh-gna-neg", lambda: nj.HodgkinHuxley(g_na=-1.0), ValueError, r"HodgkinHuxley: g_na"),
+    ("hh-gk-str", lambda: nj.HodgkinHuxley(g_k="a"), TypeError, r"HodgkinHuxley: parameter g_k"),
+    (
+        "hh-key",
+        lambda: nj.HodgkinHuxley().init_state(2, key="k"),
+        TypeError,
+        r"HodgkinHuxley.init_state: key",
+    ),
+    ("adex-tau-zero", lambda: nj.AdEx(tau_w=0.0), ValueError, r"AdEx: tau_w"),
+    ("adex-a-nan", lambda: nj.AdEx(a=math.nan), ValueError, r"AdEx: a must be finite"),
+    ("adex-str", lambda: nj.AdEx(b="1"), TypeError, r"AdEx: parameter b"),
+    # --- synapses and outputs
+    ("exp-tau-zero", lambda: nj.Exponential(0.0), ValueError, r"Exponential: tau"),
+    ("exp-tau-neg", lambda: nj.Exponential(-2.0), ValueError, r"Exponential: tau"),
+    ("alpha-tau-nan", lambda: nj.Alpha(math.nan), ValueError, r"Alpha: tau"),
+    ("dual-rise-ge-decay", lambda: nj.DualExponential(5.0, 2.0), ValueError, r"DualExponential"),
+    (
+        "cond-erev-nan",
+        lambda: nj.ConductanceOutput(math.nan),
+        ValueError,
+        r"ConductanceOutput: e_rev",
+    ),
+    # --- projections
+    (
+        "proj-conn-type",
+        lambda: nj.Projection("A", "B", "conn"),
+        TypeError,
+        r"Projection: conn must be",
+    ),
+    (
+        "proj-oob-dense",
+        lambda: nj.Projection("A", "B", bcoo([1.0], [[0, 3]]), method="dense"),
+        ValueError,
+        r"Projection: conn has 1 synapse.*outside \[0, 3\)",
+    ),
+    (
+        "proj-oob-bcoo",
+        lambda: nj.Projection("A", "B", bcoo([1.0], [[0, 3]]), method="bcoo"),
+        ValueError,
+        r"Projection: conn has 1 synapse",
+    ),
+    (
+        "proj-neg-dense",
+        lambda: nj.Projection("A", "B", bcoo([1.0], [[-1, 0]]), method="dense"),
+        ValueError,
+        r"presynaptic index is outside",
+    ),
+    (
+        "proj-neg-event",
+        lambda: nj.Projection("A", "B", bcoo([1.0], [[0, -2]]), method="event"),
+        ValueError,
+        r"postsynaptic index is outside",
+    ),
+    (
+        "proj-nan-w",
+        lambda: nj.Projection("A", "B", bcoo([math.nan], [[0, 1]])),
+        ValueError,
+        r"non-finite weight",
+    ),
+    (
+        "proj-inf-w-dense",
+        lambda: nj.Projection("A", "B", bcoo([math.inf], [[0, 1]]), method="dense"),
+        ValueError,
+        r"non-finite weight",
+    ),
+    (
+        "proj-delay-neg",
+        lambda: nj.Projection("A", "B", conn, delay=-1.0),
+        ValueError,
+        r"Projection: delay must be finite and >= 0",
+    ),
+    (
+        "proj-delay-nan",
+        lambda: nj.Projection("A", "B", conn, delay=math.nan),
+        ValueError,
+        r"Projection: delay",
+    ),
+    (
+        "proj-delay-str",
+        lambda: nj.Projection("A", "B", conn, delay="1"),
+        TypeError,
+        r"Projection: delay",
+    ),
+    (
+        "proj-delay-shape",
+        lambda: nj.Projection("A", "B", conn, delay=jnp.ones(3)),
+        ValueError,
+        r"Projection: delay must be a scalar or have one value per synapse",
+    ),
+    (
+        "proj-synapse",
+        lambda: nj.Projection("A", "B", conn, synapse="exp"),
+        TypeError,
+        r"Projection: synapse must be",
+    ),
+    (
+        "proj-output",
+        lambda: nj.Projection("A", "B", conn, output=3),
+        TypeError,
+        r"Projection: output must be",
+    ),
+    ("proj-method", lambda: nj.Projection("A", "B", conn, method="csr"), ValueError, r"method"),
+    (
+        "proj-plastic-dense",
+        lambda: nj.Projection("A", "B", conn, method="dense", plasticity=nj.STDP()),
+        ValueError,
+        r"Projection: plastic weights need method='event'",
+    ),
+    (
+        "proj-plastic-bounds",
+        lambda: nj.Projection(
+            "A", "B", nj.connect.fixed_prob(KEY, 5, 5, 0.5, weight=3.0), plasticity=nj.STDP()
+        ),
+        ValueError,
+        r"initial weights must lie within",
+    ),
+    (
+        "proj-rule-type",
+        lambda: nj.Projection("A", "B", conn, plasticity="stdp"),
+        TypeError,
+        r"plasticity",
+    ),
+    # --- networks
+    ("net-pop-size", lambda: nj.Network({"E": (nj.LIF(), 0)}, []), ValueError, r"Network"),
+    ("net-pop-model", lambda: nj.Network({"E": ("lif", 5)}, []), TypeError, r"Network"),
+    (
+        "net-unknown-pre",
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("X", "E", conn)]),
+        ValueError,
+        r"Network.*'X'",
+    ),
+    (
+        "net-size-mismatch",
+        lambda: nj.Network({"E": (nj.LIF(), 12)}, [nj.Projection("E", "E", conn)]),
+        ValueError,
+        r"Network.*10",
+    ),
+    (
+        "net-delay-no-dt",
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("E", "E", conn, delay=1.0)]),
+        ValueError,
+        r"dt",
+    ),
+    (
+        "net-dt-neg",
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [], dt=-0.1),
+        ValueError,
+        r"dt must be finite and > 0",
+    ),
+    (
+        "net-input-name",
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [], inputs={"Q": 1.0}),
+        ValueError,
+        r"Network.*'Q'",
+    ),
+    (
+        "net-key-float",
+        lambda: net.init_state(jnp.zeros(2, F32)),
+        TypeError,
+        r"Network.init_state: key must be a JAX PRNG key",
+    ),
+    (
+        "net-key-batch",
+        lambda: net.init_state(jax.random.split(KEY, 2)),
+        ValueError,
+        r"Network.init_state: key must be a single",
+    ),
+    (
+        "net-key-str",
+        lambda: net.init_state("seed"),
+        TypeError,
+        r"Network.init_state: key .* str 'seed'",
+    ),
+    (
+        "net-step-dt",
+        lambda: net.step(net_state, None, 0.2),
+        ValueError,
+        r"Network.step: dt=0.2 ms but the network was built with dt=0.1",
+    ),
+    (
+        "net-step-ext",
+        lambda: net.step(net_state, {"Q": 1.0}, 0.1),
+        ValueError,
+        r"Network.step: ext names 'Q'",
+    ),
+    ("net-capacity", lambda: net.with_capacity(0), ValueError, r"Network.with_capacity"),
+    # --- simulate
+    ("sim-dt-zero", sim(dt=0.0), ValueError, r"simulate: dt must be finite and > 0"),
+    ("sim-dt-nan", sim(dt=math.nan), ValueError, r"simulate: dt must be finite"),
+    (
+        "sim-dt-tiny",
+        sim(dt=1e-300),
+        ValueError,
+        r"simulate: dt=1e-300 ms is not representable in float32",
+    ),
+    ("sim-dt-huge", sim(dt=1e300), ValueError, r"simulate: dt=1e\+300 ms is not representable"),
+    ("sim-dt-str", sim(dt="0.1"), TypeError, r"simulate: dt must be a Python number"),
+    (
+        "sim-dt-traced",
+        lambda: jax.jit(lambda d: nj.simulate(lif, lif_state, 0.0, dt=d, n_steps=3))(0.1),
+        TypeError,
+        r"simulate: dt must be a static",
+    ),
+    ("sim-nsteps-zero", sim(n_steps=0), ValueError, r"simulate: n_steps"),
+    ("sim-nsteps-float", sim(n_steps=5.0), TypeError, r"simulate: n_steps"),
+    (
+        "sim-nsteps-wrap",
+        sim(n_steps=2**31),
+        ValueError,
+        r"simulate: the run would take the step index from 0 to 2147483648",
+    ),
+    (
+        "sim-nsteps-huge-record",
+        sim(n_steps=10**12),
+        ValueError,
+        r"simulate: (the run would take|the recording would take)",
+    ),
+    ("sim-record-every-zero", sim(record_every=0), ValueError, r"simulate: record_every"),
+    (
+        "sim-record-every-divide",
+        sim(record_every=3),
+        ValueError,
+        r"simulate: record_every=3 must divide n_steps=5",
+    ),
+    (
+        "sim-record-every-wrap",
+        sim(n_steps=2**31, record_every=2**31),
+        ValueError,
+        r"record_every=2147483648 is more than 2\*\*31 - 1",
+    ),
+    (
+        "sim-chunk-multiple",
+        sim(n_steps=6, record_every=2, chunk_size=3),
+        ValueError,
+        r"chunk_size=3 must be a multiple of record_every=2",
+    ),
+    ("sim-record-field", sim(record=("w",)), ValueError, r"simulate: record"),
+    ("sim-record-type", sim(record=3), TypeError, r"simulate: record"),
+    (
+        "sim-record-nonarray",
+        sim(record=lambda s, o: "x"),
+        TypeError,
+        r"simulate: the record function returned str",
+    ),
+    (
+        "sim-record-object",
+        sim(record=lambda s, o: {"a": object()}),
+        TypeError,
+        r"simulate: the record function returned object .* at \['a'\]",
+    ),
+    (
+        "sim-inputs-nan",
+        sim(inputs=math.nan),
+        ValueError,
+        r"simulate: inputs must be finite, got nan",
+    ),
+    (
+        "sim-inputs-inf-array",
+        sim(inputs=jnp.array([0.0, math.inf, 0.0], F32)),
+        ValueError,
+        r"simulate: inputs hold 1 non-finite",
+    ),
+    (
+        "sim-inputs-nan-series",
+        sim(inputs=jnp.full((5, 3), math.nan, F32), n_steps=None),
+        ValueError,
+        r"simulate: inputs hold 15 non-finite",
+    ),
+    (
+        "sim-inputs-complex",
+        sim(inputs=jnp.ones(3, jnp.complex64)),
+        TypeError,
+        r"simulate: inputs are complex",
+    ),
+    ("sim-inputs-complex-scalar", sim(inputs=2j), TypeError, r"simulate: inputs must be real"),
+    (
+        "sim-inputs-complex-fn",
+        sim(inputs=lambda t, i: jnp.ones(3, jnp.complex64)),
+        TypeError,
+        r"inputs function returns complex",
+    ),
+    ("sim-inputs-shape", sim(inputs=jnp.ones(4, F32)), ValueError, r"simulate: inputs of shapes"),
+    (
+        "sim-inputs-fn-raises",
+        sim(inputs=lambda t: 1.0),
+        ValueError,
+        r"simulate: the inputs function must take \(t_ms, step_index\)",
+    ),
+    (
+        "sim-state-other-model",
+        sim(state=nj.Izhikevich().init_state(3)),
+        TypeError,
+        r"simulate: state is a IzhikevichState, but LIF.init_state makes a LIFState",
+    ),
+    (
+        "sim-state-field-shape",
+        sim(state=eqx.tree_at(lambda s: s.refractory, lif_state, jnp.zeros(4, F32))),
+        ValueError,
+        r"state field refractory is float32\[4\]",
+    ),
+    (
+        "sim-state-field-dtype",
+        sim(state=eqx.tree_at(lambda s: s.v, lif_state, jnp.zeros(3, jnp.int32))),
+        ValueError,
+        r"state field v is int32\[3\]",
+    ),
+    (
+        "sim-net-other-size",
+        lambda: nj.simulate(
+            net, nj.Network({"E": (nj.LIF(), 30)}, []).init_state(KEY), dt=0.1, n_steps=5
+        ),
+        ValueError,
+        r"ring buffers have shapes \[\] but this network needs \[\(1, 10\)\]",
+    ),
+    (
+        "sim-net-other-pops",
+        lambda: nj.simulate(
+            net, nj.Network({"I": (nj.LIF(), 10)}, []).init_state(KEY), dt=0.1, n_steps=5
+        ),
+        ValueError,
+        r"simulate: the state holds populations \['I'\], but the network has \['E'\]",
+    ),
+    (
+        "sim-net-wrap",
+        lambda: nj.simulate(
+            net, eqx.tree_at(lambda s: s.step, net_state, jnp.int32(2**31 - 3)), dt=0.1, n_steps=5
+        ),
+        ValueError,
+        r"from 2147483645 to 2147483650",
+    ),
+    (
+        "sim-model",
+        lambda: nj.simulate("lif", lif_state, dt=0.1, n_steps=5),
+        TypeError,
+        r"simulate: model must have a step",
+    ),
+    ("sim-progress", sim(progress=1), TypeError, r"simulate: progress must be a bool"),
+    ("sim-check", sim(check="yes"), TypeError, r"simulate: check must be a bool"),
+    ("sim-spike-dtype", sim(spike_dtype="int8"), ValueError, r"simulate: spike_dtype"),
+    ("sim-start-neg", sim(start=-1), ValueError, r"simulate: start must be a non-negative int"),
+    ("sim-start-wrap", sim(start=2**31 - 2), ValueError, r"from 2147483646 to 2147483651"),
+    (
+        "sim-batch-block",
+        sim(batch_block=2, state=lif.init_state((3, 3))),
+        ValueError,
+        r"simulate: batch_block=2 must divide",
+    ),
+    # --- connectivity builders
+    (
+        "fp-key",
+        lambda: nj.connect.fixed_prob(3, 5, 5, 0.5),
+        TypeError,
+        r"fixed_prob: key must be a JAX PRNG key",
+    ),
+    (
+        "fp-key-batch",
+        lambda: nj.connect.fixed_prob(jax.random.split(KEY, 2), 5, 5, 0.5),
+        ValueError,
+        r"fixed_prob: key must be a single PRNG key",
+    ),
+    (
+        "fp-key-raw-batch",
+        lambda: nj.connect.fixed_prob(jax.random.key_data(jax.random.split(KEY, 2)), 5, 5, 0.5),
+        ValueError,
+        r"fixed_prob: key must be a single PRNG key, got raw key data",
+    ),
+    (
+        "fp-p",
+        lambda: nj.connect.fixed_prob(KEY, 5, 5, 1.5),
+        ValueError,
+        r"fixed_prob: p must be in \[0, 1\], got 1.5",
+    ),
+    ("fp-p-nan", lambda: nj.connect.fixed_prob(KEY, 5, 5, math.nan), ValueError, r"fixed_prob: p"),
+    ("fp-n", lambda: nj.connect.fixed_prob(KEY, -5, 5, 0.5), ValueError, r"fixed_prob: n_pre"),
+    (
+        "fp-n-float",
+        lambda: nj.connect.fixed_prob(KEY, 5.5, 5, 0.5),
+        TypeError,
+        r"fixed_prob: n_pre",
+    ),
+    (
+        "fp-memory",
+        lambda: nj.connect.fixed_prob(KEY, 10**6, 10**6, 0.5),
+        ValueError,
+        r"fixed_prob: n_pre \* n_post \* p = .* GB while building",
+    ),
+    (
+        "fp-weight-nan",
+        lambda: nj.connect.fixed_prob(KEY, 5, 5, 0.5, weight=math.nan),
+        ValueError,
+        r"fixed_prob: weight",
+    ),
+    (
+        "fp-self",
+        lambda: nj.connect.fixed_prob(KEY, 5, 6, 0.5, allow_self=False),
+        ValueError,
+        r"fixed_prob",
+    ),
+    (
+        "fi-k",
+        lambda: nj.connect.fixed_indegree(KEY, 5, 5, 9),
+        ValueError,
+        r"fixed_indegree: k must be",
+    ),
+    (
+        "fi-k-neg",
+        lambda: nj.connect.fixed_indegree(KEY, 5, 5, -1),
+        ValueError,
+        r"fixed_indegree: k",
+    ),
+    (
+        "fi-memory",
+        lambda: nj.connect.fixed_indegree(KEY, 10**9, 10**9, 1000),
+        ValueError,
+        r"fixed_indegree: n_post \* k",
+    ),
+    (
+        "fo-k",
+        lambda: nj.connect.fixed_outdegree(KEY, 5, 5, 9),
+        ValueError,
+        r"fixed_outdegree: k must be",
+    ),
+    (
+        "fo-memory",
+        lambda: nj.connect.fixed_outdegree(KEY, 10**9, 10**9, 1000),
+        ValueError,
+        r"fixed_outdegree: n_pre \* k",
+    ),
+    (
+        "ata-memory",
+        lambda: nj.connect.all_to_all(10**6, 10**6),
+        ValueError,
+        r"all_to_all: n_pre \* n_post",
+    ),
+    ("one-to-one-n", lambda: nj.connect.one_to_one(0), ValueError, r"one_to_one: n"),
+    (
+        "from-dense-3d",
+        lambda: nj.connect.from_dense(jnp.ones((2, 2, 2), F32)),
+        ValueError,
+        r"from_dense",
+    ),
+    (
+        "from-arrays-oob",
+        lambda: nj.connect.from_arrays([0, 5], [0, 1], 1.0, 3, 3),
+        ValueError,
+        r"from_arrays",
+    ),
+    ("stats-type", lambda: nj.connect.stats("conn"), TypeError, r"stats"),
+    # --- plasticity rules
+    ("stdp-mode", lambda: nj.STDP(mode="both"), ValueError, r"STDP: mode"),
+    ("stdp-tau", lambda: nj.STDP(tau_plus=0.0), ValueError, r"STDP: tau_plus"),
+    ("stdp-bounds", lambda: nj.STDP(w_min=1.0, w_max=0.5), ValueError, r"STDP: w_min"),
+    ("stdp-a-nan", lambda: nj.STDP(a_plus=math.nan), ValueError, r"STDP: a_plus"),
+    ("stdp-a-str", lambda: nj.STDP(a_minus="x"), TypeError, r"real number"),
+    # --- assembly calculus
+    ("brain-areas", lambda: nj.assembly.Brain({}, key=KEY), ValueError, r"Brain: areas"),
+    ("brain-k-gt-n", lambda: nj.assembly.Brain({"A": (5, 10)}, key=KEY), ValueError, r"Brain"),
+    ("brain-p", lambda: nj.assembly.Brain({"A": (50, 5)}, p=2.0, key=KEY), ValueError, r"Brain: p"),
+    (
+        "brain-beta",
+        lambda: nj.assembly.Brain({"A": (50, 5)}, beta=-1.0, key=KEY),
+        ValueError,
+        r"beta must be finite and > -1",
+    ),
+    (
+        "brain-mode",
+        lambda: nj.assembly.Brain({"A": (50, 5)}, mode="lazy", key=KEY),
+        ValueError,
+        r"Brain: mode",
+    ),
+    (
+        "brain-winners-range",
+        lambda: brain.set_winners(brain_state, "A", jnp.array([1, 50])),
+        ValueError,
+        r"Brain.set_winners: labels of area 'A' must be in \[0, 50\) \(n\), got \[50\]",
+    ),
+    (
+        "brain-winners-neg",
+        lambda: brain.set_winners(brain_state, "A", jnp.array([-3])),
+        ValueError,
+        r"got \[-3\]",
+    ),
+    (
+        "brain-winners-dup",
+        lambda: brain.set_winners(brain_state, "A", jnp.array([4, 4])),
+        ValueError,
+        r"must be distinct",
+    ),
+    (
+        "brain-winners-many",
+        lambda: brain.set_winners(brain_state, "A", jnp.arange(6)),
+        ValueError,
+        r"at most k=5",
+    ),
+    ("brain-area", lambda: brain.set_winners(brain_state, "Z", jnp.array([1])), ValueError, r"'Z'"),
+    ("brain-fix-area", lambda: brain.fix(brain_state, "Q"), ValueError, r"Brain.fix.*'Q'"),
+    # --- training
+    ("dense-sizes", lambda: tr.SpikingDense(0, 3, key=KEY), ValueError, r"SpikingDense"),
+    (
+        "dense-key",
+        lambda: tr.SpikingDense(4, 3, key=3),
+        TypeError,
+        r"SpikingDense: key must be a JAX PRNG",
+    ),
+    (
+        "dense-scale",
+        lambda: tr.SpikingDense(4, 3, key=KEY, weight_scale=math.nan),
+        ValueError,
+        r"SpikingDense: weight_scale",
+    ),
+    ("rec-sizes", lambda: tr.SpikingRecurrent(-1, 3, key=KEY), ValueError, r"SpikingRecurrent"),
+    ("readout-sizes", lambda: tr.LeakyReadout(4, 0, key=KEY), ValueError, r"LeakyReadout"),
+    ("sequential-empty", lambda: tr.Sequential([]), ValueError, r"Sequential"),
+    (
+        "rate-encode-range",
+        lambda: tr.rate_encode(jnp.array([0.5], F32), 0, key=KEY),
+        ValueError,
+        r"rate_encode: n_steps",
+    ),
+    (
+        "poisson-key",
+        lambda: tr.poisson_encode(jnp.array([0.5], F32), 10, 1.0, key=3),
+        TypeError,
+        r"poisson_encode.*key",
+    ),
+    (
+        "latency-tmax",
+        lambda: tr.latency_encode(jnp.array([0.5], F32), 0),
+        ValueError,
+        r"latency_encode",
+    ),
+    (
+        "train-step-fn",
+        lambda: tr.make_train_step("loss", optax.sgd(0.1)),
+        TypeError,
+        r"make_train_step",
+    ),
+    (
+        "dense-key-batch",
+        lambda: tr.SpikingDense(4, 3, key=jax.random.split(KEY, 2)),
+        ValueError,
+        r"SpikingDense: key must be a single PRNG key",
+    ),
+    (
+        "layer-input-shape",
+        lambda: layer()(jnp.ones((5, 7), F32), dt=1.0),
+        ValueError,
+        r"SpikingDense",
+    ),
+    # --- parallel
+    (
+        "sweep-fn",
+        lambda: nj.parallel.sweep(3, jnp.ones(3, F32)),
+        TypeError,
+        r"sweep: fn must be callable",
+    ),
+    (
+        "sweep-params-empty",
+        lambda: nj.parallel.sweep(lambda p: p, {}),
+        ValueError,
+        r"sweep: params must contain at least one array",
+    ),
+    (
+        "sweep-batch",
+        lambda: nj.parallel.sweep(lambda p: p, jnp.ones(3, F32), batch_size=0),
+        ValueError,
+        r"sweep: batch_size",
+    ),
+    (
+        "sweep-axes",
+        lambda: nj.parallel.sweep(lambda p: p, {"a": jnp.ones(3), "b": jnp.ones(4)}),
+        ValueError,
+        r"sweep",
+    ),
+    (
+        "sweep-nonarray",
+        lambda: nj.parallel.sweep(lambda p: "x", jnp.ones(3, F32)),
+        TypeError,
+        r"sweep: fn returned str 'x'",
+    ),
+    (
+        "sweep-to-host",
+        lambda: nj.parallel.sweep(lambda p: p, jnp.ones(3, F32), to_host=1),
+        TypeError,
+        r"sweep: to_host must be a bool",
+    ),
+    # --- I/O
+    ("save-path", lambda: nj.save(3, {"a": 1}), TypeError, r"save: path must be a non-empty str"),
+    (
+        "save-traced",
+        lambda: jax.jit(lambda x: nj.save("/tmp/x.nj", x))(1.0),
+        TypeError,
+        r"save: leaf .* is a traced value",
+    ),
+    (
+        "save-object-dtype",
+        lambda: nj.save("/tmp/nj-adv.nj", np.array([object()])),
+        TypeError,
+        r"save: leaf .* cannot be stored without pickle",
+    ),
+    (
+        "save-no-folder",
+        lambda: nj.save("/nonexistent-folder/x.nj", {"a": 1}),
+        FileNotFoundError,
+        r"save: the directory",
+    ),
+    (
+        "load-missing",
+        lambda: nj.load("/nonexistent-folder/x.nj", {"a": 1}),
+        FileNotFoundError,
+        r"load: no checkpoint at",
+    ),
+    ("load-path", lambda: nj.load(None, {"a": 1}), TypeError, r"load: path must be"),
+    (
+        "spike-table-dt",
+        lambda: nj.io.spike_table(np.zeros((3, 2), bool), dt=-1.0),
+        ValueError,
+        r"spike_table",
+    ),
+    (
+        "spike-table-both",
+        lambda: nj.io.spike_table(np.zeros((3, 2), bool), dt=0.1, t=np.arange(3.0)),
+        ValueError,
+        r"spike_table: give dt or t, not both",
+    ),
+    (
+        "save-recording-type",
+        lambda: nj.io.save_recording("/tmp/nj-adv.npz", {"t": 1}),
+        TypeError,
+        r"save_recording",
+    ),
+    (
+        "compilation-cache-time",
+        lambda: nj.enable_compilation_cache(min_compile_time_s=-1.0),
+        ValueError,
+        r"enable_compilation_cache: min_compile_time_s must be >= 0",
+    ),
+]
+
+# --- the command line: (id, argv, message regex); each exits with code 2 before any work
+CLI_CASES = [
+    (
+        "cli-duration-huge",
+        ["run", "coba", "--duration", "1e30"],
+        r"argument --duration: at most 2\*\*31 - 1 steps",
+    ),
+    (
+        "cli-duration-memory",
+        ["run", "hh", "--duration", "1e8", "--dt", "0.05"],
+        r"argument --duration: the spike raster .* GB",
+    ),
+    ("cli-duration-neg", ["run", "hh", "--duration", "-5"], r"argument --duration"),
+    ("cli-duration-nan", ["run", "hh", "--duration", "nan"], r"argument --duration"),
+    ("cli-duration-text", ["run", "hh", "--duration", "ten"], r"argument --duration"),
+    (
+        "cli-duration-multiple",
+        ["run", "hh", "--duration", "1.05", "--dt", "0.1"],
+        r"must be a positive whole multiple of --dt",
+    ),
+    ("cli-dt-zero", ["run", "hh", "--dt", "0"], r"argument --dt"),
+    ("cli-dt-inf", ["run", "hh", "--dt", "inf"], r"argument --dt"),
+    ("cli-batch-zero", ["run", "hh", "--batch", "0"], r"argument --batch"),
+    ("cli-seed-neg", ["run", "hh", "--seed", "-1"], r"argument --seed"),
+    ("cli-model", ["run", "nomodel"], r"invalid choice"),
+    ("cli-plot-folder", ["run", "hh", "--plot", "/nonexistent-folder/x.png"], r"argument --plot"),
+    ("cli-devices", ["run", "hh", "--devices", "2"], r"argument --devices"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_with_a_message_before_compiling(call, error, match):
+    caught = []
+
+    def attempt():
+        with pytest.raises(error, match=match) as info:
+            call()
+        caught.append(info.value)
+
+    compiled = _compiles_during(attempt)
+    assert compiled == [], f"compiled {compiled} before raising {caught}"
+
+
+@pytest.mark.parametrize("argv, match", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+def test_bad_command_line_exits_2_with_a_message_before_compiling(argv, match, capsys):
+    from neurojax import cli
+
+    def attempt():
+        try:
+            code = cli.main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        assert code == 2
+
+    compiled = _compiles_during(attempt)
+    err = capsys.readouterr().err
+    assert re.search(match, err), err
+    assert "Traceback" not in err
+    assert compiled == [], f"compiled {compiled}"
+
+
+def test_the_table_covers_at_least_100_inputs_of_every_area():
+    ids = [c[0] for c in CASES] + [c[0] for c in CLI_CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 100
+    for prefix in (
+        "lif",
+        "proj",
+        "net",
+        "sim",
+        "fp",
+        "stdp",
+        "brain",
+        "dense",
+        "sweep",
+        "save",
+        "load",
+        "cli",
+    ):
+        assert any(i.startswith(prefix) for i in ids), prefix
