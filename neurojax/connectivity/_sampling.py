@@ -32,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax import lax
 from jax.experimental import sparse
 
 __all__ = [
@@ -133,30 +132,44 @@ def sample_subsets(
 _NONE = np.uint32(0xFFFFFFFF)
 
 
-@partial(jax.jit, static_argnames=("width",))
-def _geometric_kernel(key, log_q, start, m_rows, exclude, *, width):
-    """Columns of the next `width` present entries of each row, and the last position.
+@partial(jax.jit, static_argnames=("rows", "width"))
+def _geometric_kernel(key, log_q, m_rows, *, rows, width):
+    """The gaps between the next `width` present entries of each of `rows` rows.
 
-    `start` is the number of positions already consumed in each row, `m_rows` its number of
-    candidate columns and `exclude` the column skipped in that row (`_NONE` if none). Entries
-    past the end of their row are `_NONE`. Positions run over the `m_rows` candidates and are
-    shifted past the excluded column; `last` (unshifted) tells whether a row may go on.
+    A gap is one plus a geometric number of failures, capped at `m_rows + 1` (past the end of
+    the row); `_geometric_positions` turns the gaps into columns on the host. The prefix sum
+    is left to the host on purpose: traced on the device (a saturating associative scan) it
+    made this program four times as costly to trace and lower as the draws themselves, a cost
+    every fresh process pays per shape.
     """
-    bits = jr.bits(key, (start.shape[0], width), jnp.uint32)
+    bits = jr.bits(key, (rows, width), jnp.uint32)
     v = (bits.astype(jnp.float32) + 0.5) * jnp.float32(2.0**-32)
     # v == 1 (rounding of the top bits) gives log1p(-v) = -inf, hence an infinite gap: the row
     # ends there, which is what a gap beyond float32's reach means anyway.
     fails = jnp.floor(jnp.log1p(-v) / log_q)
     gap = jnp.minimum(fails, jnp.float32(2.0**30)).astype(jnp.uint32) + jnp.uint32(1)
-    cap = (m_rows + jnp.uint32(1))[:, None]
-    gap = jnp.minimum(gap, cap)
-    # Saturating prefix sum: once a row has passed its end, later sums stay there instead of
-    # wrapping around (operands are <= 2**30 + 1, so a + b never overflows uint32).
-    csum = lax.associative_scan(lambda a, b: jnp.minimum(a + b, cap), gap, axis=1)
-    pos = start[:, None] + csum - jnp.uint32(1)
-    shifted = pos + (pos >= exclude[:, None]).astype(jnp.uint32)
-    cols = jnp.where(pos < m_rows[:, None], shifted, jnp.uint32(_NONE))
-    return cols, pos[:, -1]
+    return jnp.minimum(gap, (m_rows + jnp.uint32(1))[:, None])
+
+
+def _geometric_positions(
+    gap: np.ndarray, start: np.ndarray, m_rows: np.ndarray, exclude: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Columns of the entries whose `gap`s `_geometric_kernel` drew, and each row's last
+    position.
+
+    `start` is the number of positions already consumed in each row, `m_rows` its number of
+    candidate columns and `exclude` the column skipped in that row (`_NONE` if none). Entries
+    past the end of their row are `_NONE`. Positions run over the `m_rows` candidates and are
+    shifted past the excluded column; `last` (unshifted) tells whether a row may go on. The
+    prefix sum saturates at `m_rows + 1`: once a row has passed its end, later sums stay
+    there (all in uint64, so nothing wraps).
+    """
+    cap = m_rows.astype(np.uint64)[:, None] + 1
+    csum = np.minimum(np.cumsum(gap, axis=1, dtype=np.uint64), cap)
+    pos = start.astype(np.uint64)[:, None] + csum - 1
+    shifted = pos + (pos >= exclude.astype(np.uint64)[:, None])
+    cols = np.where(pos < m_rows.astype(np.uint64)[:, None], shifted, _NONE).astype(np.uint32)
+    return cols, pos[:, -1].astype(np.uint32)
 
 
 def full_rows(
@@ -209,8 +222,8 @@ def bernoulli_rows(
     pieces = []
 
     def run(k, start, mr, ex):
-        cols, last = _geometric_kernel(k, log_q, start, mr, ex, width=width)
-        cols, last = np.asarray(cols), np.asarray(last)
+        gap = np.asarray(_geometric_kernel(k, log_q, mr, rows=mr.shape[0], width=width))
+        cols, last = _geometric_positions(gap, start, mr, ex)
         valid = cols != _NONE
         # Valid columns are < 2**30, so the uint32 bits already are the int32 value.
         return valid.sum(axis=1), cols[valid].view(np.int32), last
