@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
+from ._validation import eager
+
 __all__ = [
     "check_private_path",
     "check_conn_entries",
@@ -465,8 +467,10 @@ def check_input_values(owner: str, inputs: Any) -> None:
             )
         if isinstance(x, jax.core.Tracer) or not jnp.issubdtype(dtype, jnp.floating):
             continue
-        # One reduction on the device and one scalar back; the details only on failure.
-        if bool(jnp.all(jnp.isfinite(x))):
+        # Outside a trace: one reduction on the device and one scalar back, the details only
+        # on failure. Under a trace (concrete inputs closed over by the caller's jit) a device
+        # operation would be staged, so the check reads the values on the host instead.
+        if eager() and bool(jnp.all(jnp.isfinite(x))):
             continue
         finite = np.isfinite(np.asarray(x))
         if not finite.all():
