@@ -293,9 +293,10 @@ def main(argv: list[str] | None = None) -> None:
 
     # (d') the state batch with the parameter sets as (B, 1) scales: the sweep without vmap.
     _harness.log(f"sweep: state batch of {n_params} with per-trial scales")
-    state0 = jax.tree_util.tree_map(
-        lambda x: jnp.broadcast_to(x, (n_params,) + x.shape) if x.ndim else x, state
-    )
+    # Every per-trial leaf gets the batch axis (the per-group spike peaks too, which are
+    # scalars in an unbatched state); the step counter stays one scalar for all trials.
+    state0 = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n_params,) + x.shape), state)
+    state0 = type(state0)(**{**vars(state0), "step": state.step})
 
     def run_params(net, state, p):
         scaled = scaled_network(net, p["g_exc"][:, None], p["g_inh"][:, None], "output")
