@@ -885,6 +885,8 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
                 ]
         except _Corrupt as err:
             raise ValueError(f"load: cannot read checkpoint {where}: {err}") from None
+        # zipfile raises NotImplementedError for a member with an unknown compression method:
+        # a damaged or forged file, reported like any other damage.
         except (zipfile.BadZipFile, EOFError, OSError, KeyError, NotImplementedError) as err:
             raise ValueError(
                 f"load: cannot read checkpoint {where}: it is damaged ({type(err).__name__}: {err})"
