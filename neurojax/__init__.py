@@ -13,19 +13,16 @@ checks for writing a model).
 # First: sizes XLA's CPU thread pool before anything creates the CPU client (see _threads).
 from . import _threads as _threads
 from . import analysis as analysis
-from . import assembly as assembly
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
 from . import io as io
 from . import kernels as kernels
 from . import models as models
 from . import network as network
 from . import neurons as neurons
-from . import nir as nir
 from . import parallel as parallel
 from . import plasticity as plasticity
 from . import surrogate as surrogate
 from . import synapses as synapses
-from . import training as training
 from . import validation as validation
 from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
@@ -61,3 +58,21 @@ from .synapses import GapJunction as GapJunction
 from .synapses import TsodyksMarkram as TsodyksMarkram
 
 __version__ = "0.1.0"
+
+# Imported on first use: a script that simulates a network needs neither the assembly calculus,
+# nor the training loops (and optax), nor NIR, and importing them costs about 0.25 s.
+_LAZY = ("assembly", "nir", "training")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'neurojax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

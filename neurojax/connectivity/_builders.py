@@ -48,10 +48,12 @@ from ._checks import (
     host_reals,
 )
 from ._sampling import (
+    as_jax_key,
     bernoulli_rows,
     decode_keys,
     fold_in,
     full_rows,
+    host_key,
     make_bcoo,
     pairs_to_indices,
     rows_to_indices,
@@ -81,6 +83,8 @@ def _finish(
     weight_key: jax.Array | None,
     unique: bool = True,
 ) -> sparse.BCOO:
+    if weight_key is not None:
+        weight_key = as_jax_key(weight_key)
     data = resolve_weights(owner, weight, weight_key, indices[:, 0], indices[:, 1])
     return make_bcoo(indices, data, shape, unique)
 
@@ -135,7 +139,7 @@ def fixed_prob(
     check_synapse_memory(
         owner, n_pre * n_post * p, f"n_pre * n_post * p = {n_pre} * {n_post} * {p}"
     )
-    k_struct, k_weight = split2(key)
+    k_struct, k_weight = split2(host_key(key) or key)
     exclude = None if allow_self else np.arange(n_pre, dtype=np.int64)
     counts, cols = bernoulli_rows(k_struct, n_pre, n_post, p, exclude)
     indices = rows_to_indices(counts, cols)
@@ -210,7 +214,7 @@ def fixed_indegree(
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_pre", n_pre, allow_self, allow_multapses)
     check_synapse_memory(owner, n_post * k, f"n_post * k = {n_post} * {k}")
-    k_struct, k_weight = split2(key)
+    k_struct, k_weight = split2(host_key(key) or key)
     # Rows of `sources` are post neurons; a (pre, post) key sort turns them into row-major
     # (pre, post) order, the transpose of how they were drawn.
     sources = sample_subsets(k_struct, n_post, k, n_pre, not allow_self, allow_multapses)
@@ -269,7 +273,7 @@ def fixed_outdegree(
         check_same_population(owner, n_pre, n_post)
     _check_degree(owner, k, "n_post", n_post, allow_self, allow_multapses)
     check_synapse_memory(owner, n_pre * k, f"n_pre * k = {n_pre} * {k}")
-    k_struct, k_weight = split2(key)
+    k_struct, k_weight = split2(host_key(key) or key)
     targets = sample_subsets(k_struct, n_pre, k, n_post, not allow_self, allow_multapses)
     indices = rows_to_indices(np.full(n_pre, k, np.int64), targets.reshape(-1))
     del targets
@@ -545,7 +549,7 @@ def block(
                     f" {grid}, got shape {w.shape}"
                 )
             per_block = w
-    k_struct, k_weight = split2(key)
+    k_struct, k_weight = split2(host_key(key) or key)
     start_pre = np.concatenate([[0], np.cumsum(sizes_pre)])
     start_post = np.concatenate([[0], np.cumsum(sizes_post)])
     pres, posts = [], []

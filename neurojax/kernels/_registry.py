@@ -205,7 +205,13 @@ def register(kernel: Kernel) -> Kernel:
 
 def registry() -> dict[str, Kernel]:
     """Every registered kernel by name (a copy)."""
-    # The modules that register kernels are imported by `import neurojax`.
+    # Kernels register when their module is imported. `import neurojax` imports every such
+    # module except the assembly calculus and the training layers, which it imports on first
+    # use; import them here so that the registry is complete.
+    import importlib
+
+    for name in ("neurojax.assembly", "neurojax.training"):
+        importlib.import_module(name)
     return dict(_REGISTRY)
 
 

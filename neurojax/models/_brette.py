@@ -27,6 +27,7 @@ import jax.random as jr
 
 from .. import connectivity as connect
 from .._validation import check_choice, default_float, normalize_shape
+from ..connectivity._threefry import HostKey
 from ..network import Network, NetworkState, Projection
 from ..neurons import LIF
 from ..synapses import ConductanceOutput, CurrentOutput, Exponential
@@ -83,11 +84,20 @@ def _check_common(owner: str, n_exc: Any, n_inh: Any, p: Any, method: str) -> tu
 
 
 @jax.jit
-def _keys(key: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
-    """The initial voltages' key and the four projections' keys, in one compiled program
-    (eager splits would compile one small program each in a fresh process)."""
+def _keys_jax(key: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
     k_conn, k_v = jr.split(key)
     return k_v, tuple(jr.split(k_conn, 4))
+
+
+def _keys(key: jax.Array) -> tuple[jax.Array, tuple[jax.Array, ...]]:
+    """The initial voltages' key and the four projections' keys: split on the host for a
+    threefry key (the same keys as `jax.random.split`, with nothing to compile), else in one
+    compiled program."""
+    hk = HostKey.of(key)
+    if hk is None:
+        return _keys_jax(key)
+    k_conn, k_v = hk.split(2)
+    return k_v.jax(), tuple(k.jax() for k in k_conn.split(4))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
