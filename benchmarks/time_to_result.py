@@ -8,6 +8,8 @@ its wall time from start to exit, measured in interleaved rounds:
   turns on the persistent compilation cache): **first**, with an empty compilation-cache
   folder (the C++ kernels, built once per machine, are already built), and **repeated**,
   the same command again;
+- `import neurojax; nj.models.coba(key)` in a fresh Python process (the compilation cache on):
+  the import and the network build as a script or notebook pays them;
 - Brian2 (`benchmarks.peers.brian2_coba`) in **C++ standalone** mode: first, into a new
   project folder (code generation and a full compilation), and repeated, into the same folder;
   and in **cython** mode (Brian2 keeps compiled code objects in its own on-disk cache, so
@@ -16,7 +18,12 @@ its wall time from start to exit, measured in interleaved rounds:
 
 Inside each process the peers also report their own build and loop times, printed beside.
 
-    python -m benchmarks.time_to_result [--rounds 3] [--duration 1000]
+Every process runs with Python's default bytecode caching: `PYTHONDONTWRITEBYTECODE` is
+removed from the children's environment (a development container may set it, and then every
+start recompiles neurojax's ~100 modules from source, about 0.5 s, which no user pays);
+`--keep-env` keeps the environment as it is.
+
+    python -m benchmarks.time_to_result [--rounds 3] [--duration 1000] [--keep-env]
 """
 
 import argparse
@@ -35,6 +42,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _core() -> str:
     return str(max(os.sched_getaffinity(0)))
+
+
+_KEEP_ENV = [False]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    if not _KEEP_ENV[0]:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
@@ -60,7 +77,7 @@ def _last_json(text: str) -> dict:
 
 
 def neurojax_run(cache_dir: str, duration: float) -> dict:
-    env = dict(os.environ, NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
+    env = _env(NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
     exe = str(Path(sys.executable).with_name("neurojax"))
     wall, out = _timed([exe, "run", "coba", "--duration", str(duration), "--json"], env)
     info = _last_json(out)
@@ -71,8 +88,29 @@ def neurojax_run(cache_dir: str, duration: float) -> dict:
     }
 
 
+_PYTHON_BUILD = """
+import json, time
+t0 = time.perf_counter()
+import jax, neurojax as nj
+t1 = time.perf_counter()
+nj.enable_compilation_cache()
+net, state = nj.models.coba(jax.random.key(0))
+jax.block_until_ready(state)
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1}))
+"""
+
+
+def python_build(cache_dir: str) -> dict:
+    """`import neurojax` and `nj.models.coba(key)` in a fresh Python process, timed inside
+    it (the compilation cache on, in `cache_dir`)."""
+    env = _env(NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
+    wall, out = _timed([sys.executable, "-c", _PYTHON_BUILD], env)
+    return {"wall_s": wall, **_last_json(out)}
+
+
 def peer(module: str, spec: dict) -> dict:
-    wall, out = _timed([sys.executable, "-m", module, json.dumps(spec)], dict(os.environ))
+    wall, out = _timed([sys.executable, "-m", module, json.dumps(spec)], _env())
     info = _last_json(out)
     keep = ("build_s", "compile_s", "first_call_s", "import_s", "times_s")
     return {"wall_s": wall, **{k: info[k] for k in keep if k in info}}
@@ -83,7 +121,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=1000.0, help="simulated ms")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument(
+        "--keep-env",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE if set (default: Python's bytecode caching)",
+    )
     args = ap.parse_args(argv)
+    _KEEP_ENV[0] = args.keep_env
     if args.rounds < 1 or not args.duration > 0:
         ap.error("--rounds must be >= 1 and --duration > 0")
     rows: dict[str, list[dict]] = {}
@@ -108,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
                 neurojax_run(cache, args.duration),
             )
             record("neurojax run coba, repeated", neurojax_run(cache, args.duration))
+            record("python: import neurojax; nj.models.coba(key)", python_build(cache))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         if args.no_peers:
@@ -126,7 +171,11 @@ def main(argv: list[str] | None = None) -> None:
         record("brian2 cython (code objects cached)", peer("benchmarks.peers.brian2_coba", spec))
         nest_spec = {"threads": 1, "seed": 1, "duration_ms": args.duration, "repeats": 1}
         record("nest 3 iaf_cond_exp", peer("benchmarks.peers.nest_coba", nest_spec))
-    print(f"\ncommand to prompt, COBA {args.duration:g} ms, one core, {args.rounds} rounds")
+    bytecode = "as set" if args.keep_env else "Python's default bytecode caching"
+    print(
+        f"\ncommand to prompt, COBA {args.duration:g} ms, one core, {args.rounds} rounds, "
+        f"{bytecode} (PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE')!r})"
+    )
     print("case | best wall (s) | median wall (s)")
     for name, rs in rows.items():
         walls = [r["wall_s"] for r in rs]

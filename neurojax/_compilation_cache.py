@@ -1,10 +1,10 @@
 """JAX's persistent compilation cache, in a folder the user owns.
 
-XLA compiles every jitted program on its first call in a process: for the COBA network
-about 1 s of compilation and 3 s of building its connectivity (whose random samplers are
-compiled per array shape), paid again by every new process. JAX can keep the compiled
-programs on disk and reuse them in later processes whose program is the same; this module
-turns that on in neurojax's cache folder. `neurojax run` turns it on by default.
+XLA compiles every jitted program on its first call in a process: for the COBA network's run
+about 1 s on a 2-core machine, paid again by every new process. JAX can keep the compiled
+programs on disk and reuse them in later processes whose program is the same (a process still
+traces its programs, which takes a fraction of the compilation); this module turns that on in
+neurojax's cache folder. `neurojax run` turns it on by default.
 """
 
 import os

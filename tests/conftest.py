@@ -12,6 +12,7 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402  (after the environment is set)
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
@@ -20,3 +21,28 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 # batched, looped, checkpointed and reference runs to within 1e-5 or exactly. On CPU this
 # changes nothing.
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+# Modules that check the GPU and TPU implementations of kernels (their lowering, their
+# presence in traced programs) on this CPU machine: kernel calls there trace every platform's
+# implementation, as `nj.kernels.cross_platform()` does for a user lowering for another
+# platform. Elsewhere the default holds (only the default backend's implementation traced).
+_CROSS_PLATFORM_MODULES = {
+    "test_lowering",
+    "test_pallas",
+    "test_kernels",
+    "test_assembly_kernels",
+    "test_assembly_accelerators",
+    "test_round_trips",
+}
+
+
+@pytest.fixture(autouse=True)
+def _cross_platform_kernels(request):
+    if request.module.__name__.rsplit(".", 1)[-1] in _CROSS_PLATFORM_MODULES:
+        import neurojax as nj
+
+        with nj.kernels.cross_platform():
+            yield
+    else:
+        yield

@@ -6,6 +6,9 @@ and the public switch that chooses between them.
   implementation where there is one) or `"reference"` (pure JAX everywhere); part of
   `jax.jit`'s cache key. `NEUROJAX_CPU_KERNEL=0` sets `"reference"` as a process's default.
 - `nj.kernels.registry()`: every registered `Kernel` by name.
+- `nj.kernels.cross_platform()`: trace every platform's implementation (by default only the
+  default backend's), to lower a program for another machine's platform;
+  `NEUROJAX_CROSS_PLATFORM=1` sets it for a process.
 - `nj.kernels.interpret(slot)`: the CPU runs each entry's `"gpu"` or `"tpu"` implementation,
   Pallas kernels in interpret mode (how the accelerator kernels are tested without one);
   `NEUROJAX_PALLAS_INTERPRET=gpu` (or `tpu`) sets it as a process's default.
@@ -15,6 +18,7 @@ and the public switch that chooses between them.
 
 # The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
 from . import _pallas_lif as _pallas_lif
+from ._config import cross_platform as cross_platform
 from ._config import mode as mode
 from ._config import set_mode as set_mode
 from ._config import use as use

@@ -264,10 +264,22 @@ def _slots(kernel: Kernel, *args, **static) -> dict[str, str]:
     elif kernel.cpu is not None and _may_run_on_cpu() and _supported(kernel, "cpu", args, static):
         if not kernel.ffi_targets or _build.register_targets(kernel.ffi_targets):
             out["cpu"] = "cpu"
+    traced = _accelerator_platforms()
     for platform, slot in (("cuda", "gpu"), ("tpu", "tpu")):
+        if platform not in traced:
+            continue
         if getattr(kernel, slot) is not None and _supported(kernel, slot, args, static):
             out[platform] = slot
     return out
+
+
+def _accelerator_platforms() -> tuple[str, ...]:
+    """The accelerator platforms whose implementations a call traces: all of them under
+    `nj.kernels.cross_platform()`, else the default backend's (none on a CPU machine)."""
+    if _config.cross_platform_enabled():
+        return ("cuda", "tpu")
+    backend = jax.default_backend()
+    return ("cuda",) if backend in ("gpu", "cuda") else (backend,)
 
 
 def implementations(kernel: Kernel, *args, **static) -> dict[str, Callable[..., Any]]:
