@@ -75,3 +75,51 @@ def test_hyperparameters_are_leaves_not_closures():
     f(sg.FastSigmoid(1.0), jnp.float32(0.1))
     f(sg.FastSigmoid(3.0), jnp.float32(0.1))
     assert len(traces) == 1
+
+
+def _recurrent_rate_gradients(w_rec: float, steps: int = 2000):
+    """What the gradients page's section "Surrogate gradients in recurrent networks" measures
+    (`benchmarks/surrogate_scale.py`, shortened to 200 ms): the mean rate of 200 LIF neurons
+    driven above threshold, its least-squares slope in the input's scale over +-5 %, and the
+    surrogate gradient (slope 25) without and with `truncate_backprop=50`."""
+    n, dt = 200, 0.1
+    lif = nj.LIF(
+        tau_m=20.0, v_rest=0.0, v_reset=0.0, v_th=1.0, t_ref=2.0, r_m=1.0,
+        surrogate=nj.surrogate.FastSigmoid(25.0),
+    )  # fmt: skip
+    conn = nj.connect.fixed_prob(jax.random.key(1), n, n, 0.1, weight=w_rec)
+    net = nj.Network(
+        {"A": (lif, n)},
+        [nj.Projection("A", "A", conn, synapse=nj.Exponential(5.0), method="dense")],
+        dt=dt,
+    )
+    state = net.init_state()
+    drive = jnp.asarray(np.random.default_rng(0).uniform(0.9, 1.5, n), jnp.float32)
+
+    def rate(scale, trunc=None):
+        _, rec = nj.simulate(
+            net, state, {"A": scale * drive}, dt=dt, n_steps=steps, spike_dtype=None,
+            truncate_backprop=trunc,
+        )  # fmt: skip
+        return rec.spikes["A"].sum() / (n * steps * dt * 1e-3)
+
+    scales = np.linspace(0.95, 1.05, 21)
+    rates = np.asarray(jax.jit(jax.vmap(rate))(jnp.asarray(scales, jnp.float32)))
+    secant = float(np.polyfit(scales, rates, 1)[0])
+    full = float(jax.jit(jax.grad(rate))(jnp.float32(1.0)))
+    truncated = float(jax.jit(jax.grad(lambda s: rate(s, 50)))(jnp.float32(1.0)))
+    return secant, full, truncated
+
+
+@pytest.mark.parametrize("w_rec", [0.0, 0.05])
+def test_recurrent_surrogate_gradient_scale_and_truncation(w_rec):
+    # The page's claims: the untruncated surrogate gradient is several times the simulated
+    # rate's slope without coupling and grows by orders of magnitude with recurrence, while
+    # truncate_backprop=50 (5 ms) brings it within a small factor of that slope.
+    secant, full, truncated = _recurrent_rate_gradients(w_rec)
+    assert 50.0 < secant < 120.0  # Hz per unit of input scale (rates 23-34 Hz)
+    if w_rec == 0.0:
+        assert 5.0 < full / secant < 40.0
+    else:
+        assert not np.isfinite(full) or abs(full) / secant > 1e3
+    assert 0.5 < truncated / secant < 4.0
