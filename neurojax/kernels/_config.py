@@ -27,20 +27,28 @@ def _env_default() -> str:
     return "reference" if value in ("0", "false", "no") else "auto"
 
 
-def _make_state():
-    try:  # a JAX option: part of the jit cache key and of the trace context
+def jax_option(name: str, default, help: str, values: tuple[str, ...] | None = None):
+    """A user-defined JAX option `name` (read at trace time, part of `jax.jit`'s cache key and
+    of the trace context): an enum of `values`, or a bool when `values` is None. None where
+    this JAX cannot define options (the callers then keep a plain process-wide value)."""
+    try:
         from jax._src import config as jax_config
 
-        return jax_config.enum_state(
-            "neurojax_kernels",
-            list(MODES),
-            _env_default(),
-            "neurojax: which kernel implementations run ('auto' or 'reference').",
-            include_in_jit_key=True,
-            include_in_trace_context=True,
-        )
-    except Exception:  # noqa: BLE001  (a JAX without user-defined options: see _Fallback)
+        kw = dict(include_in_jit_key=True, include_in_trace_context=True)
+        if values is None:
+            return jax_config.bool_state(name, default, help, **kw)
+        return jax_config.enum_state(name, list(values), default, help, **kw)
+    except Exception:  # noqa: BLE001  (a JAX without user-defined options: see _FALLBACK)
         return None
+
+
+def _make_state():
+    return jax_option(
+        "neurojax_kernels",
+        _env_default(),
+        "neurojax: which kernel implementations run ('auto' or 'reference').",
+        MODES,
+    )
 
 
 _STATE = _make_state()
@@ -117,19 +125,11 @@ def _env_cross_platform() -> bool:
 
 
 def _make_cross_state():
-    try:
-        from jax._src import config as jax_config
-
-        return jax_config.bool_state(
-            "neurojax_cross_platform",
-            _env_cross_platform(),
-            "neurojax: trace every platform's kernel implementation, not only the default "
-            "backend's.",
-            include_in_jit_key=True,
-            include_in_trace_context=True,
-        )
-    except Exception:  # noqa: BLE001  (a JAX without user-defined options)
-        return None
+    return jax_option(
+        "neurojax_cross_platform",
+        _env_cross_platform(),
+        "neurojax: trace every platform's kernel implementation, not only the default backend's.",
+    )
 
 
 _CROSS = _make_cross_state()

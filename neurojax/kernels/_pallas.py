@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._config import jax_option
+
 __all__ = ["INTERPRET_MODES", "interpret", "interpret_mode", "pallas_interpret"]
 
 INTERPRET_MODES = ("off", "gpu", "tpu")
@@ -35,19 +37,12 @@ def _env_default() -> str:
 
 
 def _make_state():
-    try:
-        from jax._src import config as jax_config
-
-        return jax_config.enum_state(
-            "neurojax_pallas_interpret",
-            list(INTERPRET_MODES),
-            _env_default(),
-            "neurojax: run the GPU or TPU kernels on the CPU in Pallas interpret mode.",
-            include_in_jit_key=True,
-            include_in_trace_context=True,
-        )
-    except Exception:  # noqa: BLE001  (a JAX without user-defined options)
-        return None
+    return jax_option(
+        "neurojax_pallas_interpret",
+        _env_default(),
+        "neurojax: run the GPU or TPU kernels on the CPU in Pallas interpret mode.",
+        INTERPRET_MODES,
+    )
 
 
 _STATE = _make_state()
