@@ -35,7 +35,7 @@ import numpy as np
 from ..kernels import Example, Fold, Kernel, call, register
 from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
 from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
-from ..plasticity._base import replace_state
+from ..plasticity._base import TRACE_KINDS, replace_state
 from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
 
@@ -164,9 +164,14 @@ def _event_update(
 def _kernel_update(
     rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
 ):
-    """The pair-STDP update through the compiled CPU kernel, arrays updated in place. The
-    kernel treats the leading dimensions of the weights, traces and spikes as trials, and
-    reads every spike (it never needs a buffer)."""
+    """The update through a compiled CPU kernel, arrays updated in place: pair STDP
+    (`pair_kernel()`) in `nj_stdp_update`, the trace rules (`trace_kernel()`) in
+    `nj_trace_update`. The kernels treat the leading dimensions of the weights, traces and
+    spikes as trials, and read every spike (they never need a buffer)."""
+    if rule.pair_kernel() is None:
+        return _trace_kernel_update(
+            rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, sizes=sizes
+        )
     pair = rule.pair_kernel()
     dtype = w.dtype
     params = jnp.stack(
@@ -203,6 +208,58 @@ def _kernel_update(
     return w, (x,), (y,), (none, none)
 
 
+def _trace_kernel_update(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes
+):
+    """A trace rule (`trace_kernel()`) through `nj_trace_update`: its one or two traces per
+    side as separate buffers, updated in place (a rule with one trace per side passes empty
+    second ones)."""
+    tk = rule.trace_kernel()
+    dtype = w.dtype
+    n_traces = len(pre_old)
+    empty = jnp.zeros((0,), dtype)
+    pre = tuple(t.astype(dtype) for t in pre_old) + (empty,) * (2 - n_traces)
+    post = tuple(t.astype(dtype) for t in post_old) + (empty,) * (2 - n_traces)
+    pre_d = tuple(pre_decay) + (jnp.zeros((), dtype),) * (2 - n_traces)
+    post_d = tuple(post_decay) + (jnp.zeros((), dtype),) * (2 - n_traces)
+    params = jnp.stack(
+        [
+            jnp.asarray(v).astype(dtype)
+            for v in (tk.a_pre, tk.b_pre, tk.a_post, tk.b_post, tk.w_min, tk.w_max, *pre_d, *post_d)
+        ]
+    )
+    outs = (w, *pre, *post)
+    call = jax.ffi.ffi_call(
+        TRACE_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in outs),
+        input_output_aliases={i: i for i in range(5)},
+        vmap_method="sequential",
+    )
+    w, p0, p1, q0, q1 = call(
+        w,
+        *pre,
+        *post,
+        s_arr.astype(dtype),
+        s_post.astype(dtype),
+        params,
+        lay.indptr,
+        lay.indices,
+        lay.col_ptr,
+        lay.col_syn,
+        lay.col_pre,
+        kind=np.int64(TRACE_KINDS.index(tk.kind)),
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        arr_stride=np.int64(s_arr.shape[-1]),
+        arr_offset=np.int64(sizes[4]),
+        post_stride=np.int64(s_post.shape[-1]),
+        post_offset=np.int64(sizes[5]),
+        nearest=np.int64(tk.nearest),
+    )
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, (p0, p1)[:n_traces], (q0, q1)[:n_traces], (none, none)
+
+
 def _dense_step(
     rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
 ):
@@ -221,8 +278,8 @@ def _dense_step(
     )
 
 
-def _pair_kernel_supports(rule, *args, sizes, capacity=None):
-    return rule.pair_kernel() is not None
+def _cpu_kernel_supports(rule, *args, sizes, capacity=None):
+    return rule.pair_kernel() is not None or rule.trace_kernel() is not None
 
 
 def _plastic_examples():
@@ -281,14 +338,15 @@ def _plastic_gpu_supports(rule, *args, sizes, capacity=None):
 
 
 STDP_TARGET = "nj_stdp_update"
+TRACE_TARGET = "nj_trace_update"
 PLASTIC = register(
     Kernel(
         name="plastic_update",
         reference=_event_update,
         cpu=_kernel_update,
         gpu=_plastic_gpu,  # Pallas Triton kernels tracing the rule's on_pre / on_post
-        ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
-        supports={"cpu": _pair_kernel_supports, "gpu": _plastic_gpu_supports},
+        ffi_targets=((STDP_TARGET, "NjStdpUpdate"), (TRACE_TARGET, "NjTraceUpdate")),
+        supports={"cpu": _cpu_kernel_supports, "gpu": _plastic_gpu_supports},
         # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
         batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
         differentiable=_dense_step,
