@@ -34,7 +34,7 @@ import numpy as np
 
 from ..kernels import Example, Fold, Kernel, call, register
 from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
-from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
+from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState, TripletSTDP, VogelsSTDP
 from ..plasticity._base import TRACE_KINDS, replace_state
 from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
@@ -283,8 +283,9 @@ def _cpu_kernel_supports(rule, *args, sizes, capacity=None):
 
 
 def _plastic_examples():
-    """Pair STDP (additive all-to-all and multiplicative nearest) on 9 -> 7 neurons, two
-    trials, spikes read at offsets of wider vectors."""
+    """Pair STDP (additive all-to-all and multiplicative nearest), triplet STDP (both
+    pairings) and Vogels' rule on 9 -> 7 neurons, two trials, spikes read at offsets of wider
+    vectors."""
     rng = np.random.default_rng(1)
     n_pre, n_post, batch = 9, 7, (2,)
     mask = rng.random((n_pre, n_post)) < 0.5
@@ -299,25 +300,35 @@ def _plastic_examples():
     )
     sizes = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), 2, 1)
     f32 = jnp.float32
-    for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest")):
-        rule = STDP(a_plus=0.05, a_minus=0.04, w_max=1.0, mode=mode, pairing=pairing)
+    rules = [
+        (f"{mode}-{pairing}", STDP(a_plus=0.05, a_minus=0.04, mode=mode, pairing=pairing))
+        for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest"))
+    ]
+    rules += [
+        (f"triplet-{pairing}", TripletSTDP(a2_plus=0.03, a3_plus=0.04, a2_minus=0.05,
+                                           a3_minus=0.02, pairing=pairing))
+        for pairing in ("all_to_all", "nearest")
+    ]  # fmt: skip
+    rules.append(("vogels", VogelsSTDP(eta=0.05, rho0=5.0, w_max=1.0)))
+    for label, rule in rules:
+        n_traces = rule.n_pre_traces
         args = (
             rule,
             lay,
             jnp.asarray(rng.uniform(0.2, 0.8, (*batch, int(mask.sum()))), f32),
-            (jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32),),
-            (jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32),),
+            tuple(jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32) for _ in range(n_traces)),
+            tuple(jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32) for _ in range(n_traces)),
             jnp.asarray(rng.random((*batch, n_pre + 3)) < 0.5, f32),
             jnp.asarray(rng.random((*batch, n_post + 2)) < 0.5, f32),
-            (jnp.asarray(0.9, f32),),
-            (jnp.asarray(0.8, f32),),
+            (jnp.asarray(0.9, f32), jnp.asarray(0.95, f32))[:n_traces],
+            (jnp.asarray(0.8, f32), jnp.asarray(0.97, f32))[:n_traces],
         )
         yield Example(
             args,
             dict(sizes=sizes),
             grad_argnums=(0, 2, 3, 4, 5, 6),
             vmap_argnums=(2, 5, 6),
-            label=f"{mode}-{pairing}",
+            label=label,
         )
 
 
@@ -655,6 +666,20 @@ def check_rule(owner: str, plasticity: Any) -> None:
             "which needs exactly one presynaptic and one postsynaptic trace, got "
             f"n_pre_traces={plasticity.n_pre_traces}, n_post_traces={plasticity.n_post_traces}"
         )
+    tk = plasticity.trace_kernel()
+    if tk is not None and plasticity.pair_kernel() is None:
+        if tk.kind not in TRACE_KINDS:
+            raise TypeError(
+                f"{owner}: {type(plasticity).__name__}.trace_kernel() returns kind={tk.kind!r}; "
+                f"the trace-rule kernel runs {TRACE_KINDS}"
+            )
+        want = 2 if tk.kind == "triplet" else 1
+        if (plasticity.n_pre_traces, plasticity.n_post_traces) != (want, want):
+            raise TypeError(
+                f"{owner}: {type(plasticity).__name__}.trace_kernel() returns kind={tk.kind!r}, "
+                f"which needs {want} presynaptic and {want} postsynaptic traces, got "
+                f"n_pre_traces={plasticity.n_pre_traces}, n_post_traces={plasticity.n_post_traces}"
+            )
 
 
 def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> None:

@@ -18,13 +18,13 @@ adds 1 per spike (every earlier spike counts); with `pairing="nearest"` it is re
 (only the most recent spike counts), the two interaction schemes of the paper. With
 `A_3^+ = A_3^- = 0` the rule is pair STDP (`nj.STDP` in its additive form).
 
-On CPU the rule runs in the compiled trace-rule kernel (`trace_kernel`,
-`neurojax/kernels/plastic_trace.cc`), elsewhere on the generic event path; both compute the
-same operations. This is exactly the `PlasticityRule` event order (`neurojax.plasticity._base`): `on_pre`
+This is exactly the `PlasticityRule` event order (`neurojax.plasticity._base`): `on_pre`
 reads `r_2` before this step's arrivals and `o_1` before this step's postsynaptic spikes;
 `on_post` reads `r_1` including this step's arrivals (a pair in the same step counts as pre
 before post) and `o_2` before this step's postsynaptic spikes. Weights are clipped to
-`[w_min, w_max]` after every event (hard bounds).
+`[w_min, w_max]` after every event (hard bounds). On CPU the rule runs in the compiled
+trace-rule kernel (`trace_kernel`, `neurojax/kernels/plastic_trace.cc`), elsewhere on the
+generic event path; both compute the same operations.
 
 Reference: J.-P. Pfister and W. Gerstner (2006), Triplets of spikes in a model of spike
 timing-dependent plasticity, J. Neurosci. 26(38):9673-9682, eqs. 3-4 and Table 4 (the
