@@ -393,3 +393,207 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
                                   .Attr<int64_t>("post_stride")
                                   .Attr<int64_t>("post_offset")
                                   .Attr<int64_t>("nearest"));
+
+// ---------------------------------------------------------------------------------------------
+// Reward-modulated STDP with eligibility traces (nj.RewardSTDP, Izhikevich 2007): one step of
+// the lazily updated synapses of neurojax.network._plastic (`modulated_update`), in place.
+// See neurojax.plasticity._reward for the arithmetic. For trial b, with acc' = acc + phase * d:
+//
+//   1. x <- x * decay_x, then takes this step's arrivals (+s, or 1 with `nearest`);
+//   2. every synapse k of a presynaptic neuron i that emits or whose spike arrives
+//      (s_emit[b, i] > 0 or s_arr[b, i] > 0), along its CSR row, is brought up to date and
+//      takes the arrival's eligibility:
+//        w <- clip(w + gain * e * (acc' - stamp)),
+//        e <- e + (-a_minus * (y[j] * decay_y) * s_arr[i]) / a_end,  stamp <- acc';
+//   3. every synapse of a spiking postsynaptic neuron j, along its CSC column, likewise with
+//        e <- e + (a_plus * x[i] * s_post[j]) / a_end   (x after this step's arrivals);
+//   4. y <- y * decay_y, then takes this step's spikes.
+//
+// The same operations in the same order as the pure-JAX event path (`_modulated_event`).
+//
+// Arguments: weights, eligibility, stamp (*batch, nnz), acc (*batch,), x (*batch, n_pre),
+// y (*batch, n_post), s_emit, s_arr (*batch, n_pre), s_post (*batch, n_post), d (*batch,),
+// params (9,) = (decay_x, decay_y, phase, a_end, gain, a_plus, a_minus, w_min, w_max),
+// indptr, indices, col_ptr, col_syn, col_pre (int32). Results: weights, eligibility, stamp,
+// acc, x, y, aliased to the inputs.
+
+namespace {
+
+template <typename F>
+inline void CatchUp(F* w, F* e, F* st, int64_t k, F acc, F gain, F jump, F a_end, F lo, F hi) {
+  w[k] = Clip<F>(w[k] + gain * e[k] * (acc - st[k]), lo, hi);
+  e[k] = e[k] + jump / a_end;
+  st[k] = acc;
+}
+
+template <typename F, typename Bits>
+int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* s_arr,
+               const F* s_post, const F* d, const F* prm, const int32_t* indptr,
+               const int32_t* post, const int32_t* col_ptr, const int32_t* col_syn,
+               const int32_t* col_pre, int64_t nnz, int64_t n_pre, int64_t n_post,
+               int64_t n_trials, bool nearest) {
+  const F dx = prm[0], dy = prm[1], phase = prm[2], a_end = prm[3], gain = prm[4];
+  const F a_plus = prm[5], a_minus = prm[6], lo = prm[7], hi = prm[8];
+  thread_local std::vector<int32_t> touched, fired;
+  if (touched.size() < static_cast<size_t>(n_pre)) touched.resize(n_pre);
+  if (fired.size() < static_cast<size_t>(n_post)) fired.resize(n_post);
+  for (int64_t b = 0; b < n_trials; ++b) {
+    F* wb = w + b * nnz;
+    F* eb = e + b * nnz;
+    F* sb = st + b * nnz;
+    F* xb = x + b * n_pre;
+    F* yb = y + b * n_post;
+    const F* em = s_emit + b * n_pre;
+    const F* ab = s_arr + b * n_pre;
+    const F* pb = s_post + b * n_post;
+    int64_t n_touch = 0;
+    for (int64_t i = 0; i < n_pre; ++i) {
+      if (em[i] > F(0) || ab[i] > F(0)) touched[n_touch++] = static_cast<int32_t>(i);
+    }
+    int64_t n_fired = 0;
+    for (int64_t j = 0; j < n_post; ++j) {
+      if (pb[j] > F(0)) fired[n_fired++] = static_cast<int32_t>(j);
+    }
+    int64_t bad = 0;
+    for (int64_t q = 0; q < n_touch; ++q) bad += !RowOk(indptr, post, touched[q], nnz, n_post);
+    for (int64_t q = 0; q < n_fired; ++q) {
+      bad += !ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre);
+    }
+    if (bad) return bad;  // nothing written; the call reports an error
+    const F acc_new = acc[b] + phase * d[b];
+    acc[b] = acc_new;
+    AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
+    for (int64_t q = 0; q < n_touch; ++q) {
+      const int32_t i = touched[q];
+      const F s = ab[i];
+      for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
+        const F jump = -a_minus * (yb[post[k]] * dy) * s;
+        CatchUp<F>(wb, eb, sb, k, acc_new, gain, jump, a_end, lo, hi);
+      }
+    }
+    for (int64_t q = 0; q < n_fired; ++q) {
+      const int32_t j = fired[q];
+      const F s = pb[j];
+      const int32_t end = col_ptr[j + 1];
+      for (int32_t m = col_ptr[j]; m < end; ++m) {
+        if (m + 8 < end) {
+          __builtin_prefetch(wb + col_syn[m + 8], 1);
+          __builtin_prefetch(eb + col_syn[m + 8], 1);
+          __builtin_prefetch(sb + col_syn[m + 8], 1);
+        }
+        const F jump = a_plus * xb[col_pre[m]] * s;
+        CatchUp<F>(wb, eb, sb, col_syn[m], acc_new, gain, jump, a_end, lo, hi);
+      }
+    }
+    AdvanceTrace<F>(yb, pb, n_post, dy, nearest);
+  }
+  return 0;
+}
+
+ffi::Error RewardImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer e_in, ffi::AnyBuffer st_in,
+                      ffi::AnyBuffer acc_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_in,
+                      ffi::AnyBuffer s_emit, ffi::AnyBuffer s_arr, ffi::AnyBuffer s_post,
+                      ffi::AnyBuffer d, ffi::AnyBuffer params, ffi::AnyBuffer indptr,
+                      ffi::AnyBuffer post, ffi::AnyBuffer col_ptr, ffi::AnyBuffer col_syn,
+                      ffi::AnyBuffer col_pre, ffi::Result<ffi::AnyBuffer> w_out,
+                      ffi::Result<ffi::AnyBuffer> e_out, ffi::Result<ffi::AnyBuffer> st_out,
+                      ffi::Result<ffi::AnyBuffer> acc_out, ffi::Result<ffi::AnyBuffer> x_out,
+                      ffi::Result<ffi::AnyBuffer> y_out, int64_t n_pre, int64_t n_post,
+                      int64_t nearest) {
+  const auto type = w_in.element_type();
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
+    return ffi::Error::InvalidArgument("nj_reward_update: float32 or float64 expected");
+  }
+  for (const ffi::AnyBuffer* buf :
+       {&e_in, &st_in, &acc_in, &x_in, &y_in, &s_emit, &s_arr, &s_post, &d, &params}) {
+    if (buf->element_type() != type) {
+      return ffi::Error::InvalidArgument("nj_reward_update: float buffers must share one dtype");
+    }
+  }
+  for (const ffi::AnyBuffer* buf : {&indptr, &post, &col_ptr, &col_syn, &col_pre}) {
+    if (buf->element_type() != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument("nj_reward_update: index buffers must be int32");
+    }
+  }
+  const auto count = [](const ffi::AnyBuffer& b) {
+    return static_cast<int64_t>(b.element_count());
+  };
+  const int64_t nnz = count(post);
+  const int64_t n_trials = count(acc_in);
+  if (n_pre < 0 || n_post < 0 || count(params) != 9 || count(d) != n_trials ||
+      count(w_in) != n_trials * nnz || count(e_in) != n_trials * nnz ||
+      count(st_in) != n_trials * nnz || count(x_in) != n_trials * n_pre ||
+      count(y_in) != n_trials * n_post || count(s_emit) != n_trials * n_pre ||
+      count(s_arr) != n_trials * n_pre || count(s_post) != n_trials * n_post ||
+      count(indptr) != n_pre + 1 || count(col_ptr) != n_post + 1 || count(col_syn) != nnz ||
+      count(col_pre) != nnz) {
+    return ffi::Error::InvalidArgument(
+        "nj_reward_update: weights, eligibility, stamps, traces, spikes or index arrays do "
+        "not match the trials, n_pre, n_post and nnz");
+  }
+  const std::pair<ffi::AnyBuffer*, const ffi::AnyBuffer*> pairs[] = {
+      {&*w_out, &w_in},     {&*e_out, &e_in}, {&*st_out, &st_in},
+      {&*acc_out, &acc_in}, {&*x_out, &x_in}, {&*y_out, &y_in}};
+  for (const auto& [out, in] : pairs) {
+    if (out->untyped_data() != in->untyped_data() && in->size_bytes() > 0) {
+      std::memcpy(out->untyped_data(), in->untyped_data(), in->size_bytes());
+    }
+  }
+  const auto i32 = [](const ffi::AnyBuffer& b) {
+    return static_cast<const int32_t*>(b.untyped_data());
+  };
+  int64_t bad = 0;
+  const auto run = [&](auto zero, auto bits) {
+    using F = decltype(zero);
+    const auto f = [](ffi::AnyBuffer& b) { return static_cast<F*>(b.untyped_data()); };
+    const auto c = [](const ffi::AnyBuffer& b) {
+      return static_cast<const F*>(b.untyped_data());
+    };
+    bad = Reward<F, decltype(bits)>(f(*w_out), f(*e_out), f(*st_out), f(*acc_out), f(*x_out),
+                                    f(*y_out), c(s_emit), c(s_arr), c(s_post), c(d),
+                                    c(params), i32(indptr), i32(post), i32(col_ptr),
+                                    i32(col_syn), i32(col_pre), nnz, n_pre, n_post, n_trials,
+                                    nearest != 0);
+  };
+  if (type == ffi::DataType::F32) {
+    run(0.0f, uint32_t{0});
+  } else {
+    run(0.0, uint64_t{0});
+  }
+  if (bad) {
+    return ffi::Error::InvalidArgument(
+        "nj_reward_update: corrupted connectivity (weights not updated): " +
+        std::to_string(bad) + " rows or columns with indices outside the projection");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjRewardUpdate, RewardImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
+                                  .Arg<ffi::AnyBuffer>()  // eligibility (*batch, nnz)
+                                  .Arg<ffi::AnyBuffer>()  // stamp (*batch, nnz)
+                                  .Arg<ffi::AnyBuffer>()  // acc (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // x (*batch, n_pre)
+                                  .Arg<ffi::AnyBuffer>()  // y (*batch, n_post)
+                                  .Arg<ffi::AnyBuffer>()  // s_emit (*batch, n_pre)
+                                  .Arg<ffi::AnyBuffer>()  // s_arr (*batch, n_pre)
+                                  .Arg<ffi::AnyBuffer>()  // s_post (*batch, n_post)
+                                  .Arg<ffi::AnyBuffer>()  // d (*batch,)
+                                  .Arg<ffi::AnyBuffer>()  // params (9,)
+                                  .Arg<ffi::AnyBuffer>()  // indptr
+                                  .Arg<ffi::AnyBuffer>()  // indices
+                                  .Arg<ffi::AnyBuffer>()  // col_ptr
+                                  .Arg<ffi::AnyBuffer>()  // col_syn
+                                  .Arg<ffi::AnyBuffer>()  // col_pre
+                                  .Ret<ffi::AnyBuffer>()  // weights (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // eligibility (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // stamp (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // acc (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // x (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // y (aliased)
+                                  .Attr<int64_t>("n_pre")
+                                  .Attr<int64_t>("n_post")
+                                  .Attr<int64_t>("nearest"));

@@ -25,7 +25,6 @@ delivery (`run_capped`); the rules in `neurojax.plasticity` know nothing of the 
 a new rule is written in `plasticity/` alone.
 """
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -34,7 +33,15 @@ import numpy as np
 
 from ..kernels import Example, Fold, Kernel, call, register
 from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
-from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState, TripletSTDP, VogelsSTDP
+from ..plasticity import (
+    STDP,
+    PlasticityRule,
+    PlasticState,
+    RewardSTDP,
+    STDPState,
+    TripletSTDP,
+    VogelsSTDP,
+)
 from ..plasticity._base import TRACE_KINDS, replace_state
 from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
@@ -561,22 +568,137 @@ def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emi
     )
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _modulated_kernel(rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr, s_post, d,
+                      dx, dy, phase, a_end, gain, *, static):  # fmt: skip
+    """The step through the compiled CPU kernel `nj_reward_update` (`plastic_trace.cc`),
+    arrays updated in place; it reads every spike (it never needs a buffer)."""
+    n_pre, n_post = static[:2]
+    dtype = w.dtype
+    params = jnp.stack(
+        [
+            jnp.asarray(v).astype(dtype)
+            for v in (dx, dy, phase, a_end, gain, rule.a_plus, rule.a_minus, rule.w_min, rule.w_max)
+        ]
+    )
+    acc = jnp.broadcast_to(acc, w.shape[:-1]).astype(dtype)
+    d = jnp.broadcast_to(d, w.shape[:-1]).astype(dtype)
+    outs = (w, elig, stamp, acc, x_old, y_old)
+    call_ = jax.ffi.ffi_call(
+        REWARD_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in outs),
+        input_output_aliases={i: i for i in range(6)},
+        vmap_method="sequential",
+    )
+    w, elig, stamp, acc, x, y = call_(
+        *(a.astype(dtype) for a in outs),
+        s_emit.astype(dtype),
+        s_arr.astype(dtype),
+        s_post.astype(dtype),
+        d,
+        params,
+        lay.indptr,
+        lay.indices,
+        lay.col_ptr,
+        lay.col_syn,
+        lay.col_pre,
+        n_pre=np.int64(n_pre),
+        n_post=np.int64(n_post),
+        nearest=np.int64(rule.pairing == "nearest"),
+    )
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, elig, stamp, acc, x, y, (none, none)
+
+
+def _modulated_kernel_supports(rule, *args, static):
+    """The kernel runs `nj.RewardSTDP` itself (not a subclass that redefines its events)."""
+    return type(rule) is RewardSTDP
+
+
+def _modulated_examples():
+    """`nj.RewardSTDP` (both pairings) on 9 -> 7 neurons, two trials, mid-block."""
+    rng = np.random.default_rng(3)
+    n_pre, n_post, batch = 9, 7, (2,)
+    mask = rng.random((n_pre, n_post)) < 0.5
+    pre_of, post_of = np.nonzero(mask)
+    order = np.argsort(post_of, kind="stable")
+    lay = PlasticLayout(
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(1))]), jnp.int32),
+        jnp.asarray(post_of, jnp.int32),
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(0))]), jnp.int32),
+        jnp.asarray(order, jnp.int32),
+        jnp.asarray(pre_of[order], jnp.int32),
+    )
+    nnz = int(mask.sum())
+    static = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), None)
+    f32 = jnp.float32
+
+    def u(lo, hi, shape):
+        return jnp.asarray(rng.uniform(lo, hi, shape), f32)
+
+    def spikes(n):
+        return jnp.asarray(rng.random((*batch, n)) < 0.5, f32)
+
+    for pairing in ("all_to_all", "nearest"):
+        rule = RewardSTDP(a_plus=0.5, a_minus=0.6, tau_c=50.0, w_max=2.0, pairing=pairing)
+        args = (
+            rule,
+            lay,
+            u(0.2, 1.8, (*batch, nnz)),
+            u(-0.5, 0.5, (*batch, nnz)),
+            u(0.0, 0.3, (*batch, nnz)),
+            u(0.3, 0.6, batch),
+            u(0.0, 1.0, (*batch, n_pre)),
+            u(0.0, 1.0, (*batch, n_post)),
+            spikes(n_pre),
+            spikes(n_pre),
+            spikes(n_post),
+            u(0.5, 1.5, batch),
+            jnp.asarray(0.9, f32),
+            jnp.asarray(0.85, f32),
+            jnp.asarray(0.8, f32),
+            jnp.asarray(0.75, f32),
+            jnp.asarray(2.0, f32),
+        )
+        yield Example(
+            args,
+            dict(static=static),
+            grad_argnums=(0, 2, 3, 4, 5, 6, 7, 11),
+            vmap_argnums=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11),
+            label=pairing,
+        )
+
+
+REWARD_TARGET = "nj_reward_update"
+MODULATED = register(
+    Kernel(
+        name="modulated_update",
+        reference=lambda *args, static: _modulated_event(static, *args),
+        cpu=_modulated_kernel,
+        ffi_targets=((REWARD_TARGET, "NjRewardUpdate"),),
+        supports={"cpu": _modulated_kernel_supports},
+        # weights, eligibilities, stamps, sums, traces, spikes and the modulator are trials;
+        # the rule, layout and the step's factors are not.
+        batching=Fold(trial=tuple(range(2, 12)), shared=(0, 1, 12, 13, 14, 15, 16)),
+        differentiable=lambda *args, static: _modulated_dense(static, *args),
+        # the kernel rounds a trace's decay and increment apart where XLA may fuse them
+        rtol=1e-6,
+        atol=1e-6,
+        examples=_modulated_examples,
+        doc="One step of a neuromodulated rule: lazy catch-up and eligibility on rows and columns.",
+    )
+)
+
+
 def modulated_update(static, *args):
     """One step of a neuromodulated rule: `(w, eligibility, stamp, acc, x, y, needed)`.
 
     `static = (n_pre, n_post, max_fan_out, max_fan_in, capacity)`; `args` are `(rule, layout,
     w, eligibility, stamp, acc, x, y, s_emit, s_arr, s_post, d, decay_x, decay_y, phase,
-    a_end, gain)` with the projection's own spike vectors. The primal runs the event path;
-    the derivative is the dense definition's (as for `plastic_update`)."""
-    return _modulated_event(static, *args)
-
-
-@modulated_update.defjvp
-def _modulated_jvp(static, primals, tangents):
-    out = modulated_update(static, *primals)
-    _, t_out = jax.jvp(functools.partial(_modulated_dense, static), primals, tangents)
-    return out, t_out
+    a_end, gain)` with the projection's own spike vectors. The kernel registry's entry
+    `modulated_update`: its reference is the event path, `nj.RewardSTDP` runs on CPU in the
+    compiled kernel `nj_reward_update`, and the derivative is the dense definition's (as for
+    `plastic_update`)."""
+    return call(MODULATED, *args, static=tuple(static))
 
 
 def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity, modulator):
