@@ -421,7 +421,9 @@ def test_reward_kernel_equals_event_path(pairing, batch, dtype):
     post_s = rng.random((n, *batch, N_POST)) < 0.2
     d = rng.uniform(0.0, 0.02, (n, *batch))
     with jax.enable_x64(not f32):
-        rule = nj.RewardSTDP(a_plus=0.5, a_minus=0.6, tau_c=40.0, w_max=4.0, pairing=pairing)
+        rule = nj.RewardSTDP(
+            a_plus=0.5, a_minus=0.6, tau_c=40.0, w_max=4.0, pairing=pairing, sweep_interval=0.7
+        )
         state = reward_state(batch, dtype)
         assert uses_reward_kernel(
             lambda s: reward_steps(rule, s, arr[:2], emit[:2], post_s[:2], d[:2], dtype), state
