@@ -13,12 +13,16 @@ computes the same values touching only synapses with an event, and the derivativ
 `plastic_update` is that of the dense definition (one pass over the synapses, only under
 differentiation), so gradients reach every parameter, weight and spike exactly as through the
 dense formula. The update is the kernel registry's entry `plastic_update`
-(`neurojax.kernels`): its reference is the generic event path; a rule that is pair STDP (its
-`pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs on CPU in the compiled
-kernel of `neurojax/kernels/csr_deliver.cc` (FFI target `nj_stdp_update`; weights and
-traces updated in place, the same operations in the same order; the traces may differ in
-their last bit where XLA fuses a decay and an increment into one multiply-add); every other
-rule, and every rule on other platforms, runs on the pure-JAX event path.
+(`neurojax.kernels`): its reference is the generic event path; on CPU a rule that is pair STDP
+(its `pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs in the compiled
+kernel `nj_stdp_update` of `neurojax/kernels/csr_deliver.cc`, and a rule of the trace-rule
+family (its `trace_kernel()` is not None: `nj.TripletSTDP`, both pairings, and
+`nj.VogelsSTDP`) in `nj_trace_update` of `neurojax/kernels/plastic_trace.cc` (weights and
+traces updated in place, the same operations in the same order; values may differ in their
+last bit where XLA fuses a multiply and an add into one multiply-add); every other rule, and
+every rule on other platforms, runs on the pure-JAX event path. The neuromodulated rule
+(`nj.RewardSTDP`) has its own entry, `modulated_update`, with the CPU kernel
+`nj_reward_update` of `plastic_trace.cc`.
 
 The execution lives here, beside the layouts it walks and the spike compaction it shares with
 delivery (`run_capped`); the rules in `neurojax.plasticity` know nothing of the network, so
