@@ -360,8 +360,7 @@ def uses_reward_kernel(fn, *args) -> bool:
 
 def reward_steps(rule, state, arr, emit, post_s, d, dtype, n_block=7):
     """`len(arr)` steps of `modulated_update` in one jitted scan, with the block factors of
-    step k (a block of `n_block` steps; the once-per-block sweep is the network's, not the
-    kernel's, and is left out)."""
+    step k and the sweep at the start of every block of `n_block` steps."""
     from neurojax.network._plastic import modulated_update
 
     lay, sizes = layout()
@@ -376,7 +375,8 @@ def reward_steps(rule, state, arr, emit, post_s, d, dtype, n_block=7):
         phase = (k % n_block).astype(a.dtype)
         out = modulated_update(
             static, rule, lay, *carry, s_emit, s_arr, s_post, d_k, cast(dx), cast(dy),
-            cast(a**phase), cast(a ** (phase + 1.0)), cast(gain),
+            cast(a**phase), cast(a ** (phase + 1.0)), cast(gain), (k % n_block == 0) & (k > 0),
+            cast(a**n_block),
         )  # fmt: skip
         return out[:6], None
 

@@ -397,8 +397,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
 // ---------------------------------------------------------------------------------------------
 // Reward-modulated STDP with eligibility traces (nj.RewardSTDP, Izhikevich 2007): one step of
 // the lazily updated synapses of neurojax.network._plastic (`modulated_update`), in place.
-// See neurojax.plasticity._reward for the arithmetic. For trial b, with acc' = acc + phase * d:
+// See neurojax.plasticity._reward for the arithmetic. For trial b:
 //
+//   0. at the first step of a block (`sweep` != 0), every synapse is brought up to date,
+//      w <- clip(w + gain * e * (acc - stamp)), e <- e * a_block, stamp <- 0, and acc <- 0;
+//      then, with acc' = acc + phase * d:
 //   1. x <- x * decay_x, then takes this step's arrivals (+s, or 1 with `nearest`);
 //   2. every synapse k of a presynaptic neuron i that emits or whose spike arrives
 //      (s_emit[b, i] > 0 or s_arr[b, i] > 0), along its CSR row, is brought up to date and
@@ -413,7 +416,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
 //
 // Arguments: weights, eligibility, stamp (*batch, nnz), acc (*batch,), x (*batch, n_pre),
 // y (*batch, n_post), s_emit, s_arr (*batch, n_pre), s_post (*batch, n_post), d (*batch,),
-// params (9,) = (decay_x, decay_y, phase, a_end, gain, a_plus, a_minus, w_min, w_max),
+// params (11,) = (decay_x, decay_y, phase, a_end, gain, a_plus, a_minus, w_min, w_max, sweep,
+// a_block),
 // indptr, indices, col_ptr, col_syn, col_pre (int32). Results: weights, eligibility, stamp,
 // acc, x, y, aliased to the inputs.
 
@@ -434,6 +438,8 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
                int64_t n_trials, bool nearest) {
   const F dx = prm[0], dy = prm[1], phase = prm[2], a_end = prm[3], gain = prm[4];
   const F a_plus = prm[5], a_minus = prm[6], lo = prm[7], hi = prm[8];
+  const bool sweep = prm[9] != F(0);
+  const F a_block = prm[10];
   thread_local std::vector<int32_t> touched, fired;
   if (touched.size() < static_cast<size_t>(n_pre)) touched.resize(n_pre);
   if (fired.size() < static_cast<size_t>(n_post)) fired.resize(n_post);
@@ -459,7 +465,16 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
     for (int64_t q = 0; q < n_fired; ++q) {
       bad += !ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre);
     }
-    if (bad) return bad;  // nothing written; the call reports an error
+    if (bad) return bad;  // nothing written in this trial; the call reports an error
+    if (sweep) {  // the block's one pass over every synapse, as the pure-JAX sweep
+      const F acc_b = acc[b];
+      for (int64_t k = 0; k < nnz; ++k) {
+        wb[k] = Clip<F>(wb[k] + gain * eb[k] * (acc_b - sb[k]), lo, hi);
+        eb[k] = eb[k] * a_block;
+        sb[k] = F(0);
+      }
+      acc[b] = F(0);
+    }
     const F acc_new = acc[b] + phase * d[b];
     acc[b] = acc_new;
     AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
@@ -520,7 +535,7 @@ ffi::Error RewardImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer e_in, ffi::AnyBuffer s
   };
   const int64_t nnz = count(post);
   const int64_t n_trials = count(acc_in);
-  if (n_pre < 0 || n_post < 0 || count(params) != 9 || count(d) != n_trials ||
+  if (n_pre < 0 || n_post < 0 || count(params) != 11 || count(d) != n_trials ||
       count(w_in) != n_trials * nnz || count(e_in) != n_trials * nnz ||
       count(st_in) != n_trials * nnz || count(x_in) != n_trials * n_pre ||
       count(y_in) != n_trials * n_post || count(s_emit) != n_trials * n_pre ||
@@ -582,7 +597,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjRewardUpdate, RewardImpl,
                                   .Arg<ffi::AnyBuffer>()  // s_arr (*batch, n_pre)
                                   .Arg<ffi::AnyBuffer>()  // s_post (*batch, n_post)
                                   .Arg<ffi::AnyBuffer>()  // d (*batch,)
-                                  .Arg<ffi::AnyBuffer>()  // params (9,)
+                                  .Arg<ffi::AnyBuffer>()  // params (11,)
                                   .Arg<ffi::AnyBuffer>()  // indptr
                                   .Arg<ffi::AnyBuffer>()  // indices
                                   .Arg<ffi::AnyBuffer>()  // col_ptr

@@ -496,12 +496,26 @@ def _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase):
     return x, y, x_new, acc + phase * d
 
 
+def _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block):
+    """Where `sweep` (the step that starts a block): every synapse brought up to date,
+    `w <- clip(w + gain e (acc - stamp))`, its eligibility referred to the new block's start
+    (`e * a_block`, `a_block = a^n_block`), stamps and the block's sum reset to 0."""
+
+    def run(p):
+        w, e, st, acc = p
+        w_new = rule.clip(w + gain * e * (acc[..., None] - st)).astype(w.dtype)
+        return w_new, e * a_block, jnp.zeros_like(st), jnp.zeros_like(acc)
+
+    return jax.lax.cond(sweep, run, lambda p: p, (w, elig, stamp, acc))
+
+
 def _modulated_event(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
-                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
-    """The event path: catch-up and eligibility jumps over the CSR rows of the emitting or
-    arriving presynaptic neurons, then over the CSC columns of the spiking postsynaptic ones.
-    Leading dimensions are trials."""
+                     s_post, d, dx, dy, phase, a_end, gain, sweep, a_block):  # fmt: skip
+    """The event path: the block's sweep where `sweep`, then catch-up and eligibility jumps
+    over the CSR rows of the emitting or arriving presynaptic neurons, then over the CSC
+    columns of the spiking postsynaptic ones. Leading dimensions are trials."""
     n_pre, n_post, max_out, max_in, capacity = static
+    w, elig, stamp, acc = _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block)
     x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
     batch, nnz = w.shape[:-1], w.shape[-1]
     carry = (w.reshape(-1), elig.reshape(-1), stamp.reshape(-1))
@@ -549,10 +563,11 @@ def _modulated_event(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emi
 
 
 def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
-                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
+                     s_post, d, dx, dy, phase, a_end, gain, sweep, a_block):  # fmt: skip
     """Every synapse at once: the same values as the event path (a synapse without an event
     keeps its weight and stamp), and the function whose derivative the update has."""
     n_pre = static[0]
+    w, elig, stamp, acc = _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block)
     x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
     pre_idx, post_idx = _rows(lay, n_pre), lay.indices
     touched = ((s_emit > 0) | (s_arr > 0))[..., pre_idx] | (s_post > 0)[..., post_idx]
@@ -573,17 +588,14 @@ def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emi
 
 
 def _modulated_kernel(rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr, s_post, d,
-                      dx, dy, phase, a_end, gain, *, static):  # fmt: skip
-    """The step through the compiled CPU kernel `nj_reward_update` (`plastic_trace.cc`),
-    arrays updated in place; it reads every spike (it never needs a buffer)."""
+                      dx, dy, phase, a_end, gain, sweep, a_block, *, static):  # fmt: skip
+    """The step through the compiled CPU kernel `nj_reward_update` (`plastic_trace.cc`), the
+    block's sweep included, arrays updated in place; it reads every spike (it never needs a
+    buffer)."""
     n_pre, n_post = static[:2]
     dtype = w.dtype
-    params = jnp.stack(
-        [
-            jnp.asarray(v).astype(dtype)
-            for v in (dx, dy, phase, a_end, gain, rule.a_plus, rule.a_minus, rule.w_min, rule.w_max)
-        ]
-    )
+    factors = (dx, dy, phase, a_end, gain, rule.a_plus, rule.a_minus, rule.w_min, rule.w_max)
+    params = jnp.stack([jnp.asarray(v).astype(dtype) for v in (*factors, sweep, a_block)])
     acc = jnp.broadcast_to(acc, w.shape[:-1]).astype(dtype)
     d = jnp.broadcast_to(d, w.shape[:-1]).astype(dtype)
     outs = (w, elig, stamp, acc, x_old, y_old)
@@ -619,7 +631,8 @@ def _modulated_kernel_supports(rule, *args, static):
 
 
 def _modulated_examples():
-    """`nj.RewardSTDP` (both pairings) on 9 -> 7 neurons, two trials, mid-block."""
+    """`nj.RewardSTDP` (both pairings) on 9 -> 7 neurons, two trials, mid-block and at the
+    start of a block (the sweep)."""
     rng = np.random.default_rng(3)
     n_pre, n_post, batch = 9, 7, (2,)
     mask = rng.random((n_pre, n_post)) < 0.5
@@ -642,7 +655,7 @@ def _modulated_examples():
     def spikes(n):
         return jnp.asarray(rng.random((*batch, n)) < 0.5, f32)
 
-    for pairing in ("all_to_all", "nearest"):
+    for pairing, sweep in (("all_to_all", False), ("nearest", True)):
         rule = RewardSTDP(a_plus=0.5, a_minus=0.6, tau_c=50.0, w_max=2.0, pairing=pairing)
         args = (
             rule,
@@ -662,13 +675,15 @@ def _modulated_examples():
             jnp.asarray(0.8, f32),
             jnp.asarray(0.75, f32),
             jnp.asarray(2.0, f32),
+            jnp.asarray(sweep),
+            jnp.asarray(0.6, f32),
         )
         yield Example(
             args,
             dict(static=static),
             grad_argnums=(0, 2, 3, 4, 5, 6, 7, 11),
             vmap_argnums=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11),
-            label=pairing,
+            label=f"{pairing}-sweep" if sweep else pairing,
         )
 
 
@@ -682,7 +697,7 @@ MODULATED = register(
         supports={"cpu": _modulated_kernel_supports},
         # weights, eligibilities, stamps, sums, traces, spikes and the modulator are trials;
         # the rule, layout and the step's factors are not.
-        batching=Fold(trial=tuple(range(2, 12)), shared=(0, 1, 12, 13, 14, 15, 16)),
+        batching=Fold(trial=tuple(range(2, 12)), shared=(0, 1, 12, 13, 14, 15, 16, 17, 18)),
         differentiable=lambda *args, static: _modulated_dense(static, *args),
         # the kernel rounds a trace's decay and increment apart where XLA may fuse them
         rtol=1e-6,
@@ -698,7 +713,9 @@ def modulated_update(static, *args):
 
     `static = (n_pre, n_post, max_fan_out, max_fan_in, capacity)`; `args` are `(rule, layout,
     w, eligibility, stamp, acc, x, y, s_emit, s_arr, s_post, d, decay_x, decay_y, phase,
-    a_end, gain)` with the projection's own spike vectors. The kernel registry's entry
+    a_end, gain, sweep, a_block)` with the projection's own spike vectors; where `sweep` (a
+    bool, the first step of a block) every synapse is first brought up to date and the block
+    restarts (`a_block = a^n_block`). The kernel registry's entry
     `modulated_update`: its reference is the event path, `nj.RewardSTDP` runs on CPU in the
     compiled kernel `nj_reward_update`, and the derivative is the dense definition's (as for
     `plastic_update`)."""
@@ -725,18 +742,10 @@ def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity
     d = jnp.broadcast_to(d, ps.acc.shape)
     a = rule.eligibility_decay(dt).astype(dtype)
     n_block = rule.sweep_steps(dt)
-
-    def sweep(p):
-        w = rule.catch_up(p.weights, p.eligibility, p.stamp, p.acc[..., None], dt)
-        return replace_state(
-            p,
-            weights=w.astype(dtype),
-            eligibility=p.eligibility * a**n_block,
-            stamp=jnp.zeros_like(p.stamp),
-            acc=jnp.zeros_like(p.acc),
-        )
-
-    ps = jax.lax.cond((k % n_block == 0) & (k > 0), sweep, lambda p: p, ps)
+    # The sweep is part of the update (the kernel does it in place): a `lax.cond` around
+    # the state here made XLA:CPU copy the weights, eligibilities and stamps at every step,
+    # ten times the cost of the update itself on the COBA network.
+    sweep = (k % n_block == 0) & (k > 0)
     phase, a_end = block_factors(rule, k, dt)
     gain = rule.tau_c * (1.0 - rule.eligibility_decay(dt))
     (dx,), (dy,) = rule.trace_decays(dt)
@@ -748,7 +757,7 @@ def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity
     w, elig, stamp, acc, x, y, needed = modulated_update(
         static, rule, lay, ps.weights, ps.eligibility, ps.stamp, ps.acc, ps.pre_traces[0],
         ps.post_traces[0], s_emit, arrivals, s_post, d, cast(dx), cast(dy), cast(phase),
-        cast(a_end), cast(gain),
+        cast(a_end), cast(gain), sweep, a**n_block,
     )  # fmt: skip
     new = replace_state(
         ps,
