@@ -28,6 +28,7 @@ Run: `python -m benchmarks.plasticity [--quick] [--duration MS] [--pairs P] [--n
 rounds; `--rules` times only the named rules (with the static run).
 """
 
+import argparse
 import sys
 import time
 from typing import Any
@@ -233,7 +234,7 @@ def _rule_list(text: str) -> tuple[str, ...]:
     names = tuple(n for n in text.split(",") if n)
     unknown = [n for n in names if n not in RULES]
     if unknown or not names:
-        raise ValueError(f"--rules: names must be among {RULES}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"names must be among {RULES}, got {text!r}")
     return names
 
 
