@@ -5,6 +5,10 @@ float32 and float64, with a trials axis, under `jit`, `vmap` and `grad`; in a ne
 the reference mode; corrupted index arrays give an error, never a crash."""
 
 import functools
+import os
+import subprocess
+import sys
+import textwrap
 
 import equinox as eqx
 import jax
@@ -489,3 +493,77 @@ def test_reward_kernel_reports_corrupted_indices(field):
     )
     with pytest.raises(Exception, match="nj_reward_update: corrupted connectivity"):
         jax.block_until_ready(nj.simulate(bad, bad.init_state(), dt=0.1, n_steps=200))
+
+
+ASAN_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np, jax, jax.numpy as jnp, equinox as eqx
+    import neurojax as nj
+    rng = np.random.default_rng(0)
+    rules = [nj.TripletSTDP(), nj.TripletSTDP(pairing="nearest"), nj.VogelsSTDP(w_max=1.0),
+             nj.RewardSTDP(w_max=1.0, sweep_interval=2.0)]
+    for rule in rules:
+        conn = nj.connect.fixed_prob(jax.random.key(1), 16, 16, 0.3, weight=0.5)
+        proj = nj.Projection("A", "A", conn, delay=0.5, plasticity=rule)
+        inputs = {"A": 20.0, **({"dopamine": 0.01} if rule.modulator_name() else {})}
+        net = nj.Network({"A": (nj.LIF(), 16)}, [proj], inputs=inputs, dt=0.1)
+        state = net.init_state(jax.random.key(0))
+        run = eqx.filter_jit(lambda n, s: nj.simulate(n, s, dt=0.1, n_steps=60)[1].spikes["A"])
+        np.asarray(run(net, state))
+        errors = 0
+        for case in range(40):
+            field = ["indptr", "indices", "col_ptr", "col_syn", "col_pre"][case % 5]
+            arr = np.asarray(getattr(net.projections[0].layout, field)).copy()
+            arr[rng.integers(arr.size)] = rng.choice([-(2**31), -1, 10**6, 2**31 - 1, 17, 64])
+            bad = eqx.tree_at(lambda m: getattr(m.projections[0].layout, field), net,
+                              jnp.asarray(arr, jnp.int32))
+            try:
+                np.asarray(run(bad, state))
+            except Exception as err:
+                assert "corrupted connectivity" in str(err), err
+                errors += 1
+        assert errors > 5, (type(rule).__name__, errors)
+    print("ASAN-FUZZ-DONE")
+    """
+)
+
+
+@pytest.mark.slow
+def test_corrupted_indices_under_address_sanitizer(tmp_path):
+    """The three rules' kernels on networks with corrupted index arrays, in a process whose
+    compiled library is built with AddressSanitizer: every run either reports the corruption
+    or stays inside its arrays (no invalid access is reported)."""
+    cxx = _build._compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    runtime = subprocess.run(
+        [cxx, "-print-file-name=libasan.so"], capture_output=True, text=True
+    ).stdout.strip()
+    if not os.path.isabs(runtime) or not os.path.exists(runtime):
+        pytest.skip(f"{cxx} has no AddressSanitizer runtime")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    env = {**os.environ, "NEUROJAX_CACHE_DIR": str(cache), "NEUROJAX_CPU_KERNEL": "1"}
+    old = os.environ.get("NEUROJAX_CACHE_DIR")
+    os.environ["NEUROJAX_CACHE_DIR"] = str(cache)
+    try:
+        out = _build.library_path()  # the name the child process will look for
+    finally:
+        if old is None:
+            del os.environ["NEUROJAX_CACHE_DIR"]
+        else:
+            os.environ["NEUROJAX_CACHE_DIR"] = old
+    _build.compile_library(out, ("-fsanitize=address", "-fno-omit-frame-pointer", "-g"))
+    stdcxx = subprocess.run(
+        [cxx, "-print-file-name=libstdc++.so.6"], capture_output=True, text=True
+    ).stdout.strip()
+    env.update(
+        LD_PRELOAD=f"{runtime}:{stdcxx}" if os.path.isabs(stdcxx) else runtime,
+        ASAN_OPTIONS="detect_leaks=0:abort_on_error=1",
+        PYTHONPATH=os.getcwd(),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", ASAN_SCRIPT], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert "AddressSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.returncode == 0 and "ASAN-FUZZ-DONE" in proc.stdout, proc.stderr[-4000:]
