@@ -153,7 +153,7 @@ def test_kernel_equals_event_path_and_numpy_loop(name, batch, dtype):
     increment, or a product and a sum, into one multiply-add where the kernel rounds twice:
     a few ulps, ~1e-6 relative in float32, ~1e-15 in float64) and the NumPy loop's."""
     if not kernel_runs():
-        pytest.skip("the compiled CPU kernel could not be built here")
+        pytest.skip("the compiled CPU kernels are off (reference mode) or could not be built")
     f32 = dtype == "float32"
     with jax.enable_x64(not f32):
         rule = RULES[name]()
@@ -193,7 +193,7 @@ def test_vmap_over_trials_and_parameters_equals_single_runs(name):
     """vmap over trials (folded into one kernel call) and over a rule parameter (one call per
     value) equal the single runs; the batched kernel equals its own single runs exactly."""
     if not kernel_runs():
-        pytest.skip("the compiled CPU kernel could not be built here")
+        pytest.skip("the compiled CPU kernels are off (reference mode) or could not be built")
     f32 = "float32"
     rule = RULES[name]()
     w, pre, post = initial(rule, (3,), f32)
@@ -297,7 +297,7 @@ def test_network_on_the_kernel_equals_the_reference_mode(name):
 @pytest.mark.parametrize("field", ["col_syn", "col_pre", "col_ptr", "indices", "indptr"])
 def test_corrupted_indices_give_an_error_not_a_crash(name, field):
     if not kernel_runs():
-        pytest.skip("the compiled CPU kernel could not be built here")
+        pytest.skip("the compiled CPU kernels are off (reference mode) or could not be built")
     n = 20
     conn = nj.connect.fixed_prob(jr.key(1), n, n, 0.3, weight=0.5)
     proj = nj.Projection("A", "A", conn, delay=1.0, plasticity=RULES[name]())
@@ -416,7 +416,7 @@ def test_reward_kernel_equals_event_path(pairing, batch, dtype):
     weights, eligibilities, stamps, the block sum and the traces of the kernel equal the
     pure-JAX event path's to rounding (~1e-6 relative in float32, 1e-12 in float64)."""
     if not kernel_runs():
-        pytest.skip("the compiled CPU kernel could not be built here")
+        pytest.skip("the compiled CPU kernels are off (reference mode) or could not be built")
     f32 = dtype == "float32"
     rng = np.random.default_rng(9)
     n = 30
@@ -481,7 +481,7 @@ def test_reward_network_on_the_kernel_equals_the_reference_mode_under_vmap():
 @pytest.mark.parametrize("field", ["col_syn", "col_pre", "indices", "indptr"])
 def test_reward_kernel_reports_corrupted_indices(field):
     if not kernel_runs():
-        pytest.skip("the compiled CPU kernel could not be built here")
+        pytest.skip("the compiled CPU kernels are off (reference mode) or could not be built")
     n = 20
     conn = nj.connect.fixed_prob(jr.key(1), n, n, 0.3, weight=0.5)
     proj = nj.Projection("A", "A", conn, delay=1.0, plasticity=nj.RewardSTDP(w_max=1.0))
