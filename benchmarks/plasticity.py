@@ -24,9 +24,11 @@ the dopamine as a `TimedArray`. Its records carry `over_static` (its own rule / 
 static run) and `neurojax_over_peer`. Brian2 draws its own network and trains.
 
 Run: `python -m benchmarks.plasticity [--quick] [--duration MS] [--pairs P] [--no-peers]
-[--threads 1|2] [--repeats R]`; `--quick` simulates 100 ms with 2 rounds.
+[--threads 1|2] [--repeats R] [--rules triplet,vogels]`; `--quick` simulates 100 ms with 2
+rounds; `--rules` times only the named rules (with the static run).
 """
 
+import argparse
 import sys
 import time
 from typing import Any
@@ -228,9 +230,23 @@ def _brian2_network(b2: Any, syn_model: dict[str, str], syn_ns: dict[str, Any]):
 # ---------------------------------------------------------------------------- neurojax
 
 
+def _rule_list(text: str) -> tuple[str, ...]:
+    names = tuple(n for n in text.split(",") if n)
+    unknown = [n for n in names if n not in RULES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"names must be among {RULES}, got {text!r}")
+    return names
+
+
 def _extra(parser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="simulated ms (1000)")
     parser.add_argument("--pairs", type=int, default=None, help="timed rounds (7; quick: 2)")
+    parser.add_argument(
+        "--rules",
+        type=_rule_list,
+        default=RULES,
+        help=f"comma-separated rules to time beside the static run (default: all of {RULES})",
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -268,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     static_state = eqx.tree_at(lambda s: s.populations, static_net.init_state(), warm.populations)
     factories = _rules()
     configs: dict[str, tuple[Any, Any, Any]] = {"static": (static_net, static_state, None)}
-    for name in RULES:
+    for name in args.rules:
         net, state = with_stdp(static_net, static_state, factories[name]())
         inputs = {MODULATED[name]: dopamine(n_steps)} if name in MODULATED else None
         configs[name] = (net, state, inputs)
@@ -328,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.peers:
         peer: dict[str, dict[str, Any]] = {}
-        for name in (None, "stdp", *BRIAN2_RULES):
+        for name in (None, *(n for n in ("stdp", *BRIAN2_RULES) if n in args.rules)):
             _harness.log(f"plasticity: brian2_standalone {name or 'static'}")
             spec = {
                 "rule": name,

@@ -74,12 +74,16 @@ def test_excitatory_rate_converges_to_rho0():
 @pytest.mark.slow
 def test_excitatory_rate_converges_to_rho0_larger_network():
     """800 E / 200 I with the paper's in-degrees (160 E, 40 I), rho0 = 5 Hz: 6 s of
-    learning, then the mean over 4 s within 15 % of rho0. (With rho0 = 3 Hz at this eta the
-    rate is still 4.8 Hz after 10 s: learning is slower there.)"""
+    learning, then the mean over 8 s within 15 % of rho0. (With rho0 = 3 Hz at this eta the
+    rate is still 4.8 Hz after 10 s: learning is slower there.) After learning the rate
+    fluctuates around its mean by about a hertz from one second to the next, so a mean over
+    4 s lands anywhere from 4 % to 16 % above rho0 depending on the trajectory, which a
+    last-bit change of rounding (the compiled kernel against the pure-JAX path) reshuffles;
+    8 s average that out (10 % and 13 % on the two paths)."""
     rho0 = 5.0
     rule = nj.VogelsSTDP(eta=5e-3, tau=20.0, rho0=rho0, w_max=10.0)
     net, state = vogels_network(800, 200, 0.2, 0.2, rule)
-    rates, _ = rates_per_second(net, state, 10)
+    rates, _ = rates_per_second(net, state, 14)
     assert abs(rates[6:].mean() / rho0 - 1.0) < 0.15, rates
 
 

@@ -13,19 +13,22 @@ computes the same values touching only synapses with an event, and the derivativ
 `plastic_update` is that of the dense definition (one pass over the synapses, only under
 differentiation), so gradients reach every parameter, weight and spike exactly as through the
 dense formula. The update is the kernel registry's entry `plastic_update`
-(`neurojax.kernels`): its reference is the generic event path; a rule that is pair STDP (its
-`pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs on CPU in the compiled
-kernel of `neurojax/kernels/csr_deliver.cc` (FFI target `nj_stdp_update`; weights and
-traces updated in place, the same operations in the same order; the traces may differ in
-their last bit where XLA fuses a decay and an increment into one multiply-add); every other
-rule, and every rule on other platforms, runs on the pure-JAX event path.
+(`neurojax.kernels`): its reference is the generic event path; on CPU a rule that is pair STDP
+(its `pair_kernel()` is not None: `nj.STDP`, both modes and pairings) runs in the compiled
+kernel `nj_stdp_update` of `neurojax/kernels/csr_deliver.cc`, and a rule of the trace-rule
+family (its `trace_kernel()` is not None: `nj.TripletSTDP`, both pairings, and
+`nj.VogelsSTDP`) in `nj_trace_update` of `neurojax/kernels/plastic_trace.cc` (weights and
+traces updated in place, the same operations in the same order; values may differ in their
+last bit where XLA fuses a multiply and an add into one multiply-add); every other rule, and
+every rule on other platforms, runs on the pure-JAX event path. The neuromodulated rule
+(`nj.RewardSTDP`) has its own entry, `modulated_update`, with the CPU kernel
+`nj_reward_update` of `plastic_trace.cc`.
 
 The execution lives here, beside the layouts it walks and the spike compaction it shares with
 delivery (`run_capped`); the rules in `neurojax.plasticity` know nothing of the network, so
 a new rule is written in `plasticity/` alone.
 """
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -34,8 +37,16 @@ import numpy as np
 
 from ..kernels import Example, Fold, Kernel, call, register
 from ..kernels._pallas_plastic import plastic_gpu, plastic_gpu_supports
-from ..plasticity import STDP, PlasticityRule, PlasticState, STDPState
-from ..plasticity._base import replace_state
+from ..plasticity import (
+    STDP,
+    PlasticityRule,
+    PlasticState,
+    RewardSTDP,
+    STDPState,
+    TripletSTDP,
+    VogelsSTDP,
+)
+from ..plasticity._base import TRACE_KINDS, replace_state
 from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
 
@@ -164,9 +175,14 @@ def _event_update(
 def _kernel_update(
     rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
 ):
-    """The pair-STDP update through the compiled CPU kernel, arrays updated in place. The
-    kernel treats the leading dimensions of the weights, traces and spikes as trials, and
-    reads every spike (it never needs a buffer)."""
+    """The update through a compiled CPU kernel, arrays updated in place: pair STDP
+    (`pair_kernel()`) in `nj_stdp_update`, the trace rules (`trace_kernel()`) in
+    `nj_trace_update`. The kernels treat the leading dimensions of the weights, traces and
+    spikes as trials, and read every spike (they never need a buffer)."""
+    if rule.pair_kernel() is None:
+        return _trace_kernel_update(
+            rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, sizes=sizes
+        )
     pair = rule.pair_kernel()
     dtype = w.dtype
     params = jnp.stack(
@@ -203,6 +219,58 @@ def _kernel_update(
     return w, (x,), (y,), (none, none)
 
 
+def _trace_kernel_update(
+    rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes
+):
+    """A trace rule (`trace_kernel()`) through `nj_trace_update`: its one or two traces per
+    side as separate buffers, updated in place (a rule with one trace per side passes empty
+    second ones)."""
+    tk = rule.trace_kernel()
+    dtype = w.dtype
+    n_traces = len(pre_old)
+    empty = jnp.zeros((0,), dtype)
+    pre = tuple(t.astype(dtype) for t in pre_old) + (empty,) * (2 - n_traces)
+    post = tuple(t.astype(dtype) for t in post_old) + (empty,) * (2 - n_traces)
+    pre_d = tuple(pre_decay) + (jnp.zeros((), dtype),) * (2 - n_traces)
+    post_d = tuple(post_decay) + (jnp.zeros((), dtype),) * (2 - n_traces)
+    params = jnp.stack(
+        [
+            jnp.asarray(v).astype(dtype)
+            for v in (tk.a_pre, tk.b_pre, tk.a_post, tk.b_post, tk.w_min, tk.w_max, *pre_d, *post_d)
+        ]
+    )
+    outs = (w, *pre, *post)
+    call = jax.ffi.ffi_call(
+        TRACE_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in outs),
+        input_output_aliases={i: i for i in range(5)},
+        vmap_method="sequential",
+    )
+    w, p0, p1, q0, q1 = call(
+        w,
+        *pre,
+        *post,
+        s_arr.astype(dtype),
+        s_post.astype(dtype),
+        params,
+        lay.indptr,
+        lay.indices,
+        lay.col_ptr,
+        lay.col_syn,
+        lay.col_pre,
+        kind=np.int64(TRACE_KINDS.index(tk.kind)),
+        n_pre=np.int64(sizes[0]),
+        n_post=np.int64(sizes[1]),
+        arr_stride=np.int64(s_arr.shape[-1]),
+        arr_offset=np.int64(sizes[4]),
+        post_stride=np.int64(s_post.shape[-1]),
+        post_offset=np.int64(sizes[5]),
+        nearest=np.int64(tk.nearest),
+    )
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, (p0, p1)[:n_traces], (q0, q1)[:n_traces], (none, none)
+
+
 def _dense_step(
     rule, lay, w, pre_old, post_old, s_arr, s_post, pre_decay, post_decay, *, sizes, capacity=None
 ):
@@ -221,13 +289,14 @@ def _dense_step(
     )
 
 
-def _pair_kernel_supports(rule, *args, sizes, capacity=None):
-    return rule.pair_kernel() is not None
+def _cpu_kernel_supports(rule, *args, sizes, capacity=None):
+    return rule.pair_kernel() is not None or rule.trace_kernel() is not None
 
 
 def _plastic_examples():
-    """Pair STDP (additive all-to-all and multiplicative nearest) on 9 -> 7 neurons, two
-    trials, spikes read at offsets of wider vectors."""
+    """Pair STDP (additive all-to-all and multiplicative nearest), triplet STDP (both
+    pairings) and Vogels' rule on 9 -> 7 neurons, two trials, spikes read at offsets of wider
+    vectors."""
     rng = np.random.default_rng(1)
     n_pre, n_post, batch = 9, 7, (2,)
     mask = rng.random((n_pre, n_post)) < 0.5
@@ -242,25 +311,35 @@ def _plastic_examples():
     )
     sizes = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), 2, 1)
     f32 = jnp.float32
-    for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest")):
-        rule = STDP(a_plus=0.05, a_minus=0.04, w_max=1.0, mode=mode, pairing=pairing)
+    rules = [
+        (f"{mode}-{pairing}", STDP(a_plus=0.05, a_minus=0.04, mode=mode, pairing=pairing))
+        for mode, pairing in (("additive", "all_to_all"), ("multiplicative", "nearest"))
+    ]
+    rules += [
+        (f"triplet-{pairing}", TripletSTDP(a2_plus=0.03, a3_plus=0.04, a2_minus=0.05,
+                                           a3_minus=0.02, pairing=pairing))
+        for pairing in ("all_to_all", "nearest")
+    ]  # fmt: skip
+    rules.append(("vogels", VogelsSTDP(eta=0.05, rho0=5.0, w_max=1.0)))
+    for label, rule in rules:
+        n_traces = rule.n_pre_traces
         args = (
             rule,
             lay,
             jnp.asarray(rng.uniform(0.2, 0.8, (*batch, int(mask.sum()))), f32),
-            (jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32),),
-            (jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32),),
+            tuple(jnp.asarray(rng.uniform(0, 1, (*batch, n_pre)), f32) for _ in range(n_traces)),
+            tuple(jnp.asarray(rng.uniform(0, 1, (*batch, n_post)), f32) for _ in range(n_traces)),
             jnp.asarray(rng.random((*batch, n_pre + 3)) < 0.5, f32),
             jnp.asarray(rng.random((*batch, n_post + 2)) < 0.5, f32),
-            (jnp.asarray(0.9, f32),),
-            (jnp.asarray(0.8, f32),),
+            (jnp.asarray(0.9, f32), jnp.asarray(0.95, f32))[:n_traces],
+            (jnp.asarray(0.8, f32), jnp.asarray(0.97, f32))[:n_traces],
         )
         yield Example(
             args,
             dict(sizes=sizes),
             grad_argnums=(0, 2, 3, 4, 5, 6),
             vmap_argnums=(2, 5, 6),
-            label=f"{mode}-{pairing}",
+            label=label,
         )
 
 
@@ -281,14 +360,15 @@ def _plastic_gpu_supports(rule, *args, sizes, capacity=None):
 
 
 STDP_TARGET = "nj_stdp_update"
+TRACE_TARGET = "nj_trace_update"
 PLASTIC = register(
     Kernel(
         name="plastic_update",
         reference=_event_update,
         cpu=_kernel_update,
         gpu=_plastic_gpu,  # Pallas Triton kernels tracing the rule's on_pre / on_post
-        ffi_targets=((STDP_TARGET, "NjStdpUpdate"),),
-        supports={"cpu": _pair_kernel_supports, "gpu": _plastic_gpu_supports},
+        ffi_targets=((STDP_TARGET, "NjStdpUpdate"), (TRACE_TARGET, "NjTraceUpdate")),
+        supports={"cpu": _cpu_kernel_supports, "gpu": _plastic_gpu_supports},
         # weights, traces and spikes are trials; a vmapped rule, layout or decay is not.
         batching=Fold(trial=(2, 3, 4, 5, 6), shared=(0, 1, 7, 8)),
         differentiable=_dense_step,
@@ -416,12 +496,26 @@ def _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase):
     return x, y, x_new, acc + phase * d
 
 
+def _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block):
+    """Where `sweep` (the step that starts a block): every synapse brought up to date,
+    `w <- clip(w + gain e (acc - stamp))`, its eligibility referred to the new block's start
+    (`e * a_block`, `a_block = a^n_block`), stamps and the block's sum reset to 0."""
+
+    def run(p):
+        w, e, st, acc = p
+        w_new = rule.clip(w + gain * e * (acc[..., None] - st)).astype(w.dtype)
+        return w_new, e * a_block, jnp.zeros_like(st), jnp.zeros_like(acc)
+
+    return jax.lax.cond(sweep, run, lambda p: p, (w, elig, stamp, acc))
+
+
 def _modulated_event(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
-                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
-    """The event path: catch-up and eligibility jumps over the CSR rows of the emitting or
-    arriving presynaptic neurons, then over the CSC columns of the spiking postsynaptic ones.
-    Leading dimensions are trials."""
+                     s_post, d, dx, dy, phase, a_end, gain, sweep, a_block):  # fmt: skip
+    """The event path: the block's sweep where `sweep`, then catch-up and eligibility jumps
+    over the CSR rows of the emitting or arriving presynaptic neurons, then over the CSC
+    columns of the spiking postsynaptic ones. Leading dimensions are trials."""
     n_pre, n_post, max_out, max_in, capacity = static
+    w, elig, stamp, acc = _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block)
     x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
     batch, nnz = w.shape[:-1], w.shape[-1]
     carry = (w.reshape(-1), elig.reshape(-1), stamp.reshape(-1))
@@ -469,10 +563,11 @@ def _modulated_event(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emi
 
 
 def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr,
-                     s_post, d, dx, dy, phase, a_end, gain):  # fmt: skip
+                     s_post, d, dx, dy, phase, a_end, gain, sweep, a_block):  # fmt: skip
     """Every synapse at once: the same values as the event path (a synapse without an event
     keeps its weight and stamp), and the function whose derivative the update has."""
     n_pre = static[0]
+    w, elig, stamp, acc = _mod_sweep(rule, w, elig, stamp, acc, gain, sweep, a_block)
     x, y, x_new, acc_new = _mod_prepare(rule, x_old, y_old, s_arr, acc, d, dx, dy, phase)
     pre_idx, post_idx = _rows(lay, n_pre), lay.indices
     touched = ((s_emit > 0) | (s_arr > 0))[..., pre_idx] | (s_post > 0)[..., post_idx]
@@ -492,22 +587,139 @@ def _modulated_dense(static, rule, lay, w, elig, stamp, acc, x_old, y_old, s_emi
     )
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _modulated_kernel(rule, lay, w, elig, stamp, acc, x_old, y_old, s_emit, s_arr, s_post, d,
+                      dx, dy, phase, a_end, gain, sweep, a_block, *, static):  # fmt: skip
+    """The step through the compiled CPU kernel `nj_reward_update` (`plastic_trace.cc`), the
+    block's sweep included, arrays updated in place; it reads every spike (it never needs a
+    buffer)."""
+    n_pre, n_post = static[:2]
+    dtype = w.dtype
+    factors = (dx, dy, phase, a_end, gain, rule.a_plus, rule.a_minus, rule.w_min, rule.w_max)
+    params = jnp.stack([jnp.asarray(v).astype(dtype) for v in (*factors, sweep, a_block)])
+    acc = jnp.broadcast_to(acc, w.shape[:-1]).astype(dtype)
+    d = jnp.broadcast_to(d, w.shape[:-1]).astype(dtype)
+    outs = (w, elig, stamp, acc, x_old, y_old)
+    call_ = jax.ffi.ffi_call(
+        REWARD_TARGET,
+        tuple(jax.ShapeDtypeStruct(a.shape, dtype) for a in outs),
+        input_output_aliases={i: i for i in range(6)},
+        vmap_method="sequential",
+    )
+    w, elig, stamp, acc, x, y = call_(
+        *(a.astype(dtype) for a in outs),
+        s_emit.astype(dtype),
+        s_arr.astype(dtype),
+        s_post.astype(dtype),
+        d,
+        params,
+        lay.indptr,
+        lay.indices,
+        lay.col_ptr,
+        lay.col_syn,
+        lay.col_pre,
+        n_pre=np.int64(n_pre),
+        n_post=np.int64(n_post),
+        nearest=np.int64(rule.pairing == "nearest"),
+    )
+    none = jnp.zeros(w.shape[:-1], jnp.int32)
+    return w, elig, stamp, acc, x, y, (none, none)
+
+
+def _modulated_kernel_supports(rule, *args, static):
+    """The kernel runs `nj.RewardSTDP` itself (not a subclass that redefines its events)."""
+    return type(rule) is RewardSTDP
+
+
+def _modulated_examples():
+    """`nj.RewardSTDP` (both pairings) on 9 -> 7 neurons, two trials, mid-block and at the
+    start of a block (the sweep)."""
+    rng = np.random.default_rng(3)
+    n_pre, n_post, batch = 9, 7, (2,)
+    mask = rng.random((n_pre, n_post)) < 0.5
+    pre_of, post_of = np.nonzero(mask)
+    order = np.argsort(post_of, kind="stable")
+    lay = PlasticLayout(
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(1))]), jnp.int32),
+        jnp.asarray(post_of, jnp.int32),
+        jnp.asarray(np.concatenate([[0], np.cumsum(mask.sum(0))]), jnp.int32),
+        jnp.asarray(order, jnp.int32),
+        jnp.asarray(pre_of[order], jnp.int32),
+    )
+    nnz = int(mask.sum())
+    static = (n_pre, n_post, int(mask.sum(1).max()), int(mask.sum(0).max()), None)
+    f32 = jnp.float32
+
+    def u(lo, hi, shape):
+        return jnp.asarray(rng.uniform(lo, hi, shape), f32)
+
+    def spikes(n):
+        return jnp.asarray(rng.random((*batch, n)) < 0.5, f32)
+
+    for pairing, sweep in (("all_to_all", False), ("nearest", True)):
+        rule = RewardSTDP(a_plus=0.5, a_minus=0.6, tau_c=50.0, w_max=2.0, pairing=pairing)
+        args = (
+            rule,
+            lay,
+            u(0.2, 1.8, (*batch, nnz)),
+            u(-0.5, 0.5, (*batch, nnz)),
+            u(0.0, 0.3, (*batch, nnz)),
+            u(0.3, 0.6, batch),
+            u(0.0, 1.0, (*batch, n_pre)),
+            u(0.0, 1.0, (*batch, n_post)),
+            spikes(n_pre),
+            spikes(n_pre),
+            spikes(n_post),
+            u(0.5, 1.5, batch),
+            jnp.asarray(0.9, f32),
+            jnp.asarray(0.85, f32),
+            jnp.asarray(0.8, f32),
+            jnp.asarray(0.75, f32),
+            jnp.asarray(2.0, f32),
+            jnp.asarray(sweep),
+            jnp.asarray(0.6, f32),
+        )
+        yield Example(
+            args,
+            dict(static=static),
+            grad_argnums=(0, 2, 3, 4, 5, 6, 7, 11),
+            vmap_argnums=(2, 3, 4, 5, 6, 7, 8, 9, 10, 11),
+            label=f"{pairing}-sweep" if sweep else pairing,
+        )
+
+
+REWARD_TARGET = "nj_reward_update"
+MODULATED = register(
+    Kernel(
+        name="modulated_update",
+        reference=lambda *args, static: _modulated_event(static, *args),
+        cpu=_modulated_kernel,
+        ffi_targets=((REWARD_TARGET, "NjRewardUpdate"),),
+        supports={"cpu": _modulated_kernel_supports},
+        # weights, eligibilities, stamps, sums, traces, spikes and the modulator are trials;
+        # the rule, layout and the step's factors are not.
+        batching=Fold(trial=tuple(range(2, 12)), shared=(0, 1, 12, 13, 14, 15, 16, 17, 18)),
+        differentiable=lambda *args, static: _modulated_dense(static, *args),
+        # the kernel rounds a trace's decay and increment apart where XLA may fuse them
+        rtol=1e-6,
+        atol=1e-6,
+        examples=_modulated_examples,
+        doc="One step of a neuromodulated rule: lazy catch-up and eligibility on rows and columns.",
+    )
+)
+
+
 def modulated_update(static, *args):
     """One step of a neuromodulated rule: `(w, eligibility, stamp, acc, x, y, needed)`.
 
     `static = (n_pre, n_post, max_fan_out, max_fan_in, capacity)`; `args` are `(rule, layout,
     w, eligibility, stamp, acc, x, y, s_emit, s_arr, s_post, d, decay_x, decay_y, phase,
-    a_end, gain)` with the projection's own spike vectors. The primal runs the event path;
-    the derivative is the dense definition's (as for `plastic_update`)."""
-    return _modulated_event(static, *args)
-
-
-@modulated_update.defjvp
-def _modulated_jvp(static, primals, tangents):
-    out = modulated_update(static, *primals)
-    _, t_out = jax.jvp(functools.partial(_modulated_dense, static), primals, tangents)
-    return out, t_out
+    a_end, gain, sweep, a_block)` with the projection's own spike vectors; where `sweep` (a
+    bool, the first step of a block) every synapse is first brought up to date and the block
+    restarts (`a_block = a^n_block`). The kernel registry's entry
+    `modulated_update`: its reference is the event path, `nj.RewardSTDP` runs on CPU in the
+    compiled kernel `nj_reward_update`, and the derivative is the dense definition's (as for
+    `plastic_update`)."""
+    return call(MODULATED, *args, static=tuple(static))
 
 
 def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity, modulator):
@@ -530,18 +742,10 @@ def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity
     d = jnp.broadcast_to(d, ps.acc.shape)
     a = rule.eligibility_decay(dt).astype(dtype)
     n_block = rule.sweep_steps(dt)
-
-    def sweep(p):
-        w = rule.catch_up(p.weights, p.eligibility, p.stamp, p.acc[..., None], dt)
-        return replace_state(
-            p,
-            weights=w.astype(dtype),
-            eligibility=p.eligibility * a**n_block,
-            stamp=jnp.zeros_like(p.stamp),
-            acc=jnp.zeros_like(p.acc),
-        )
-
-    ps = jax.lax.cond((k % n_block == 0) & (k > 0), sweep, lambda p: p, ps)
+    # The sweep is part of the update (the kernel does it in place): a `lax.cond` around
+    # the state here made XLA:CPU copy the weights, eligibilities and stamps at every step,
+    # ten times the cost of the update itself on the COBA network.
+    sweep = (k % n_block == 0) & (k > 0)
     phase, a_end = block_factors(rule, k, dt)
     gain = rule.tau_c * (1.0 - rule.eligibility_decay(dt))
     (dx,), (dy,) = rule.trace_decays(dt)
@@ -553,7 +757,7 @@ def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity
     w, elig, stamp, acc, x, y, needed = modulated_update(
         static, rule, lay, ps.weights, ps.eligibility, ps.stamp, ps.acc, ps.pre_traces[0],
         ps.post_traces[0], s_emit, arrivals, s_post, d, cast(dx), cast(dy), cast(phase),
-        cast(a_end), cast(gain),
+        cast(a_end), cast(gain), sweep, a**n_block,
     )  # fmt: skip
     new = replace_state(
         ps,
@@ -597,6 +801,20 @@ def check_rule(owner: str, plasticity: Any) -> None:
             "which needs exactly one presynaptic and one postsynaptic trace, got "
             f"n_pre_traces={plasticity.n_pre_traces}, n_post_traces={plasticity.n_post_traces}"
         )
+    tk = plasticity.trace_kernel()
+    if tk is not None and plasticity.pair_kernel() is None:
+        if tk.kind not in TRACE_KINDS:
+            raise TypeError(
+                f"{owner}: {type(plasticity).__name__}.trace_kernel() returns kind={tk.kind!r}; "
+                f"the trace-rule kernel runs {TRACE_KINDS}"
+            )
+        want = 2 if tk.kind == "triplet" else 1
+        if (plasticity.n_pre_traces, plasticity.n_post_traces) != (want, want):
+            raise TypeError(
+                f"{owner}: {type(plasticity).__name__}.trace_kernel() returns kind={tk.kind!r}, "
+                f"which needs {want} presynaptic and {want} postsynaptic traces, got "
+                f"n_pre_traces={plasticity.n_pre_traces}, n_post_traces={plasticity.n_post_traces}"
+            )
 
 
 def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> None:

@@ -12,12 +12,15 @@
 - `RewardSTDP`: reward-modulated STDP with eligibility traces (Izhikevich 2007), gated by a
   neuromodulator given as an input of the network; `RewardSTDPState` its state.
 - `PairKernel`: what a rule returns from `pair_kernel` to run in the compiled STDP kernel.
+- `TraceKernel`: what a rule returns from `trace_kernel` to run in the compiled trace-rule
+  kernel (`TripletSTDP`, `VogelsSTDP`).
 - `weight_stats`: mean, standard deviation, extremes and histogram of a set of weights.
 """
 
 from ._base import PairKernel as PairKernel
 from ._base import PlasticityRule as PlasticityRule
 from ._base import PlasticState as PlasticState
+from ._base import TraceKernel as TraceKernel
 from ._reward import RewardSTDP as RewardSTDP
 from ._reward import RewardSTDPState as RewardSTDPState
 from ._stats import weight_stats as weight_stats

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["PlasticState", "PlasticityRule", "PairKernel"]
+__all__ = ["PlasticState", "PlasticityRule", "PairKernel", "TraceKernel"]
 
 Traces = tuple[Float[Array, "..."], ...]
 
@@ -81,6 +81,42 @@ class PairKernel(NamedTuple):
     nearest: bool
 
 
+TRACE_KINDS = ("triplet", "vogels")
+
+
+class TraceKernel(NamedTuple):
+    """Parameters of the compiled trace-rule kernel, returned by `PlasticityRule.trace_kernel`.
+
+    A rule that returns them states that its step is exactly one of the kernel's rule kinds,
+    with traces that decay by the rule's `trace_decays` and add 1 per spike or, with
+    `nearest`, are set to 1, and every event clipped to `[w_min, w_max]`:
+
+    - `kind="triplet"`, traces `(r1, r2)` and `(o1, o2)` (`nj.TripletSTDP`): on an arrival
+      `w - o1 (a_pre + b_pre r2)`, on a postsynaptic spike `w + r1 (a_post + b_post o2)`;
+    - `kind="vogels"`, one trace `x` per side (`nj.VogelsSTDP`): on an arrival
+      `w + a_pre (x_j - b_pre)`, on a postsynaptic spike `w + a_post x_i` (`b_post` unused).
+
+    The traces are read as `on_pre` and `on_post` read them (see this module's docstring),
+    and the products associate as written, left to right.
+    """
+
+    kind: str
+    a_pre: Float[Array, ""]
+    b_pre: Float[Array, ""]
+    a_post: Float[Array, ""]
+    b_post: Float[Array, ""]
+    w_min: Float[Array, ""]
+    w_max: Float[Array, ""]
+    nearest: bool
+
+
+def redefines(rule: Any, base: type, names: tuple[str, ...]) -> bool:
+    """Whether the class of `rule` redefines any of the methods `names` of `base`: a subclass
+    of a rule that has a compiled kernel loses the kernel when it changes what the kernel
+    computes."""
+    return any(getattr(type(rule), name) is not getattr(base, name) for name in names)
+
+
 def _at(traces: Traces, idx: jax.Array) -> Traces:
     return tuple(t[..., idx] for t in traces)
 
@@ -106,7 +142,8 @@ class PlasticityRule(eqx.Module):
     From these the base class derives `dense_update`, the reference step of every synapse at
     once, which defines gradients and serves tests; the network's event path applies the same
     functions to the synapses of the spiking neurons only. A rule that is exactly pair STDP
-    may return its parameters from `pair_kernel` to run in the compiled CPU kernel.
+    may return its parameters from `pair_kernel` to run in the compiled CPU kernel, and a
+    rule of the trace-rule family (triplet, Vogels) its parameters from `trace_kernel`.
 
     See the concept page "Plasticity" for a worked example.
     """
@@ -154,6 +191,12 @@ class PlasticityRule(eqx.Module):
         """The parameters of the compiled pair-STDP kernel when this rule is exactly pair STDP
         (see `PairKernel`), else None (the default): the rule then runs on the generic
         event path, which calls `on_pre` and `on_post`."""
+        return None
+
+    def trace_kernel(self) -> TraceKernel | None:
+        """The parameters of the compiled trace-rule kernel when this rule is exactly one of
+        its kinds (see `TraceKernel`), else None (the default: the generic event path). A
+        rule with a `pair_kernel` runs in the pair kernel whatever this returns."""
         return None
 
     def modulator_name(self) -> str | None:

@@ -37,6 +37,11 @@ trajectory.
 delivers are always up to date (the emitting neuron's synapses are updated first);
 `RewardSTDP.current_weights(state, dt)` brings every synapse to the present.
 
+On CPU a step runs in the compiled kernel `nj_reward_update`
+(`neurojax/kernels/plastic_trace.cc`: weights, eligibilities and stamps updated in place),
+elsewhere on the pure-JAX event path; both compute the same operations in the same order, and
+gradients are those of the dense definition on both.
+
 Reference: E. M. Izhikevich (2007), Solving the distal reward problem through linkage of STDP
 and dopamine signaling, Cerebral Cortex 17(10):2443-2452 (its parameters: `a_plus = 1`,
 `a_minus = 1.5`, `tau_plus = tau_minus = 20 ms`, `tau_c = 1 s`, `d` with `tau_d = 0.2 s`).

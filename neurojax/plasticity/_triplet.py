@@ -22,7 +22,9 @@ This is exactly the `PlasticityRule` event order (`neurojax.plasticity._base`): 
 reads `r_2` before this step's arrivals and `o_1` before this step's postsynaptic spikes;
 `on_post` reads `r_1` including this step's arrivals (a pair in the same step counts as pre
 before post) and `o_2` before this step's postsynaptic spikes. Weights are clipped to
-`[w_min, w_max]` after every event (hard bounds).
+`[w_min, w_max]` after every event (hard bounds). On CPU the rule runs in the compiled
+trace-rule kernel (`trace_kernel`, `neurojax/kernels/plastic_trace.cc`), elsewhere on the
+generic event path; both compute the same operations.
 
 Reference: J.-P. Pfister and W. Gerstner (2006), Triplets of spikes in a model of spike
 timing-dependent plasticity, J. Neurosci. 26(38):9673-9682, eqs. 3-4 and Table 4 (the
@@ -36,7 +38,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._validation import as_float, check_choice, check_less, check_nonnegative, check_positive
-from ._base import PlasticityRule, PlasticState
+from ._base import PlasticityRule, PlasticState, TraceKernel, redefines
 
 __all__ = ["TripletSTDP", "TripletSTDPState", "TRIPLET_PRESETS"]
 
@@ -218,3 +220,33 @@ class TripletSTDP(PlasticityRule):
     def on_post(self, w, pre, post, s):
         """Potentiation at a postsynaptic spike: `w + r_1 (A_2^+ + A_3^+ o_2)`, clipped."""
         return self.clip(w + pre[0] * (self.a2_plus + self.a3_plus * post[1]) * s)
+
+    def trace_kernel(self) -> TraceKernel | None:
+        """This rule's parameters for the compiled trace-rule kernel (`kind="triplet"`); None
+        for a subclass that redefines an event or trace method (the generic event path then
+        runs it)."""
+        if redefines(self, TripletSTDP, _KERNEL_METHODS):
+            return None
+        return TraceKernel(
+            kind="triplet",
+            a_pre=self.a2_minus,
+            b_pre=self.a3_minus,
+            a_post=self.a2_plus,
+            b_post=self.a3_plus,
+            w_min=self.w_min,
+            w_max=self.w_max,
+            nearest=self.pairing == "nearest",
+        )
+
+
+_KERNEL_METHODS = (
+    "_trace",
+    "clip",
+    "trace_decays",
+    "update_pre_traces",
+    "update_post_traces",
+    "on_pre",
+    "on_post",
+    "dense_update",
+    "pair_kernel",
+)

@@ -15,7 +15,9 @@ rate is the target `rho_0`: inhibition grows while the excitatory cell fires abo
 and shrinks while it fires below, so the rule balances excitation and sets the rate.
 
 Weights are clipped to `[w_min, w_max]` after every event (the paper keeps the conductance
-non-negative: `w_min = 0`).
+non-negative: `w_min = 0`). On CPU the rule runs in the compiled trace-rule kernel
+(`trace_kernel`, `neurojax/kernels/plastic_trace.cc`), elsewhere on the generic event path;
+both compute the same operations.
 
 Reference: T. P. Vogels, H. Sprekeler, F. Zenke, C. Clopath and W. Gerstner (2011),
 Inhibitory plasticity balances excitation and inhibition in sensory pathways and memory
@@ -29,7 +31,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._validation import as_float, check_less, check_nonnegative, check_positive
-from ._base import PlasticityRule
+from ._base import PlasticityRule, TraceKernel, redefines
 
 __all__ = ["VogelsSTDP"]
 
@@ -107,3 +109,33 @@ class VogelsSTDP(PlasticityRule):
     def on_post(self, w, pre, post, s):
         """At a postsynaptic spike: `w + eta x_i`, clipped."""
         return self.clip(w + self.eta * pre[0] * s)
+
+    def trace_kernel(self) -> TraceKernel | None:
+        """This rule's parameters for the compiled trace-rule kernel (`kind="vogels"`,
+        `b_pre = alpha`); None for a subclass that redefines an event or trace method (the
+        generic event path then runs it)."""
+        if redefines(self, VogelsSTDP, _KERNEL_METHODS):
+            return None
+        return TraceKernel(
+            kind="vogels",
+            a_pre=self.eta,
+            b_pre=self.alpha,
+            a_post=self.eta,
+            b_post=jnp.zeros_like(self.eta),
+            w_min=self.w_min,
+            w_max=self.w_max,
+            nearest=False,
+        )
+
+
+_KERNEL_METHODS = (
+    "alpha",
+    "clip",
+    "trace_decays",
+    "update_pre_traces",
+    "update_post_traces",
+    "on_pre",
+    "on_post",
+    "dense_update",
+    "pair_kernel",
+)
