@@ -238,6 +238,77 @@ def test_pairing_frequency_dependence_visual_cortex():
     assert np.all(sim_pair[len(rates) :] < 0)
 
 
+# Sjostrom, Turrigiano and Nelson (2001), Neuron 32:1149-1164: change of the EPSP after 60
+# pairings, post 10 ms after pre (+10) or before it (-10), layer-5 visual cortex; the data that
+# Pfister and Gerstner (2006) fit with the visual-cortex sets. Values as tabulated in the VH-Lab
+# toolbox, https://github.com/VH-Lab/vhlab-toolbox-matlab/blob/
+# c736744c00688633a7be5b8a3d35ff62c59e330f/+vlt/+neuro/+stdp/sjostrom_freq_stdp.m ("Returns
+# data from Sjostrom et al. 2001 ... 60 repetitions of pairings"), a fractional change (0.56 is
+# +56 %) whatever that file's comment says about percent. Columns: pairing frequency [Hz],
+# +10 ms mean, its SEM, -10 ms mean, its SEM.
+SJOSTROM_2001 = np.array(
+    [
+        [0.1, -0.04, 0.05, -0.29, 0.08],
+        [10.0, 0.14, 0.10, -0.41, 0.11],
+        [20.0, 0.29, 0.14, -0.34, 0.10],
+        [40.0, 0.53, 0.11, 0.56, 0.32],
+        [50.0, 0.56, 0.26, 0.75, 0.19],
+    ]
+)
+VISUAL_CORTEX = sorted(n for n in nj.plasticity.TRIPLET_PRESETS if n.startswith("visual"))
+
+
+def sjostrom_trains():
+    rates = SJOSTROM_2001[:, 0]
+    trains = [pairing_trains(r, lag) for lag in (10.0, -10.0) for r in rates]
+    mean = np.r_[SJOSTROM_2001[:, 1], SJOSTROM_2001[:, 3]]
+    sem = np.r_[SJOSTROM_2001[:, 2], SJOSTROM_2001[:, 4]]
+    return trains, mean, sem
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "visual_cortex_all_to_all" else pytest.param(n, marks=pytest.mark.slow)
+     for n in VISUAL_CORTEX],
+)  # fmt: skip
+def test_pairing_frequency_dependence_matches_sjostrom_data(name):
+    """Each visual-cortex set of Table 4 against the data it was fitted to (`SJOSTROM_2001`):
+    60 pairings at 0.1, 10, 20, 40 and 50 Hz, +10 and -10 ms, weight change of a synapse of
+    initial weight 1 (the paper's normalised weight). Tolerance from the data's SEM: every one of
+    the ten points within 1.5 SEM, and sum(((model - mean) / SEM)^2) below the number of points,
+    i.e. the preset lies within the scatter of the experiment. With neurojax's presets the
+    largest deviation is 1.3 SEM (`_all_to_all_minimal`, +10 ms at 50 Hz) and the sums are
+    2.3-5.3 for 10 points."""
+    trains, mean, sem = sjostrom_trains()
+    n_steps = max(int(max(p.max(), q.max())) for p, q in trains) + 50
+    with jax.enable_x64(True):
+        sim, ref = protocol_changes(nj.TripletSTDP.preset(name), trains, n_steps)
+    np.testing.assert_allclose(sim, ref, rtol=1e-9, atol=1e-12)
+    z = (sim - mean) / sem
+    assert np.all(np.abs(z) < 1.5), dict(zip(["+10", "-10"], np.split(np.round(z, 2), 2)))
+    assert np.sum(z**2) < z.size
+
+
+@pytest.mark.parametrize("name", ["hippocampal_all_to_all", "hippocampal_nearest"])
+def test_hippocampal_sets_do_not_fit_the_visual_cortex_data(name):
+    """The hippocampal sets were fitted to Wang et al. (2005), not to Sjostrom et al. (2001):
+    at the latter's frequencies they miss the data by several SEM (their pre-post change does not
+    grow with the frequency), so the comparison above discriminates between parameter sets.
+    NumPy event loop only (the network equals it, tests above)."""
+    trains, mean, sem = sjostrom_trains()
+    rule = nj.TripletSTDP.preset(name, w_min=-100.0, w_max=100.0)
+    sim = np.empty(len(trains))
+    for k, (p, q) in enumerate(trains):
+        n_steps = int(max(p.max(), q.max())) + 50
+        w = numpy_triplet(
+            rule, np.ones(1), raster(n_steps, [p]), raster(n_steps, [q]), [0], [0], 1.0
+        )
+        sim[k] = w[-1, 0] - 1.0
+    z = (sim - mean) / sem
+    assert np.max(np.abs(z)) > 2.5
+    assert np.sum(z**2) > 3 * z.size
+
+
 def test_triplet_protocols_hippocampal():
     """Wang et al. (2005) triplets as in Pfister and Gerstner (2006) Fig. 5, hippocampal
     all-to-all set, 60 repetitions at 1 Hz: post-pre-post (5 ms, 5 ms) potentiates strongly
