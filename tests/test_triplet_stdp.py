@@ -238,14 +238,15 @@ def test_pairing_frequency_dependence_visual_cortex():
     assert np.all(sim_pair[len(rates) :] < 0)
 
 
-# Sjostrom, Turrigiano and Nelson (2001), Neuron 32:1149-1164: change of the EPSP after 60
-# pairings, post 10 ms after pre (+10) or before it (-10), layer-5 visual cortex; the data that
-# Pfister and Gerstner (2006) fit with the visual-cortex sets. Values as tabulated in the VH-Lab
+# Sjostrom, Turrigiano and Nelson (2001), Neuron 32:1149-1164: synaptic change after 60
+# pairings, post 10 ms after pre (+10) or before it (-10), visual cortex; the data that Pfister
+# and Gerstner (2006) fit with the visual-cortex sets. Values as tabulated in the VH-Lab
 # toolbox, https://github.com/VH-Lab/vhlab-toolbox-matlab/blob/
 # c736744c00688633a7be5b8a3d35ff62c59e330f/+vlt/+neuro/+stdp/sjostrom_freq_stdp.m ("Returns
-# data from Sjostrom et al. 2001 ... 60 repetitions of pairings"), a fractional change (0.56 is
-# +56 %) whatever that file's comment says about percent. Columns: pairing frequency [Hz],
-# +10 ms mean, its SEM, -10 ms mean, its SEM.
+# data from Sjostrom et al. 2001 ... 60 repetitions of pairings"), read as a fractional change
+# (0.56 is +56 %; that file's comment is unsure whether the unit is percent, which would make
+# every change below 1 % and no plasticity at all). Columns: pairing frequency [Hz], +10 ms
+# mean, its SEM, -10 ms mean, its SEM.
 SJOSTROM_2001 = np.array(
     [
         [0.1, -0.04, 0.05, -0.29, 0.08],
