@@ -677,6 +677,7 @@ class Network(eqx.Module):
             ],
             releases=releases,
             fractional=fractional,
+            group_spikes=group_spikes,
         )
 
         previous = state.peak

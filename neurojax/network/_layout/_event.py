@@ -45,6 +45,7 @@ class EventLayout(Layout):
     name: ClassVar[str] = "event"
     per_synapse_delays: ClassVar[bool] = True
     plastic: ClassVar[bool] = True
+    clears_slot: ClassVar[bool] = True
 
     n_pre: int = eqx.field(static=True)
     n_post: int = eqx.field(static=True)
@@ -157,11 +158,13 @@ class EventLayout(Layout):
         ring: Float[Array, "*batch d w"],
         *,
         fresh: bool,
+        clear: bool = False,
     ) -> tuple[Float[Array, "*batch d w"], jax.Array]:
         """All projections of the group in one compaction of `s` into a buffer of
         `capacity` spikes per trial and one scatter (or one call of the compiled CPU kernel),
         through `neurojax.network._propagation.deliver`: the ring and the buffer each trial
-        lacked (see `Delivery.capacity`)."""
+        lacked (see `Delivery.capacity`). With `clear=True` slot `step mod D` is zeroed
+        first, by the compiled kernel in place (see `Layout.clears_slot`)."""
         specs, arrays = [], []
         for dl in deliveries:
             lay = dl.layout
@@ -181,4 +184,4 @@ class EventLayout(Layout):
             weights = lay.weights if dl.weights is None else dl.weights
             arrays.append(EventArrays(lay.indptr, lay.indices, weights, dl.delays))
         capacity = deliveries[0].capacity
-        return deliver(specs, s, step, arrays, ring, fresh=fresh, capacity=capacity)
+        return deliver(specs, s, step, arrays, ring, fresh=fresh, capacity=capacity, clear=clear)
