@@ -41,8 +41,8 @@ import jax.tree_util as jtu
 from jax import lax
 
 from ._layout import Delivery, Layout
-from ._propagation import clear_slot, zero_after
 from ._plastic import plastic_step
+from ._propagation import clear_slot, zero_after
 from ._sources import SpikeSource
 
 __all__ = [

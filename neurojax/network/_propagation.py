@@ -246,9 +246,7 @@ def _clear_flat(flat, shape, step, s):
     dims = lax.ScatterDimensionNumbers(
         update_window_dims=(1,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
     )
-    return lax.scatter(
-        flat, at[:, None], rows, dims, indices_are_sorted=True, unique_indices=True
-    )
+    return lax.scatter(flat, at[:, None], rows, dims, indices_are_sorted=True, unique_indices=True)
 
 
 def _deliver_impl(specs, s, step, arrays, ring, capacity, clear=False):
