@@ -467,6 +467,14 @@ def _deliver_examples():
         grad_argnums=(0, 3),
         label="fresh-ring",
     )
+    # The slot read this step (step mod D) zeroed before the spikes are added; one of the
+    # delays (2 = D - 1) lands in it again.
+    yield Example(
+        (s, step, ring, weights, tables),
+        dict(specs=specs, fresh=False, clear=True),
+        grad_argnums=(0, 2, 3),
+        label="clear-read-slot",
+    )
     # A buffer smaller than the group that holds every trial's spikes: the same values.
     s3 = jnp.asarray([[1, 0, 0, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0, 1]], f32)
     yield Example(
