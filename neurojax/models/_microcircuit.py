@@ -614,7 +614,14 @@ def microcircuit(
             )
             projections.append(
                 Projection(
-                    pre, post, conn, synapse=syn, output=CurrentOutput(), delay=delay, method=layout
+                    pre,
+                    post,
+                    conn,
+                    synapse=syn,
+                    output=CurrentOutput(),
+                    delay=delay,
+                    method=layout,
+                    dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
                 )
             )
             del conn, w, delay, idx
@@ -710,6 +717,7 @@ def microcircuit(
                     output=CurrentOutput(),
                     delay=delay,
                     method=layout,
+                    dt=dt,
                 )
             )
     inputs = {p: float(dc[a] * 1e-3) for a, p in enumerate(POPULATIONS) if dc[a] != 0.0}
