@@ -43,10 +43,28 @@ def _as_steps(delay_ms: np.ndarray, dt: float) -> jax.Array:
     dtype. The delays are rounded from their float32 values, the precision the projection
     has always kept them in, so that a given array gives the same steps however it is
     stored."""
-    steps = delay_steps(np.asarray(delay_ms, np.float32), dt)
-    d_max = int(steps.max()) if steps.size else 0
+    d = np.asarray(delay_ms).reshape(-1)
+    if d.size == 0:
+        return jax.device_put(np.zeros(0, np.int8))
+    # `delay_steps` is non-decreasing: the largest delay gives the largest step (its dtype)
+    d_max = int(delay_steps(np.float32(d.max()), dt))
+    out = np.empty(d.size, steps_dtype(d_max))
+    # the operations of `delay_steps`, in its order, a block at a time and in place (each
+    # block stays in cache): the same steps as one call on the whole array
+    for s in range(0, d.size, _BLOCK):
+        r = d[s : s + _BLOCK].astype(np.float32).astype(np.float64)
+        r /= dt
+        t = np.maximum(r, 1.0)
+        t *= 1e-6
+        r += 0.5
+        r += t
+        np.floor(r, out=r)
+        out[s : s + _BLOCK] = r
     # device_put, not jnp.asarray: no program compiled per array shape
-    return jax.device_put(steps.astype(steps_dtype(d_max)))
+    return jax.device_put(out)
+
+
+_BLOCK = 1 << 18  # delays per block of `_as_steps`
 
 
 def _check_conn(conn: Any) -> sparse.BCOO:
