@@ -109,3 +109,19 @@ def test_bad_types_are_refused():
         nj.connect.fixed_total_number(jax.random.key(0), 4, 4, 2, allow_multapses=1)
     with pytest.raises(TypeError, match="fixed_total_number: key must be a JAX PRNG key"):
         nj.connect.fixed_total_number(0, 4, 4, 2)
+
+
+@pytest.mark.parametrize(("n_pre", "n_post", "n"), [(1, 1, 5), (7, 3, 0), (300, 200, 700_000)])
+def test_sorted_pairs_equal_a_lexicographic_sort(n_pre, n_post, n):
+    """The division-free decoding of the sorted keys gives the pairs sorted by (pre, post),
+    as NumPy's lexsort orders them (more synapses than one decoding block)."""
+    from neurojax.connectivity._fixed_total import _sorted_pairs
+
+    rng = np.random.default_rng(n)
+    pre = rng.integers(0, n_pre, n, dtype=np.int32)
+    post = rng.integers(0, n_post, n, dtype=np.int32)
+    order = np.lexsort((post, pre))
+    want = np.stack([pre[order], post[order]], axis=1)
+    got = _sorted_pairs(pre, post, n_pre, n_post)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)

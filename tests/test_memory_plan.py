@@ -120,3 +120,36 @@ def test_bad_plans_are_refused():
         nj.network.plan_memory({"E": (nj.LIF(), 5)}, [Plan("E", "X", 10)])
     with pytest.raises(ValueError, match="batch must be an int >= 1"):
         nj.network.plan_memory({"E": (nj.LIF(), 5)}, [], batch=0)
+
+
+@pytest.mark.parametrize(("max_delay", "dtype", "width"), [(2.0, np.int8, 1), (20.0, np.int16, 2)])
+def test_per_synapse_delays_cost_their_steps_only(max_delay, dtype, width):
+    """Per-synapse delays are kept once, as whole steps (int8 up to 127 steps, int16 beyond):
+    the event layout's 8 bytes per synapse plus 1 or 2, in the report and in the plan."""
+    conn = nj.connect.fixed_indegree(jax.random.key(0), 300, 300, 30, weight=0.5)
+    delay = np.linspace(0.1, max_delay, conn.nse)
+    for dt in (None, DT):  # steps made by the network, or by the projection itself
+        proj = nj.Projection("E", "E", conn, synapse=nj.Exponential(5.0), delay=delay, dt=dt)
+        net = nj.Network({"E": (nj.LIF(), 300)}, [proj], dt=DT)
+        kept = net.projections[0]
+        assert kept.delay_ms is None and kept.delay_steps.dtype == dtype
+        layout = _bytes(kept.layout)  # indptr, indices, weights: 4 (n_pre + 1) + 8 nnz
+        assert layout == 4 * 301 + 8 * 9000
+        assert (
+            net.nbytes()
+            == kept.nbytes()
+            == layout + width * 9000
+            == _bytes((kept.layout, kept.delay_steps))
+        )
+        report = net.memory()
+        assert report.table_bytes == net.nbytes()
+        assert report.projections[0].bytes_per_synapse == pytest.approx(8 + width, abs=0.15)
+        # before the network is built, the report says what the network will keep
+        unbuilt = nj.network.plan_memory({"E": (nj.LIF(), 300)}, [proj], dt=DT)
+        assert unbuilt.table_bytes == net.nbytes()
+    planned = nj.network.plan_memory(
+        {"E": (nj.LIF(), 300)},
+        [nj.network.ProjectionPlan("E", "E", 9000, max_delay=max_delay, per_synapse_delays=True)],
+        dt=DT,
+    )
+    assert planned.table_bytes == net.nbytes()

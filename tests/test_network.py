@@ -736,3 +736,51 @@ def test_a_new_spike_source_runs_in_networks_without_other_changes():
     sharded = nj.parallel.shard_network(net, jax.make_mesh((1,), ("neurons",)))
     _, got = sharded.run(sharded.shard_state(state), dt=DT, n_steps=500)
     chex.assert_trees_all_equal(sharded.to_host(got.spikes), jax.tree.map(np.asarray, rec.spikes))
+
+
+# ------------------------------------------------------------------ delays kept in steps
+
+
+def test_per_synapse_delays_are_kept_as_steps_and_read_in_ms(path):
+    """A projection keeps per-synapse delays as whole steps once dt is known (its own `dt`
+    or the network's): `delay` reads `steps * dt` in ms; both give the same steps (NumPy
+    rounding of the float32 delays as the reference) and the same run, bit for bit."""
+    conn = nj.connect.fixed_prob(jax.random.key(11), 30, 20, 0.3, weight=0.7)
+    d = np.random.default_rng(3).uniform(0.0, 3.0, conn.nse)
+    d[:3] = [0.25, 1.05, 2.95]  # half-way cases round up
+    d32 = d.astype(np.float32).astype(np.float64)
+    want = np.floor(d32 / DT + 0.5 + 1e-6 * np.maximum(d32 / DT, 1.0)).astype(np.int64)
+    order = np.argsort(np.asarray(conn.indices)[:, 0], kind="stable")  # layout order
+
+    plain = nj.Projection("src", "dst", conn, synapse=nj.Delta(), delay=d)
+    assert plain.delay_steps is None and plain.delay.dtype == jnp.float32  # dt not known yet
+    np.testing.assert_array_equal(np.asarray(plain.delay), d.astype(np.float32)[order])
+    own = nj.Projection("src", "dst", conn, synapse=nj.Delta(), delay=d, dt=DT)
+    assert own.delay_ms is None and own.delay_steps.dtype == jnp.int8
+
+    runs = []
+    for proj in (plain, own):
+        net = nj.Network(
+            {"src": (nj.PoissonSource(300.0), 30), "dst": (nj.LIF(v_th=1e6), 20)}, [proj], dt=DT
+        )
+        kept = net.projections[0]
+        np.testing.assert_array_equal(np.asarray(kept.delay_steps), want[order])
+        assert net.delay_steps[0] is kept.delay_steps
+        ms = jax.jit(lambda p: p.delay)(kept)  # a property, under jit too
+        np.testing.assert_array_equal(ms, want[order].astype(np.float32) * np.float32(DT))
+        assert net.ring_shape[0][0] == want.max() + 1
+        runs.append(arrivals_of(net, net.init_state(jax.random.key(5)), 80)[1])
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert runs[0].sum() > 0
+
+
+def test_delays_in_steps_of_another_dt_are_refused():
+    conn = nj.connect.fixed_prob(jax.random.key(1), 10, 10, 0.5, weight=1.0)
+    d = np.linspace(0.1, 1.0, conn.nse)
+    proj = nj.Projection("a", "b", conn, delay=d, dt=0.1)
+    with pytest.raises(ValueError, match=r"whole steps of dt=0.1 ms but the network's dt is 0.05"):
+        nj.Network({"a": (nj.LIF(), 10), "b": (nj.LIF(), 10)}, [proj], dt=0.05)
+    with pytest.raises(ValueError, match=r"Projection: dt must be finite and > 0 ms, got -0.1"):
+        nj.Projection("a", "b", conn, delay=d, dt=-0.1)
+    with pytest.raises(TypeError, match=r"Projection: dt must be a Python number in ms"):
+        nj.Projection("a", "b", conn, delay=d, dt="0.1")

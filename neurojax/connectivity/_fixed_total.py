@@ -19,7 +19,7 @@ from jaxtyping import PRNGKeyArray
 
 from ._builders import _finish
 from ._checks import check_count, check_flag, check_key, check_same_population, check_size
-from ._sampling import decode_keys, sort_pairs
+from ._sampling import decode_keys
 
 __all__ = ["fixed_total_number", "fixed_total_pairs"]
 
@@ -59,8 +59,33 @@ def fixed_total_pairs(
         post = rng.integers(0, n_post - (not allow_self), n, dtype=np.int32)
         if not allow_self:
             post += post >= pre
-        return sort_pairs(pre, post, n_post)
+        return _sorted_pairs(pre, post, n_pre, n_post)
     return decode_keys(_distinct_keys(rng, n, n_pre, n_post, allow_self), n_post)
+
+
+_CHUNK = 1 << 18  # synapses per block of `_sorted_pairs`'s decoding
+
+
+def _sorted_pairs(pre: np.ndarray, post: np.ndarray, n_pre: int, n_post: int) -> np.ndarray:
+    """`sort_pairs(pre, post, n_post)`: the `(n, 2)` int32 pairs sorted row-major by one sort
+    of the keys `pre * n_post + post`, decoded without a division: the rows come from the
+    row counts (sorted keys hold each row's entries together), the columns as `key - row *
+    n_post`, a cache-sized block at a time. The same array, in about a third of the time of
+    an int64 division per synapse."""
+    counts = np.bincount(pre, minlength=n_pre)
+    keys = pre.astype(np.int64)
+    keys *= n_post
+    keys += post
+    keys.sort()
+    rows = np.repeat(np.arange(n_pre, dtype=np.int32), counts)
+    out = np.empty((keys.shape[0], 2), np.int32)
+    for s in range(0, keys.shape[0], _CHUNK):
+        out[s : s + _CHUNK, 0] = rows[s : s + _CHUNK]
+        block = rows[s : s + _CHUNK].astype(np.int64)
+        block *= n_post
+        np.subtract(keys[s : s + _CHUNK], block, out=block)
+        out[s : s + _CHUNK, 1] = block
+    return out
 
 
 def fixed_total_number(

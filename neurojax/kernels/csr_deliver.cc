@@ -17,7 +17,9 @@
 // `weights_batched`, one row of nnz weights per trial (plastic weights), delays
 // (nnz,) int8/int16/int32 (or a dummy when the delay is homogeneous). Result: the ring,
 // aliased to the input ring; with `overwrite` the input ring is ignored and the result starts
-// from zeros (a fresh one-slot buffer).
+// from zeros (a fresh one-slot buffer); with `clear` the slot `step mod n_slots` of every
+// trial (the one the network read at the start of this step) is zeroed first, in place, so
+// that no separate update of the ring (which XLA would run on a copy) is needed.
 
 #include <cstdint>
 #include <cstring>
@@ -178,7 +180,8 @@ void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
 ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer ring_in,
                           ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> ring_out,
                           int64_t n_source, int64_t n_slots, int64_t n_targets,
-                          int64_t overwrite, ffi::Span<const int64_t> pre_offset,
+                          int64_t overwrite, int64_t clear,
+                          ffi::Span<const int64_t> pre_offset,
                           ffi::Span<const int64_t> n_pre, ffi::Span<const int64_t> delay_steps,
                           ffi::Span<const int64_t> target_offset,
                           ffi::Span<const int64_t> per_synapse,
@@ -260,6 +263,17 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
     std::memcpy(ring_out->untyped_data(), ring_in.untyped_data(), ring_in.size_bytes());
   }
   const int64_t t = *static_cast<const int32_t*>(step.untyped_data());
+  if (clear && !overwrite && n_slots > 1) {
+    const size_t row = static_cast<size_t>(n_targets) * (type == ffi::DataType::F32 ? 4 : 8);
+    char* out = static_cast<char*>(ring_out->untyped_data());
+    const int64_t slot = Slot(t, -1, n_slots);  // step mod n_slots
+    // Trials from the ring itself (the same number as the spikes' when there are neurons).
+    const int64_t per_trial = n_slots * n_targets;
+    const int64_t trials = per_trial > 0 ? ring_out->element_count() / per_trial : 0;
+    for (int64_t b = 0; b < trials; ++b) {
+      std::memset(out + (b * n_slots + slot) * row, 0, row);
+    }
+  }
   Faults bad;
   if (type == ffi::DataType::F32) {
     Deliver<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
@@ -293,6 +307,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
                                   .Attr<int64_t>("n_slots")
                                   .Attr<int64_t>("n_targets")
                                   .Attr<int64_t>("overwrite")
+                                  .Attr<int64_t>("clear")
                                   .Attr<ffi::Span<const int64_t>>("pre_offset")
                                   .Attr<ffi::Span<const int64_t>>("n_pre")
                                   .Attr<ffi::Span<const int64_t>>("delay_steps")

@@ -395,7 +395,8 @@ class InputLayout(Layout):
         w = np.zeros(n_post, np.float32)
         pre[idx[:, 1]] = idx[:, 0]
         w[idx[:, 1]] = np.asarray(conn.data)
-        return cls(n_pre, n_post, jnp.asarray(pre), as_float(w)), None
+        # device_put (in as_float too), not jnp.asarray: no program compiled per shape
+        return cls(n_pre, n_post, jax.device_put(pre), as_float(w)), None
 
     def to_bcoo(self) -> sparse.BCOO:
         """The synapses (targets with a nonzero weight) as a BCOO, row-major."""
@@ -443,16 +444,32 @@ def _procedural(
     return Projection(pre, post, desc, synapse=syn, output=CurrentOutput())
 
 
+_BLOCK = 1 << 18  # values per block of the host-side draws (2 MB of float64)
+
+
 def _truncated_normal(key, n: int, mean: float, std: float, low: float, high: float):
     """`n` float64 values from N(mean, std^2), redrawn until they lie in [low, high].
 
     Drawn by NumPy's generator seeded with the key's data (one JAX kernel per pathway size
     would compile hundreds of programs), so a key still fixes the values."""
     rng = np.random.default_rng(np.asarray(jr.key_data(key)).ravel())
-    x = rng.standard_normal(n)
-    x *= std
-    x += mean
-    bad = np.flatnonzero((x < low) | (x > high))
+    # Drawn, scaled and checked a block at a time (the generator's stream does not depend on
+    # the block sizes), so that each block is still in cache for the next pass; an infinite
+    # bound is not compared. The same values as one draw of n.
+    x = np.empty(n)
+    bad = []
+    for s in range(0, n, _BLOCK):
+        block = x[s : s + _BLOCK]
+        block[...] = rng.standard_normal(block.shape[0])
+        block *= std
+        block += mean
+        out = np.zeros(block.shape[0], bool)
+        if low > -np.inf:
+            out |= block < low
+        if high < np.inf:
+            out |= block > high
+        bad.append(np.flatnonzero(out) + s)
+    bad = np.concatenate(bad) if bad else np.empty(0, np.int64)
     while bad.size:
         new = mean + std * rng.standard_normal(bad.size)
         x[bad] = new
@@ -608,13 +625,21 @@ def microcircuit(
             idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
             low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
             w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
-            conn = _bcoo(idx, w * to_na, sizes[pre], sizes[post])
+            w *= to_na
+            conn = _bcoo(idx, w, sizes[pre], sizes[post])
             delay = _truncated_normal(
                 jr.fold_in(k_d, 8 * a + b), n, d_mean, d_mean * c["delay_rel_std"], d_min, np.inf
             )
             projections.append(
                 Projection(
-                    pre, post, conn, synapse=syn, output=CurrentOutput(), delay=delay, method=layout
+                    pre,
+                    post,
+                    conn,
+                    synapse=syn,
+                    output=CurrentOutput(),
+                    delay=delay,
+                    method=layout,
+                    dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
                 )
             )
             del conn, w, delay, idx
@@ -629,7 +654,7 @@ def microcircuit(
         n_terms = int(lam_max + 6.0 * math.sqrt(lam_max) + 6)
         source = PoissonCounts(
             levels=as_float(rates),
-            level=jnp.asarray(np.repeat(np.arange(8, dtype=np.int32), n_of)),
+            level=jax.device_put(np.repeat(np.arange(8, dtype=np.int32), n_of)),
             n_terms=n_terms,
         )
         populations["background"] = (source, n_total)
@@ -691,7 +716,8 @@ def microcircuit(
             w = _truncated_normal(
                 jr.fold_in(k_th, 3 * a + 1), n, j_th, j_th * c["weight_rel_std"], 0.0, np.inf
             )
-            conn = _bcoo(idx, w * to_na, n_th, sizes[post])
+            w *= to_na
+            conn = _bcoo(idx, w, n_th, sizes[post])
             d_mean = c["delay_th_mean"]
             delay = _truncated_normal(
                 jr.fold_in(k_th, 3 * a + 2),
@@ -710,6 +736,7 @@ def microcircuit(
                     output=CurrentOutput(),
                     delay=delay,
                     method=layout,
+                    dt=dt,
                 )
             )
     inputs = {p: float(dc[a] * 1e-3) for a, p in enumerate(POPULATIONS) if dc[a] != 0.0}
@@ -719,10 +746,14 @@ def microcircuit(
     state = jax.jit(lambda m, k: m.init_state(k, batch=batch))(net, k_state)
     # one draw for all populations (one program, whatever the sizes), split per population
     z = jr.normal(k_v, batch + (n_total,), default_float())
-    mean = jnp.asarray(np.repeat(np.asarray(c["v0_mean"], np.float32), n_of))
-    std = jnp.asarray(np.repeat(np.asarray(c["v0_std"], np.float32), n_of))
-    v_all = mean + std * z
-    v0 = {p: v_all[..., offsets[a] : offsets[a + 1]] for a, p in enumerate(POPULATIONS)}
+    mean = jax.device_put(np.repeat(np.asarray(c["v0_mean"], np.float32), n_of))
+    std = jax.device_put(np.repeat(np.asarray(c["v0_std"], np.float32), n_of))
+    # split on the host: a slice per population on the device compiles a program per size
+    v_all = np.asarray(mean + std * z)
+    v0 = {
+        p: jax.device_put(v_all[..., offsets[a] : offsets[a + 1]])
+        for a, p in enumerate(POPULATIONS)
+    }
     state = eqx.tree_at(
         lambda s: tuple(s.populations[p].v for p in POPULATIONS),
         state,

@@ -15,7 +15,7 @@ Bytes per synapse of each layout (float32 weights, int32 indices):
 
 | layout | bytes per synapse | bytes per presynaptic neuron |
 | --- | --- | --- |
-| `"event"` | 8 (+ 8 when plastic, + 5, 6 or 8 for per-synapse delays) | 4 |
+| `"event"` | 8 (+ 8 when plastic, + 1, 2 or 4 for per-synapse delays in steps) | 4 |
 | `"bcoo"` | 12 | 0 |
 | `"dense"` | `4 n_pre n_post / n_synapses` | 0 |
 | `"procedural"` | 0 | 4 (+ 4 d for distance-rule positions) |
@@ -309,9 +309,10 @@ def plan_memory(
         if isinstance(proj, Projection):
             name = f"{proj.pre}->{proj.post}"
             table = proj.nbytes()
-            if isinstance(proj.delay, jax.Array) and dt is not None:
+            if isinstance(proj.delay_ms, jax.Array) and not proj.learnable_delays and dt:
+                # the network keeps these delays as whole steps instead of float32 ms
                 steps = int(math.floor(proj.max_delay / dt + 0.5 + 1e-6))
-                table += proj.n_synapses * _delay_bytes(steps)
+                table += proj.n_synapses * _delay_bytes(steps) - int(proj.delay_ms.nbytes)
             built += proj.nbytes()
             state = _synapse_state_bytes(proj.synapse, proj.n_post, batch)
             if proj.plasticity is not None:
@@ -330,8 +331,8 @@ def plan_memory(
             steps = 0 if dt is None else int(math.floor(proj.max_delay / dt + 0.5 + 1e-6))
             if proj.method == "event":
                 table = 8 * n + 4 * (n_pre + 1) + (8 * n + 4 * (n_post + 1)) * proj.plastic
-                # per-synapse delays: the projection's float32 ms and the network's steps
-                table += n * (4 + _delay_bytes(steps)) * proj.per_synapse_delays
+                # per-synapse delays: whole steps (int8, int16 or int32) in the projection
+                table += n * _delay_bytes(steps) * proj.per_synapse_delays
             elif proj.method == "bcoo":
                 table = 12 * n
             elif proj.method == "dense":

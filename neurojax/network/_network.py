@@ -211,7 +211,6 @@ class Network(eqx.Module):
     ring_shape: tuple[tuple[int, int], ...] = eqx.field(static=True)
     ring_of: tuple[tuple[int, int], ...] = eqx.field(static=True)
     homogeneous_delay_steps: tuple[int | None, ...] = eqx.field(static=True)
-    delay_steps: tuple[Int[Array, " nnz"] | None, ...]
     groups: tuple[tuple[str, ...], ...] = eqx.field(static=True)
     group_models: tuple[Any, ...]
     spike_capacity: int | None = eqx.field(static=True, default=None)
@@ -341,7 +340,8 @@ class Network(eqx.Module):
 
         if dt is not None:
             dt = check_dt("Network", dt)
-        n_slots, homog, per_syn = [], [], []
+        n_slots, homog = [], []
+        kept = []  # the projections as the network keeps them: per-synapse delays in steps
         for i, proj in enumerate(projections):
             if proj.max_delay > 0 and dt is None:
                 raise ValueError(
@@ -357,18 +357,23 @@ class Network(eqx.Module):
                 ratio = proj.max_delay / dt
                 d_max = int(np.floor(ratio + 1e-6 * max(ratio, 1.0))) + 1  # k + 1 at most
                 homog.append(None)
-                per_syn.append(None)
-            elif isinstance(proj.delay, jax.Array):
-                steps = delay_steps(np.asarray(proj.delay), dt)
+            elif proj.delay_steps is not None or isinstance(proj.delay_ms, jax.Array):
+                # Kept as whole steps, in the projection: no float32 copy in ms beside them.
+                if dt is None:
+                    raise ValueError(
+                        f"Network: projections[{i}] ({proj.pre} -> {proj.post}) has per-synapse "
+                        "delays; pass dt= (ms) so that delays become whole steps"
+                    )
+                proj = proj.with_delay_steps(dt)
+                steps = np.asarray(proj.delay_steps)  # on the host (a view on CPU)
                 d_max = int(steps.max()) if steps.size else 0
-                dtype = np.int8 if d_max < 2**7 else np.int16 if d_max < 2**15 else np.int32
                 homog.append(None)
-                per_syn.append(jnp.asarray(steps.astype(dtype)))
             else:
                 d_max = int(delay_steps(proj.delay, dt)) if proj.delay > 0 else 0
                 homog.append(d_max)
-                per_syn.append(None)
+            kept.append(proj)
             n_slots.append(d_max + 1)
+        projections = tuple(kept)
 
         # Populations of the same neuron model (type, static fields, parameter shapes) are
         # stepped as one concatenated population, and their spikes compacted once: on CPU the
@@ -409,7 +414,6 @@ class Network(eqx.Module):
         self.dt = dt
         self.n_slots = tuple(n_slots)
         self.homogeneous_delay_steps = tuple(homog)
-        self.delay_steps = tuple(per_syn)
 
     # ------------------------------------------------------------------ populations
 
@@ -490,10 +494,15 @@ class Network(eqx.Module):
         """Total number of chemical synapses over all projections."""
         return sum(p.n_synapses for p in self.projections)
 
+    @property
+    def delay_steps(self) -> tuple[Int[Array, " nnz"] | None, ...]:
+        """Per projection, its per-synapse delays in steps (int8, int16 or int32, kept by the
+        projection: `Projection.delay_steps`), or None (one delay, or learnable delays)."""
+        return tuple(p.delay_steps for p in self.projections)
+
     def nbytes(self) -> int:
         """Bytes held by the synapse arrays of all projections (layouts, weights, delays)."""
-        extra = sum(int(d.nbytes) for d in self.delay_steps if d is not None)
-        return sum(p.nbytes() for p in self.projections) + extra
+        return sum(p.nbytes() for p in self.projections)
 
     def memory(self, *, batch: int | tuple[int, ...] = ()) -> "MemoryReport":
         """The bytes of this network by part, before its state is allocated: per population
@@ -677,6 +686,7 @@ class Network(eqx.Module):
             ],
             releases=releases,
             fractional=fractional,
+            group_spikes=group_spikes,
         )
 
         previous = state.peak

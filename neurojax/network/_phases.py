@@ -5,7 +5,7 @@ A step is four phases, called in this order by `Network.step` and by the local s
 last one):
 
 1. `arrivals`: read the weight arriving now from every ring buffer and advance every
-   projection's synaptic kinetics;
+   projection's synaptic kinetics (the slot read is zeroed by `delivery`, see below);
 2. `integrate`: step every group of populations with its total input current
    (`total_current`), spike sources with their own step;
 3. `plasticity`: update the plastic weights from this step's arrivals and spikes;
@@ -15,6 +15,16 @@ last one):
    `nj.TsodyksMarkram`), which it delivers instead of the 0/1 spikes; a projection with
    learnable delays delivers each spike at the two whole-step delays around its delay, with
    linearly interpolated weights (`split_delays`).
+
+**Rings in place.** A ring is read in phase 1 and written in phase 4. XLA updates it in
+place (instead of copying the whole ring every step) only if it can see that every reader
+of the slot runs before the first write, and it sees data dependencies only. So phase 1
+only reads; phase 4 zeroes the slot read (`step mod D`) and adds the spikes, both through
+values computed from spikes that the readers fed: the sending group's own spikes when the
+ring feeds back into its group, and otherwise an exact zero computed from the spikes of the
+groups the ring reaches (`neurojax.network._propagation.zero_after`). A layout whose
+delivery is a compiled call on an aliased buffer zeroes the slot inside that call
+(`Layout.clears_slot`).
 
 What a phase needs of the network's structure is a `Plan` (static: groups, sizes, who
 projects where, ring offsets); what differs between the single-device and the sharded
@@ -32,6 +42,7 @@ from jax import lax
 
 from ._layout import Delivery, Layout
 from ._plastic import plastic_step
+from ._propagation import clear_slot, zero_after
 from ._sources import SpikeSource
 
 __all__ = [
@@ -92,25 +103,21 @@ def arrivals(
     step: jax.Array,
     dt: float,
 ) -> tuple[list[jax.Array], list[bool], list[Any], list[jax.Array]]:
-    """Phase 1: read slot `step mod D` of every ring `(*batch, D, W)`, clear it, and advance
-    the kinetics of every projection with the weight that arrives for its targets.
+    """Phase 1: read slot `step mod D` of every ring `(*batch, D, W)` and advance the
+    kinetics of every projection with the weight that arrives for its targets.
 
-    Returns the rings, per ring whether it has one slot (read and handed to delivery as
-    "fresh": its content no longer counts), the new kinetics states and `g` per projection.
+    Returns the rings (unchanged: `delivery` zeroes the slot read before it adds this
+    step's spikes), per ring whether it has one slot (handed to delivery as "fresh": its
+    content no longer counts), the new kinetics states and `g` per projection.
     """
-    rings, rows, fresh = [], [], []
+    rings, rows, fresh = list(buffers), [], []
     for buf in buffers:
         fresh.append(buf.shape[-2] == 1)
         if buf.shape[-2] == 1:
             rows.append(buf[..., 0, :])
-            rings.append(buf)
         else:
             slot = step % buf.shape[-2]
-            row = lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False)
-            rows.append(row)
-            rings.append(
-                lax.dynamic_update_index_in_dim(buf, jnp.zeros_like(row), slot, buf.ndim - 2)
-            )
+            rows.append(lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False))
     synapses, g = [], []
     for i, (syn, syn_state) in enumerate(zip(kinetics, synapse_states, strict=True)):
         si, off = plan.ring_of[i]
@@ -327,8 +334,10 @@ def delivery(
     weights: Sequence[jax.Array | None],
     releases: Sequence[jax.Array | None] | None = None,
     fractional: Sequence[tuple[jax.Array, jax.Array] | None] | None = None,
+    group_spikes: Sequence[jax.Array] | None = None,
 ) -> tuple[list[jax.Array], list[tuple[int, jax.Array]]]:
-    """Phase 4: add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
+    """Phase 4: zero the slot `step mod D` that `arrivals` read from each ring of more than
+    one slot, then add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
 
     Every projection delivers through its layout; the projections of one layout class in a
     group are handed to that class's `deliver_group` together (the event layout compacts the
@@ -343,6 +352,11 @@ def delivery(
     deliver exactly as without it. `fractional[i]` (optional), `(k, f)` from
     `split_delays`, delivers projection `i`'s weights `(1 - f) w` at `k` steps and `f w` at
     `k + 1` steps (two deliveries of its layout in the same call).
+
+    `group_spikes` (optional): this step's spikes of every group (`integrate`'s third
+    result). A ring that reaches groups other than its sender then waits for their spikes
+    before it is written, so that XLA updates it in place (see the module docstring);
+    without them the values are the same, but XLA may copy that ring every step.
 
     Returns the rings and `(group index, needed)` pairs: the spike buffer a layout with a
     bounded buffer (the event layout's pure-JAX path, `plan.capacity`) needed beyond it.
@@ -387,15 +401,41 @@ def delivery(
                     )
                 )
         ring, first = rings[si], fresh[si]
+        send = sending[si]
+        if group_spikes is not None:
+            send = _after_targets(plan, si, send, group_spikes)
+        pending = not first  # the slot read this step still holds its arrivals
         for (cls, i), group in by_class.items():
-            s = sending[si] if i < 0 else _with_release(sending[si], releases[i], pre_offsets[i])
-            ring = cls.deliver_group(group, s, step, ring, fresh=first)
+            s = send if i < 0 else _with_release(send, releases[i], pre_offsets[i])
+            if pending and getattr(cls, "clears_slot", False):
+                ring = cls.deliver_group(group, s, step, ring, fresh=first, clear=True)
+            else:
+                if pending:
+                    ring = clear_slot(ring, step, s)
+                ring = cls.deliver_group(group, s, step, ring, fresh=first)
+            pending = False
             if isinstance(ring, tuple):  # a bounded buffer says what it lacked
                 ring, need = ring
                 needs.append((plan.senders[si][0], need))
             first = False
         rings[si] = ring
     return rings, needs
+
+
+def _after_targets(
+    plan: Plan, si: int, s: jax.Array, group_spikes: Sequence[jax.Array]
+) -> jax.Array:
+    """The sending spikes `s` of ring `si`, computed after the spikes of every other group
+    its projections reach (`s + 0`, exactly `s`): see the module docstring."""
+    sender, idx = plan.senders[si]
+    targets = sorted({plan.group_of(plan.post[i]) for i in idx} - {sender})
+    for gi in targets:
+        zero = zero_after(group_spikes[gi], s.dtype)
+        extra = zero.ndim - (s.ndim - 1)
+        if extra > 0:  # a group with more batch axes than the sender
+            zero = jnp.min(zero, axis=tuple(range(extra)))
+        s = s + zero[..., None]
+    return s
 
 
 def peaks(previous: Sequence[jax.Array], needs: Sequence[tuple[int, jax.Array]]) -> tuple:

@@ -1,5 +1,6 @@
 """Projections: synapses from one population onto another, with kinetics, output and delays."""
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -10,7 +11,7 @@ from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
 from .._reliability import checked_conn
-from .._validation import _fmt
+from .._validation import _fmt, check_dt
 from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
@@ -19,7 +20,7 @@ from ._layout import Layout, layout_class
 from ._layout._procedural import procedural_parts
 from ._plastic import check_initial_weights, check_rule
 
-__all__ = ["Projection", "delay_steps"]
+__all__ = ["Projection", "delay_steps", "steps_dtype"]
 
 
 def delay_steps(delay_ms: Any, dt: float) -> np.ndarray:
@@ -30,6 +31,40 @@ def delay_steps(delay_ms: Any, dt: float) -> np.ndarray:
     """
     ratio = np.asarray(delay_ms, np.float64) / dt
     return np.floor(ratio + 0.5 + 1e-6 * np.maximum(ratio, 1.0)).astype(np.int64)
+
+
+def steps_dtype(max_steps: int) -> type:
+    """The smallest integer dtype that holds delays of up to `max_steps` steps."""
+    return np.int8 if max_steps < 2**7 else np.int16 if max_steps < 2**15 else np.int32
+
+
+def _as_steps(delay_ms: np.ndarray, dt: float) -> jax.Array:
+    """Per-synapse delays [ms] as whole steps of `dt` on the device, in the smallest integer
+    dtype. The delays are rounded from their float32 values, the precision the projection
+    has always kept them in, so that a given array gives the same steps however it is
+    stored."""
+    d = np.asarray(delay_ms).reshape(-1)
+    if d.size == 0:
+        return jax.device_put(np.zeros(0, np.int8))
+    # `delay_steps` is non-decreasing: the largest delay gives the largest step (its dtype)
+    d_max = int(delay_steps(np.float32(d.max()), dt))
+    out = np.empty(d.size, steps_dtype(d_max))
+    # the operations of `delay_steps`, in its order, a block at a time and in place (each
+    # block stays in cache): the same steps as one call on the whole array
+    for s in range(0, d.size, _BLOCK):
+        r = d[s : s + _BLOCK].astype(np.float32).astype(np.float64)
+        r /= dt
+        t = np.maximum(r, 1.0)
+        t *= 1e-6
+        r += 0.5
+        r += t
+        np.floor(r, out=r)
+        out[s : s + _BLOCK] = r
+    # device_put, not jnp.asarray: no program compiled per array shape
+    return jax.device_put(out)
+
+
+_BLOCK = 1 << 18  # delays per block of `_as_steps`
 
 
 def _check_conn(conn: Any) -> sparse.BCOO:
@@ -149,6 +184,12 @@ class Projection(eqx.Module):
         output: `nj.CurrentOutput()` (default) or `nj.ConductanceOutput(e_rev)`.
         delay: transmission delay [ms], >= 0: a scalar, or one value per synapse in the order
             of `conn`'s stored entries. Rounded to whole steps of the network's `dt`.
+            Per-synapse delays are kept as those whole steps once `dt` is known (the `dt`
+            argument, or the network's when the projection joins an `nj.Network`): 1 byte
+            per synapse (int8; int16 or int32 beyond 127 or 32767 steps) instead of a
+            float32 in ms; `projection.delay` then reads `delay_steps * dt` in ms (float32),
+            the delays rounded to the grid as the network uses them (as NEST reports
+            delays). Learnable delays stay float32 ms (see `learnable_delays`).
         short_term: `None` or an `nj.TsodyksMarkram` model of short-term depression and
             facilitation: each spike then delivers `w u+ R-` (per presynaptic neuron; see its
             docstring), computed when it is sent and carried through the delay. Its state
@@ -170,10 +211,18 @@ class Projection(eqx.Module):
             synapse) so that potentiation costs spikes x fan-in.
         method: `"auto"`, `"event"`, `"dense"`, `"bcoo"` or a `nj.network.Layout` subclass
             (see Storage and propagation).
+        dt: the step [ms] of the network the projection is for (optional). With per-synapse
+            delays it rounds them to whole steps here, so that the float delays are never
+            stored (see `delay`); the network must then have the same `dt`.
 
     Attributes:
         layout: the synapses in the chosen layout; `method` is its name.
         conn: the synapses as a BCOO (rebuilt from the layout).
+        delay: the delay [ms]: a float, or per synapse a float32 array in the layout's
+            synapse order (`delay_steps * dt` when the delays are kept in steps).
+        delay_steps: per-synapse delays in whole steps of `dt` (int8, int16 or int32, in the
+            layout's synapse order), or None (one delay for all synapses, learnable delays,
+            or per-synapse delays whose `dt` is not known yet).
         indptr, indices, weights, col_ptr, col_syn, col_pre, max_fan_out, max_fan_in: the
             event layout's tables (None, or 0 for the fan sizes, with another layout);
             `matrix` the dense layout's matrix and `conn_bcoo` the BCOO layout's (None
@@ -193,11 +242,15 @@ class Projection(eqx.Module):
     output: SynapseOutput
     layout: Layout
     n_synapses: int = eqx.field(static=True)
-    delay: float | Float[Array, " nnz"] | None  # ms: static float, or per synapse (layout order)
+    # ms: a float, or per synapse (layout order; learnable, or before dt is known); None when
+    # the per-synapse delays are kept as `delay_steps`
+    delay_ms: float | Float[Array, " nnz"] | None
     max_delay: float = eqx.field(static=True)
     plasticity: Any
     short_term: Any = None
     learnable_delays: bool = eqx.field(static=True, default=False)
+    delay_steps: Int[Array, " nnz"] | None = None
+    dt: float | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -213,6 +266,7 @@ class Projection(eqx.Module):
         short_term: Any = None,
         learnable_delays: bool = False,
         max_delay: float | None = None,
+        dt: float | None = None,
     ):
         for name, value in (("pre", pre), ("post", post)):
             if not isinstance(value, str) or not value:
@@ -233,6 +287,8 @@ class Projection(eqx.Module):
                 f"got {type(output).__name__}"
             )
         check_rule("Projection", plasticity)
+        self.dt = None if dt is None else check_dt("Projection", dt)
+        self.delay_steps = None
         if isinstance(conn, Procedural):  # nj.connect.procedural: nothing stored
             if short_term is not None or learnable_delays is not False:
                 raise ValueError(
@@ -241,11 +297,11 @@ class Projection(eqx.Module):
                     f"learnable_delays (got short_term={short_term!r}, learnable_delays="
                     f"{learnable_delays!r}); build the synapses with nj.connect for those"
                 )
-            self.layout, self.delay = procedural_parts(
+            self.layout, self.delay_ms = procedural_parts(
                 "Projection", conn, delay, plasticity, method
             )
             self.pre, self.post, self.synapse, self.output = pre, post, synapse, output
-            self.n_synapses, self.max_delay, self.plasticity = conn.n_synapses, self.delay, None
+            self.n_synapses, self.max_delay, self.plasticity = conn.n_synapses, self.delay_ms, None
             return
         conn = _check_conn(conn)
         n_pre, n_post = (int(d) for d in conn.shape)
@@ -323,7 +379,48 @@ class Projection(eqx.Module):
         self.plasticity = plasticity
         self.short_term = short_term
         self.learnable_delays = learnable_delays
-        self.delay = homogeneous if d_arr is None else jnp.asarray(d_arr, jnp.float32)
+        if d_arr is None:
+            self.delay_ms = homogeneous
+        elif self.dt is not None and not learnable_delays:
+            self.delay_ms, self.delay_steps = None, _as_steps(d_arr, self.dt)
+        else:
+            self.delay_ms = jnp.asarray(d_arr, jnp.float32)
+
+    # ------------------------------------------------------------------ delays
+
+    @property
+    def delay(self) -> float | Float[Array, " nnz"]:
+        """The delay [ms]: a float, or one float32 per synapse in the layout's synapse order
+        (`delay_steps * dt` when the per-synapse delays are kept in steps). Learnable delays
+        are this field itself, so `eqx.tree_at(lambda p: p.delay, ...)` and `jax.grad` reach
+        them."""
+        if self.delay_steps is not None:
+            return self.delay_steps.astype(jnp.float32) * jnp.float32(self.dt)
+        return self.delay_ms
+
+    def with_delay_steps(self, dt: float) -> "Projection":
+        """This projection with its per-synapse delays kept as whole steps of `dt` (the
+        float32 ms array dropped; see `delay`); itself when there is nothing to convert
+        (one delay, learnable delays, or delays already in steps of `dt`). Raises when the
+        delays are already in steps of another `dt`."""
+        dt = check_dt("Projection.with_delay_steps", dt)
+        if self.delay_steps is not None:
+            if not np.isclose(self.dt, dt, rtol=1e-9, atol=0.0):
+                raise ValueError(
+                    f"Projection ({self.pre} -> {self.post}): its delays are whole steps of "
+                    f"dt={self.dt} ms but the network's dt is {dt} ms; build the projection "
+                    "with the network's dt (or without dt)"
+                )
+            return self
+        if self.learnable_delays or not isinstance(self.delay_ms, jax.Array):
+            return self
+        new = object.__new__(type(self))
+        for field in dataclasses.fields(self):
+            object.__setattr__(new, field.name, getattr(self, field.name))
+        object.__setattr__(new, "delay_steps", _as_steps(np.asarray(self.delay_ms), dt))
+        object.__setattr__(new, "delay_ms", None)
+        object.__setattr__(new, "dt", dt)
+        return new
 
     # ------------------------------------------------------------------ the layout's view
 
@@ -399,7 +496,9 @@ class Projection(eqx.Module):
 
     def nbytes(self) -> int:
         """Bytes held by the synapse arrays of this projection (layout, weights, delays)."""
-        extra = int(self.delay.nbytes) if isinstance(self.delay, jax.Array) else 0
+        extra = sum(
+            int(x.nbytes) for x in (self.delay_ms, self.delay_steps) if isinstance(x, jax.Array)
+        )
         return self.layout.nbytes() + extra
 
     def deliver_dense(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:

@@ -57,7 +57,17 @@ from jax import lax
 from ..kernels import Example, Kernel, Sequential, call, register
 from ..kernels._pallas_deliver import deliver_gpu, deliver_tpu
 
-__all__ = ["EventSpec", "EventArrays", "deliver", "arrival_slot", "capacity_for", "run_capped"]
+__all__ = [
+    "EventSpec",
+    "EventArrays",
+    "deliver",
+    "arrival_slot",
+    "capacity_for",
+    "run_capped",
+    "zero_after",
+    "clear_slot",
+    "zeros_after",
+]
 
 # Above this many (batch x presynaptic) neurons, compaction uses jnp.nonzero instead of top_k.
 _TOPK_MAX = 1 << 17
@@ -101,6 +111,42 @@ def arrival_slot(step: jax.Array, delay_steps, n_slots: int) -> jax.Array:
     if n_slots == 1:
         return jnp.zeros((), jnp.int32)
     return (step + 1 + delay_steps) % n_slots
+
+
+def zero_after(x: jax.Array, dtype) -> jax.Array:
+    """An exact zero of `dtype` per trial (`x.shape[:-1]`) that XLA can only compute once
+    every entry of `x` exists.
+
+    XLA updates a ring buffer in place only where it can see that every reader of the old
+    contents runs first, and it sees data dependencies only (`lax.optimization_barrier` is
+    removed before that analysis on CPU). Writes into a ring therefore take their zeros (or
+    their spikes) through this value, computed from the spikes that the readers of the ring
+    fed: the number of NaN entries, never below 0, capped at 0.
+    """
+    nan = jnp.sum(jnp.isnan(x), axis=-1, dtype=jnp.int32)
+    return jnp.minimum(nan, 0).astype(dtype)
+
+
+def _zero_for(ring: jax.Array, s: jax.Array) -> jax.Array:
+    """`zero_after(s)` with the ring's batch axes `ring.shape[:-2]`."""
+    zero = zero_after(s, ring.dtype)
+    extra = zero.ndim - (ring.ndim - 2)
+    if extra > 0:  # spikes with more batch axes than the ring
+        zero = jnp.min(zero, axis=tuple(range(extra)))
+    return zero[..., None, None]
+
+
+def clear_slot(ring: jax.Array, step: jax.Array, s: jax.Array) -> jax.Array:
+    """`ring` `(*batch, D, W)` with slot `step mod D` (the one read at the start of this
+    step) set to zeros, written after the spikes `s` `(*batch, n)` exist (`zero_after`)."""
+    row = jnp.broadcast_to(_zero_for(ring, s), ring.shape[:-2] + (1, ring.shape[-1]))
+    return lax.dynamic_update_slice_in_dim(ring, row, step % ring.shape[-2], ring.ndim - 2)
+
+
+def zeros_after(ring: jax.Array, s: jax.Array) -> jax.Array:
+    """Zeros shaped like `ring`, computed after the spikes `s` exist (`zero_after`): the new
+    contents of a one-slot ring, which XLA may then keep in the ring's own buffer."""
+    return jnp.broadcast_to(_zero_for(ring, s), ring.shape)
 
 
 def _compact(mask: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
@@ -182,11 +228,34 @@ def run_capped(mask, fn, carry, size: int):
     return carry, needed(count, size, n)
 
 
-def _deliver_impl(specs, s, step, arrays, ring, capacity):
+def _clear_flat(flat, shape, step, s):
+    """The flat ring `flat` (of a ring shaped `shape`) with slot `step mod D` of every trial
+    zeroed, written after the spikes `s` (`zero_after`).
+
+    One scatter of a row-wide window per trial, on the flat view: XLA fuses a
+    `dynamic_update_slice` with the reshape next to it, and such a fusion no longer writes
+    in place (the whole ring would be copied); a scatter stays an operation of its own."""
+    n_slots, width = shape[-2:]
+    trials = math.prod(shape[:-2])
+    zero = zero_after(s, flat.dtype)
+    extra = zero.ndim - (len(shape) - 2)
+    if extra > 0:
+        zero = jnp.min(zero, axis=tuple(range(extra)))
+    rows = jnp.broadcast_to(zero.reshape(-1, 1), (trials, width))
+    at = jnp.arange(trials, dtype=jnp.int32) * (n_slots * width) + (step % n_slots) * width
+    dims = lax.ScatterDimensionNumbers(
+        update_window_dims=(1,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
+    )
+    return lax.scatter(flat, at[:, None], rows, dims, indices_are_sorted=True, unique_indices=True)
+
+
+def _deliver_impl(specs, s, step, arrays, ring, capacity, clear=False):
     n_source = s.shape[-1]
     s_rows = s.reshape(-1, n_source)
     mask = (s_rows > 0).astype(jnp.float32)
     flat = ring.reshape(-1)
+    if clear and ring.shape[-2] > 1:
+        flat = _clear_flat(flat, ring.shape, step, s)
     oob = flat.shape[0]
 
     def fn(trial, idx, valid, flat_):
@@ -203,23 +272,37 @@ def _deliver_impl(specs, s, step, arrays, ring, capacity):
     return flat.reshape(ring.shape), need.reshape(s.shape[:-1])
 
 
-def _deliver_reference(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+def _start(s, step, ring, fresh: bool, clear: bool) -> jax.Array:
+    """The ring a delivery adds into: zeros for a `fresh` one, slot `step mod D` zeroed
+    with `clear`, else `ring` (the zeros written after the spikes `s`, see `zero_after`)."""
+    if fresh:
+        return zeros_after(ring, s)
+    if clear and ring.shape[-2] > 1:
+        return clear_slot(ring, step, s)
+    return ring
+
+
+def _deliver_reference(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The pure-JAX delivery (the registry entry's reference): compaction of each trial's
     spikes into a buffer of `capacity` slots, fan-out windows, one scatter-add into the
     ring. Leading dimensions of `s` and `ring` are trials. Returns the ring and, per trial,
     the buffer the step needed beyond `capacity` (0 when every spike was delivered)."""
     specs = tuple(EventSpec(*sp) for sp in specs)
     arrays = tuple(EventArrays(t[0], t[1], w, t[2]) for w, t in zip(weights, tables, strict=True))
-    return _deliver_impl(specs, s, step, arrays, jnp.zeros_like(ring) if fresh else ring, capacity)
+    if fresh:
+        return _deliver_impl(specs, s, step, arrays, zeros_after(ring, s), capacity)
+    return _deliver_impl(specs, s, step, arrays, ring, capacity, clear=clear)
 
 
-def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The same delivery through the compiled CPU kernel: one call for the whole group.
 
     The kernel treats every leading dimension of the spikes and the ring as trials; a weight
     vector with leading dimensions holds one row of nnz per trial. It adds the same terms in
     the same order as the reference, so both give identical results. It reads the whole
     spike vector, so it never needs a larger buffer than it has (`capacity` is not used).
+    The kernel zeroes the slot of `clear` itself, in place: XLA runs an update of the ring
+    made just before an aliased call on a copy of the whole ring.
     """
     specs = tuple(EventSpec(*sp) for sp in specs)
     buffers = []
@@ -245,6 +328,7 @@ def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None)
         n_slots=np.int64(specs[0].n_slots),
         n_targets=np.int64(specs[0].n_targets),
         overwrite=np.int64(fresh),
+        clear=np.int64(clear and not fresh),
         pre_offset=attr("pre_offset"),
         n_pre=attr("n_pre"),
         delay_steps=attr("delay_steps", lambda d: d or 0),
@@ -297,26 +381,37 @@ def _dense_equivalent(spec, arr, s, ds, dw, step, flat):
     return flat.at[..., target].add(contrib.astype(flat.dtype))
 
 
-def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+def _cleared(ring, step, fresh: bool, clear: bool) -> jax.Array:
+    """`ring` as the delivery starts from it (zeros when `fresh`, slot `step mod D` zeroed
+    with `clear`), for the functions of the derivative."""
+    if fresh:
+        return jnp.zeros_like(ring)
+    if clear and ring.shape[-2] > 1:
+        row = jnp.zeros(ring.shape[:-2] + (1, ring.shape[-1]), ring.dtype)
+        return lax.dynamic_update_slice_in_dim(ring, row, step % ring.shape[-2], ring.ndim - 2)
+    return ring
+
+
+def _deliver_dense(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The delivery computed over every synapse (`ring + sum_pre s w` at each arrival slot):
     the function whose derivative the delivery has."""
     specs = tuple(EventSpec(*sp) for sp in specs)
     batch = s.shape[:-1]
-    flat = (jnp.zeros_like(ring) if fresh else ring).reshape(batch + (-1,))
+    flat = _cleared(ring, step, fresh, clear).reshape(batch + (-1,))
     for spec, w, (indptr, indices, delays) in zip(specs, weights, tables, strict=True):
         rows, target = _dense_targets(spec, EventArrays(indptr, indices, w, delays), step)
         flat = flat.at[..., target].add((s[..., rows] * w).astype(flat.dtype))
     return flat.reshape(ring.shape), jnp.zeros(batch, jnp.int32)
 
 
-def _deliver_tangent(out, primals, tangents, *, specs, fresh, capacity=None):
+def _deliver_tangent(out, primals, tangents, *, specs, fresh, capacity=None, clear=False):
     """`d ring + sum_pre (ds w + s dw)` over every synapse: the derivative of the dense
     equivalent, so surrogate gradients reach every presynaptic neuron."""
     s, step, ring, weights, tables = primals
     ds, _, dring, dweights, _ = tangents
     specs = tuple(EventSpec(*sp) for sp in specs)
     batch = s.shape[:-1]
-    flat = (jnp.zeros_like(dring) if fresh else dring).reshape(batch + (-1,))
+    flat = _cleared(dring, step, fresh, clear).reshape(batch + (-1,))
     for spec, w, dw, (indptr, indices, delays) in zip(
         specs, weights, dweights, tables, strict=True
     ):
@@ -372,6 +467,14 @@ def _deliver_examples():
         grad_argnums=(0, 3),
         label="fresh-ring",
     )
+    # The slot read this step (step mod D) zeroed before the spikes are added; one of the
+    # delays (2 = D - 1) lands in it again.
+    yield Example(
+        (s, step, ring, weights, tables),
+        dict(specs=specs, fresh=False, clear=True),
+        grad_argnums=(0, 2, 3),
+        label="clear-read-slot",
+    )
     # A buffer smaller than the group that holds every trial's spikes: the same values.
     s3 = jnp.asarray([[1, 0, 0, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0, 1]], f32)
     yield Example(
@@ -382,9 +485,10 @@ def _deliver_examples():
     )
 
 
-def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The Pallas Triton delivery (`neurojax.kernels._pallas_deliver.deliver_gpu`): at most
     `capacity` spikes per trial, and the buffer each trial needed beyond it."""
+    ring = _start(s, step, ring, False, clear and not fresh)
     out = deliver_gpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=capacity)
     n_source = s.shape[-1]
     size = capacity_for(capacity, n_source)
@@ -392,9 +496,10 @@ def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None)
     return out, needed(count, size, n_source)
 
 
-def _deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None):
+def _deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The dense TPU delivery: a matrix product costs the same whatever the spike count, so
     it delivers every spike (`capacity` unused) and never needs a larger buffer."""
+    ring = _start(s, step, ring, False, clear and not fresh)
     out = deliver_tpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=None)
     return out, jnp.zeros(s.shape[:-1], jnp.int32)
 
@@ -426,6 +531,7 @@ def deliver(
     *,
     fresh: bool = False,
     capacity: int | None = None,
+    clear: bool = False,
 ):
     """Deliver the spikes `s` (`(*batch, n_source)`, 0/1) of a group of populations.
 
@@ -434,7 +540,8 @@ def deliver(
     `(*batch, D, n_targets)`; `s * w` is added at the arrival slot of each synapse. The spikes
     are compacted once and scattered once for all of them. With `fresh=True` the content of
     `ring` is ignored and taken as zeros (a one-slot buffer that was just read), which spares
-    the compiled kernel a fill.
+    the compiled kernel a fill. With `clear=True` slot `step mod D` (the one read at the
+    start of this step) is zeroed first; the compiled kernel does it in place.
 
     The pure-JAX path compacts at most `capacity` spikes per trial (None: `n_source`, all
     of them) and returns, with the ring, the buffer each trial needed beyond it (`needed`,
@@ -447,6 +554,16 @@ def deliver(
     cap = None if capacity is None else capacity_for(capacity, specs[0].n_source)
     if cap is not None and cap >= specs[0].n_source:
         cap = None
+    clear = bool(clear) and not fresh and specs[0].n_slots > 1
     return call(
-        DELIVER, s, step, ring, weights, tables, specs=frozen, fresh=bool(fresh), capacity=cap
+        DELIVER,
+        s,
+        step,
+        ring,
+        weights,
+        tables,
+        specs=frozen,
+        fresh=bool(fresh),
+        capacity=cap,
+        clear=clear,
     )

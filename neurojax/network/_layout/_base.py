@@ -12,7 +12,7 @@ from jax import lax
 from jax.experimental import sparse
 from jaxtyping import Array, Float
 
-from .._propagation import arrival_slot
+from .._propagation import arrival_slot, zeros_after
 
 __all__ = ["Layout", "Delivery"]
 
@@ -82,7 +82,13 @@ class Layout(eqx.Module):
     - `name`: what `nj.Projection.method` reports;
     - `per_synapse_delays`: whether synapses may have different delays;
     - `plastic`: whether the weights may be plastic (the rules of `neurojax.network._plastic`
-      read the event layout's row and column tables).
+      read the event layout's row and column tables);
+    - `clears_slot`: whether `deliver_group` takes `clear=True`, asking it to zero the slot
+      `step mod D` of the ring (the one the network read at the start of this step) before
+      it adds anything; otherwise the network zeroes that slot before calling it. A layout
+      whose delivery writes the ring through a compiled call with an aliased buffer says
+      True and clears in the same call: XLA runs an update made just before such a call on
+      a copy of the whole ring.
 
     Example:
     ```python
@@ -113,6 +119,7 @@ class Layout(eqx.Module):
     name: eqx.AbstractClassVar[str]
     per_synapse_delays: ClassVar[bool] = False
     plastic: ClassVar[bool] = False
+    clears_slot: ClassVar[bool] = False
 
     n_pre: eqx.AbstractVar[int]
     n_post: eqx.AbstractVar[int]
@@ -154,7 +161,7 @@ class Layout(eqx.Module):
         has just been read).
         """
         if fresh:
-            ring = jnp.zeros_like(ring)
+            ring = zeros_after(ring, s)
         n_slots = ring.shape[-2]
         start = (jnp.zeros((), jnp.int32),) * (ring.ndim - 2)
         for dl in deliveries:
