@@ -173,13 +173,16 @@ class TsodyksMarkram(eqx.Module):
         # exactly 0), and the division only where tau_facil > 0 keeps the gradient finite.
         rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
         rate_r = 1 / self.tau_rec.astype(dtype)
+        # The kernel takes one shape for the spikes and the state (trials x neurons).
+        shape = jnp.broadcast_shapes(spikes.shape, state.u.shape)
+        full = lambda x: jnp.broadcast_to(x, shape)  # noqa: E731
         u, r, last, release = call(
             STP_RELEASE,
-            spikes.astype(dtype),
+            full(spikes.astype(dtype)),
             jnp.asarray(step, jnp.int32),
-            state.u,
-            state.r,
-            state.last,
+            full(state.u),
+            full(state.r),
+            full(state.last),
             self.u.astype(dtype).reshape(-1),
             rate_r.reshape(-1),
             rate_f.reshape(-1),
