@@ -447,6 +447,14 @@ def test_invalid_parameters_are_refused():
         )
 
 
+def test_release_refuses_spikes_of_another_shape():
+    stp = nj.TsodyksMarkram.preset("depressing")
+    with pytest.raises(
+        ValueError, match=r"release: spikes of shape \(4,\) do not match the state's \(3,\)"
+    ):
+        stp.release(stp.init_state(3), jnp.ones(4), jnp.int32(0), DT)
+
+
 def test_shard_network_refuses_short_term_plasticity():
     from jax.sharding import Mesh
 

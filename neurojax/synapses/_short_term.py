@@ -174,7 +174,14 @@ class TsodyksMarkram(eqx.Module):
         rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
         rate_r = 1 / self.tau_rec.astype(dtype)
         # The kernel takes one shape for the spikes and the state (trials x neurons).
-        shape = jnp.broadcast_shapes(spikes.shape, state.u.shape)
+        try:
+            shape = jnp.broadcast_shapes(spikes.shape, state.u.shape)
+        except ValueError:
+            raise ValueError(
+                f"TsodyksMarkram.release: spikes of shape {spikes.shape} do not match the "
+                f"state's {state.u.shape} (batch axes first, then one entry per presynaptic "
+                "neuron)"
+            ) from None
         full = lambda x: jnp.broadcast_to(x, shape)  # noqa: E731
         u, r, last, release = call(
             STP_RELEASE,
