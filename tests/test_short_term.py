@@ -5,6 +5,8 @@ recursion in float64 of the model of Tsodyks, Pawelzik and Markram (1998) (u jum
 release; see the class docstring), written here independently of the implementation.
 """
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -127,6 +129,106 @@ def test_irregular_train_matches_the_event_by_event_recursion(params):
     expected[14:] = _numpy_releases(table, *params)[:-14]
     assert np.count_nonzero(expected) > 300
     np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-7)
+
+
+def _numpy_per_step(table, u_par, tau_rec, tau_facil, dt=DT):
+    """The per-step integration in float64: every step, every neuron's u and R relax over
+    one step (u e^{-dt/tau_facil}, 1 - (1 - R) e^{-dt/tau_rec}), then a spike at the end of
+    the step jumps u, releases u+ R- and lowers R. Returns the releases `(n_steps, n)` and
+    u, R at the end of the run."""
+    n_steps, n = table.shape
+    u_par, tau_rec, tau_facil = (
+        np.broadcast_to(np.float64(x), (n,)) for x in (u_par, tau_rec, tau_facil)
+    )
+    decay_f = np.where(tau_facil > 0, np.exp(-dt / np.where(tau_facil > 0, tau_facil, 1)), 0.0)
+    decay_r = np.exp(-dt / tau_rec)
+    u, r = np.zeros(n), np.ones(n)
+    out = np.zeros((n_steps, n))
+    for k in range(n_steps):
+        u = u * decay_f
+        r = 1 - (1 - r) * decay_r
+        s = table[k] > 0
+        u = np.where(s, u + u_par * (1 - u), u)
+        out[k] = np.where(s, u * r, 0.0)
+        r = np.where(s, r - out[k], r)
+    return out, u, r
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["single", "batch-2"])
+def test_lazy_state_equals_the_per_step_integration(mode, batch):
+    """Random trains (6 neurons with per-neuron parameters, 30 Hz, 1.5 s): the releases of
+    `release` (compiled kernel in "auto" on CPU, pure JAX in "reference"), called step by
+    step under jit (and under vmap over the trials), equal those of the float64 per-step integration, and the lazy state
+    relaxed to the end of the run equals its u and R (float32: rtol 1e-5, the per-step
+    decays compound ~10^4 roundings in float32 but not in float64)."""
+    n_steps, n = 15000, 6
+    params = (
+        np.array([0.05, 0.2, 0.5, 0.5, 0.8, 1.0]),
+        np.array([30.0, 100.0, 800.0, 200.0, 50.0, 400.0]),
+        np.array([0.0, 50.0, 0.0, 600.0, 20.0, 100.0]),
+    )
+    stp = nj.TsodyksMarkram(*params)
+    tables = [_irregular(n_steps, n, 30.0, 10 + b) for b in range(max(1, math.prod(batch)))]
+    spikes = jnp.asarray(np.stack(tables, axis=1).reshape((n_steps, *batch, n)))
+
+    def run(spikes):
+        def body(state, xs):
+            k, s = xs
+            return stp.release(state, s, k, DT)
+
+        steps = jnp.arange(n_steps, dtype=jnp.int32)
+        return jax.lax.scan(body, stp.init_state(spikes.shape[1:]), (steps, spikes))
+
+    with nj.kernels.use(mode):
+        final, rel = jax.jit(run)(spikes)
+        if batch:  # the trials as a vmapped axis: the same values
+            vfinal, vrel = jax.jit(jax.vmap(run, in_axes=1, out_axes=(0, 1)))(spikes)
+            np.testing.assert_array_equal(np.asarray(vrel), np.asarray(rel))
+            np.testing.assert_array_equal(np.asarray(vfinal.r), np.asarray(final.r))
+    rel = np.asarray(rel).reshape(n_steps, -1, n)
+    end = n_steps * DT
+    for b, table in enumerate(tables):
+        want, u_end, r_end = _numpy_per_step(table, *params)
+        assert np.count_nonzero(want) > 150
+        np.testing.assert_allclose(rel[:, b], want, rtol=1e-5, atol=1e-7)
+        u_lazy = np.asarray(final.u, np.float64).reshape(-1, n)[b]
+        r_lazy = np.asarray(final.r, np.float64).reshape(-1, n)[b]
+        gap = end - np.asarray(final.last).reshape(-1, n)[b] * DT
+        tau_f, tau_r = params[2], params[1]
+        e_f = np.where(tau_f > 0, np.exp(-gap / np.where(tau_f > 0, tau_f, 1)), 0.0)
+        np.testing.assert_allclose(u_lazy * e_f, u_end, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(1 - (1 - r_lazy) * np.exp(-gap / tau_r), r_end, rtol=1e-5)
+
+
+def test_kernel_equals_the_reference_in_a_network():
+    """A group sending through a static and a facilitating projection (event layout,
+    delays 0.3 ms): the compiled path (one delivery call) and the pure-JAX path with a spike
+    buffer of 1 (a spike and its release need 2, so `nj.simulate` reruns with a larger one)
+    give the same arrivals and short-term state (rtol 1e-6: std::exp against XLA's exp)."""
+    n_steps, n = 2000, 5
+    table = _irregular(n_steps, n, 70.0, 11)
+    pops = {"S": (Times(jnp.asarray(table)), n), "P": (nj.LIF(v_th=1e9), n)}
+    w = np.random.default_rng(12).uniform(0.2, 1.0, (n, n)).astype(np.float32)
+    static = nj.Projection("S", "P", w, method="event", delay=0.3)
+    stp = nj.Projection(
+        "S", "P", w, method="event", delay=0.3, short_term=nj.TsodyksMarkram(0.3, 120.0, 80.0)
+    )
+    rec = lambda s, o: {"g": s.synapses[0].g, "h": s.synapses[1].g}  # noqa: E731
+    out = {}
+    for mode, capacity in (("auto", None), ("reference", 1)):
+        net = nj.Network(pops, [static, stp], dt=DT, spike_capacity=capacity)
+        with nj.kernels.use(mode):
+            fin, r = nj.simulate(
+                net, net.init_state(jax.random.key(0)), dt=DT, n_steps=n_steps, record=rec
+            )
+        out[mode] = (fin, r)
+    (fa, ra), (fr, rr) = out["auto"], out["reference"]
+    assert np.count_nonzero(np.asarray(ra.h)) > 100
+    np.testing.assert_array_equal(np.asarray(ra.g), np.asarray(rr.g))
+    np.testing.assert_allclose(np.asarray(ra.h), np.asarray(rr.h), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(fa.short_term[1].r, fr.short_term[1].r, rtol=1e-6)
+    np.testing.assert_array_equal(fa.short_term[1].last, fr.short_term[1].last)
 
 
 @pytest.mark.parametrize("method", ["event", "dense", "bcoo"])
@@ -343,6 +445,14 @@ def test_invalid_parameters_are_refused():
             np.eye(2, dtype=np.float32),
             short_term=nj.TsodyksMarkram(tau_rec=np.array([1.0, 2.0, 3.0])),
         )
+
+
+def test_release_refuses_spikes_of_another_shape():
+    stp = nj.TsodyksMarkram.preset("depressing")
+    with pytest.raises(
+        ValueError, match=r"release: spikes of shape \(4,\) do not match the state's \(3,\)"
+    ):
+        stp.release(stp.init_state(3), jnp.ones(4), jnp.int32(0), DT)
 
 
 def test_shard_network_refuses_short_term_plasticity():

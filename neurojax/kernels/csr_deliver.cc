@@ -21,6 +21,7 @@
 // trial (the one the network read at the start of this step) is zeroed first, in place, so
 // that no separate update of the ring (which XLA would run on a copy) is needed.
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -611,3 +612,132 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
                                   .Attr<int64_t>("post_offset")
                                   .Attr<int64_t>("multiplicative")
                                   .Attr<int64_t>("nearest"));
+
+// ---------------------------------------------------------------------------------------------
+// Tsodyks-Markram short-term plasticity at one step's spikes (neurojax.synapses._short_term).
+//
+// The state of every presynaptic neuron is kept as it stood just after its last spike: u, R
+// and the step `last` at whose end that spike happened. Only the neurons that spike now
+// (s[b, i] != 0, found by the same block scan as the delivery's) are touched: their u and R
+// relax in closed form over the elapsed time (now - last) dt, u jumps, the fraction u+ R- is
+// released and R drops, with the operations of the pure-JAX reference
+// (`_short_term._release_reference`) in its order; every other neuron costs the scan only.
+//
+// Arguments: spikes (*batch, n) of the population, step () int32 (the spikes are dated at
+// the end of that step, now = step + 1), u, r (*batch, n), last (*batch, n) int32, then the
+// parameters U, 1 / tau_rec and the facilitation rate (1 / tau_facil, +inf without
+// facilitation), each (1,) or (n,), and dt (1,). Results: u, r, last (aliased to the inputs)
+// and the releases s u+ R- (*batch, n), 0 where s is 0.
+
+namespace {
+
+template <typename F, typename Bits>
+void StpRelease(const F* s, int64_t n, int64_t n_trials, int32_t now, F dt, const F* u_par,
+                int64_t u_stride, const F* rate_rec, int64_t rec_stride, const F* rate_facil,
+                int64_t facil_stride, F* u, F* r, int32_t* last, F* rel) {
+  std::memset(rel, 0, static_cast<size_t>(n * n_trials) * sizeof(F));
+  for (int64_t b = 0; b < n_trials; ++b) {
+    const int64_t o = b * n;
+    ForEachNonzero<F, Bits>(s + o, n, [&](int64_t i, F v) {
+      const int64_t k = o + i;
+      const F elapsed = static_cast<F>(now - last[k]) * dt;
+      const F decay_f = std::exp(-elapsed * rate_facil[i * facil_stride]);
+      const F decay_r = std::exp(-elapsed * rate_rec[i * rec_stride]);
+      const F u_minus = u[k] * decay_f;
+      const F r_minus = F(1) - (F(1) - r[k]) * decay_r;
+      const F u_plus = u_minus + u_par[i * u_stride] * (F(1) - u_minus);
+      const F release = u_plus * r_minus;
+      // A spike enters the state as a blend s x_new + (1 - s) x_old, as in the reference
+      // (its surrogate value reaches the state there; here s is the forward value).
+      u[k] = u[k] + v * (u_plus - u[k]);
+      r[k] = r[k] + v * (r_minus - release - r[k]);
+      if (v > F(0)) last[k] = now;
+      rel[k] = v * release;
+    });
+  }
+}
+
+ffi::Error StpReleaseImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer u_in,
+                          ffi::AnyBuffer r_in, ffi::AnyBuffer last_in, ffi::AnyBuffer u_par,
+                          ffi::AnyBuffer rate_rec, ffi::AnyBuffer rate_facil, ffi::AnyBuffer dt,
+                          ffi::Result<ffi::AnyBuffer> u_out, ffi::Result<ffi::AnyBuffer> r_out,
+                          ffi::Result<ffi::AnyBuffer> last_out,
+                          ffi::Result<ffi::AnyBuffer> rel_out, int64_t n) {
+  const auto type = s.element_type();
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F64) {
+    return ffi::Error::InvalidArgument("nj_stp_release: float32 or float64 expected");
+  }
+  for (const ffi::AnyBuffer* buf : {&u_in, &r_in, &u_par, &rate_rec, &rate_facil, &dt}) {
+    if (buf->element_type() != type) {
+      return ffi::Error::InvalidArgument("nj_stp_release: float buffers must share one dtype");
+    }
+  }
+  if (step.element_type() != ffi::DataType::S32 || last_in.element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_stp_release: step and last must be int32");
+  }
+  const auto count = [](const ffi::AnyBuffer& b) { return static_cast<int64_t>(b.element_count()); };
+  if (n < 0 || step.element_count() != 1 || count(dt) != 1) {
+    return ffi::Error::InvalidArgument("nj_stp_release: negative size, or step/dt not scalars");
+  }
+  const int64_t n_trials = n > 0 ? count(s) / n : 0;
+  if (count(s) != n_trials * n || count(u_in) != count(s) || count(r_in) != count(s) ||
+      count(last_in) != count(s) || count(*u_out) != count(s) || count(*r_out) != count(s) ||
+      count(*last_out) != count(s) || count(*rel_out) != count(s)) {
+    return ffi::Error::InvalidArgument(
+        "nj_stp_release: spikes, u, r, last and releases must all hold trials x n entries");
+  }
+  // A parameter holds one value for all neurons (stride 0) or one per neuron (stride 1).
+  int64_t strides[3];
+  const ffi::AnyBuffer* params[3] = {&u_par, &rate_rec, &rate_facil};
+  for (int p = 0; p < 3; ++p) {
+    const int64_t c = count(*params[p]);
+    if (c != 1 && c != n) {
+      return ffi::Error::InvalidArgument(
+          "nj_stp_release: U, 1/tau_rec and the facilitation rate must hold 1 or n values");
+    }
+    strides[p] = c == 1 ? 0 : 1;
+  }
+  const std::pair<ffi::AnyBuffer*, const ffi::AnyBuffer*> pairs[] = {
+      {&*u_out, &u_in}, {&*r_out, &r_in}, {&*last_out, &last_in}};
+  for (const auto& [out, in] : pairs) {
+    if (out->untyped_data() != in->untyped_data()) {
+      std::memcpy(out->untyped_data(), in->untyped_data(), in->size_bytes());
+    }
+  }
+  const int32_t now = *static_cast<const int32_t*>(step.untyped_data()) + 1;
+  int32_t* last = static_cast<int32_t*>(last_out->untyped_data());
+  const auto run = [&](auto zero, auto bits) {
+    using F = decltype(zero);
+    const auto in = [](const ffi::AnyBuffer& b) { return static_cast<const F*>(b.untyped_data()); };
+    StpRelease<F, decltype(bits)>(in(s), n, n_trials, now, *in(dt), in(u_par), strides[0],
+                                  in(rate_rec), strides[1], in(rate_facil), strides[2],
+                                  static_cast<F*>(u_out->untyped_data()),
+                                  static_cast<F*>(r_out->untyped_data()), last,
+                                  static_cast<F*>(rel_out->untyped_data()));
+  };
+  if (type == ffi::DataType::F32) {
+    run(0.0f, uint32_t{0});
+  } else {
+    run(0.0, uint64_t{0});
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStpRelease, StpReleaseImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // spikes (*batch, n)
+                                  .Arg<ffi::AnyBuffer>()  // step () int32
+                                  .Arg<ffi::AnyBuffer>()  // u (*batch, n)
+                                  .Arg<ffi::AnyBuffer>()  // r (*batch, n)
+                                  .Arg<ffi::AnyBuffer>()  // last (*batch, n) int32
+                                  .Arg<ffi::AnyBuffer>()  // U (1,) or (n,)
+                                  .Arg<ffi::AnyBuffer>()  // 1 / tau_rec (1,) or (n,)
+                                  .Arg<ffi::AnyBuffer>()  // facilitation rate (1,) or (n,)
+                                  .Arg<ffi::AnyBuffer>()  // dt (1,)
+                                  .Ret<ffi::AnyBuffer>()  // u (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // r (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // last (aliased)
+                                  .Ret<ffi::AnyBuffer>()  // releases (*batch, n)
+                                  .Attr<int64_t>("n"));

@@ -312,15 +312,6 @@ def split_delays(delay: jax.Array, dt: float, max_delay: float) -> tuple[jax.Arr
     return k.astype(jnp.int32), d - k
 
 
-def _with_release(s: jax.Array, release: jax.Array, offset: int) -> jax.Array:
-    """The group's spike vector `s` with the releases of one population at `offset`."""
-    n = release.shape[-1]
-    if n == s.shape[-1]:
-        return release.astype(s.dtype)
-    parts = [s[..., :offset], release.astype(s.dtype), s[..., offset + n :]]
-    return jnp.concatenate(parts, axis=-1)
-
-
 def delivery(
     plan: Plan,
     layouts: Sequence[Layout],
@@ -347,11 +338,15 @@ def delivery(
     per-synapse delays in steps and its current plastic weights (or None).
 
     `releases[i]` (optional) replaces the spikes of projection `i`'s presynaptic population
-    by its short-term releases: such a projection is delivered in a call of its own, with
-    the group's spikes carrying the releases, so that the other projections of the group
-    deliver exactly as without it. `fractional[i]` (optional), `(k, f)` from
-    `split_delays`, delivers projection `i`'s weights `(1 - f) w` at `k` steps and `f w` at
-    `k + 1` steps (two deliveries of its layout in the same call).
+    by its short-term releases: the releases are appended to the group's spike vector, as a
+    population of their own that only projection `i` reads, so that the projection is
+    delivered in the same call as the other projections of its layout class in the group
+    (one scan of the spikes, one kernel call), and these deliver exactly as without it (each
+    projection owns its ring columns). In the pure-JAX event path the spikes of such a
+    population therefore count twice against the spike buffer (`plan.capacity`).
+    `fractional[i]` (optional), `(k, f)` from `split_delays`, delivers projection `i`'s
+    weights `(1 - f) w` at `k` steps and `f w` at `k + 1` steps (two deliveries of its layout
+    in the same call).
 
     `group_spikes` (optional): this step's spikes of every group (`integrate`'s third
     result). A ring that reaches groups other than its sender then waits for their spikes
@@ -367,16 +362,21 @@ def delivery(
     releases = [None] * n_proj if releases is None else releases
     fractional = [None] * n_proj if fractional is None else fractional
     for si, (_, idx) in enumerate(plan.senders):
-        # Key: the layout class, and the projection itself when it sends releases.
-        by_class: dict[tuple[type, int], list[Delivery]] = {}
+        by_class: dict[type, list[Delivery]] = {}
+        # Where each projection's releases start, past the group's own spikes.
+        n_send = sending[si].shape[-1]
+        extra = [i for i in idx if releases[i] is not None]
+        widths = [releases[i].shape[-1] for i in extra]
+        at = {i: n_send + sum(widths[:q]) for q, i in enumerate(extra)}
+        with_releases = {type(layouts[i]) for i in extra}
         for i in idx:
-            key = (type(layouts[i]), -1 if releases[i] is None else i)
-            group = by_class.setdefault(key, [])
+            group = by_class.setdefault(type(layouts[i]), [])
+            pre = at.get(i, pre_offsets[i])
             if fractional[i] is None:
                 group.append(
                     Delivery(
                         layouts[i],
-                        pre_offsets[i],
+                        pre,
                         plan.ring_of[i][1],
                         plan.delay_steps[i],
                         delays[i],
@@ -392,7 +392,7 @@ def delivery(
                 group.append(
                     Delivery(
                         layouts[i],
-                        pre_offsets[i],
+                        pre,
                         plan.ring_of[i][1],
                         None,
                         d,
@@ -404,9 +404,14 @@ def delivery(
         send = sending[si]
         if group_spikes is not None:
             send = _after_targets(plan, si, send, group_spikes)
+        if extra:
+            parts = [send] + [releases[i].astype(send.dtype) for i in extra]
+            batch = jnp.broadcast_shapes(*(p.shape[:-1] for p in parts))
+            parts = [jnp.broadcast_to(p, batch + p.shape[-1:]) for p in parts]
+            send_ext = jnp.concatenate(parts, axis=-1)
         pending = not first  # the slot read this step still holds its arrivals
-        for (cls, i), group in by_class.items():
-            s = send if i < 0 else _with_release(send, releases[i], pre_offsets[i])
+        for cls, group in by_class.items():
+            s = send_ext if cls in with_releases else send
             if pending and getattr(cls, "clears_slot", False):
                 ring = cls.deliver_group(group, s, step, ring, fresh=first, clear=True)
             else:

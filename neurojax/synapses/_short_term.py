@@ -9,6 +9,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .._validation import _fmt, as_float, check_nonnegative, check_positive, is_concrete
+from ..kernels import Example, Fold, Kernel, call, register
 
 __all__ = ["TsodyksMarkram", "TsodyksMarkramState"]
 
@@ -47,9 +48,10 @@ class TsodyksMarkram(eqx.Module):
     neuron's previous spike: $u^- = u^+_{prev} e^{-\Delta/\tau_{facil}}$ and
     $R^- = 1 - (1 - R^+_{prev}) e^{-\Delta/\tau_{rec}}$. The state keeps the values just after
     the last spike and its time (`TsodyksMarkramState`), so the result is exact for any
-    `dt` (spike times are the grid times) and the cost of a step is a few elementwise
-    operations per presynaptic neuron; the delivery itself stays event-driven (the 0/1 spike
-    of a neuron is replaced by its release $u^+ R^-$).
+    `dt` (spike times are the grid times), and a step costs work only for the neurons that
+    spike in it (a scan of the spike vector finds them; see `release`), as in an
+    event-driven simulator; the delivery itself stays event-driven (the 0/1 spike of a
+    neuron is replaced by its release $u^+ R^-$).
 
     **Delays.** The release is computed when the presynaptic neuron spikes and travels with
     the spike through the projection's delay, as in NEST's `tsodyks_synapse` (the weight of a
@@ -156,34 +158,44 @@ class TsodyksMarkram(eqx.Module):
         new state and, per presynaptic neuron, `spike * u+ R-`, the value its synapses
         deliver (0 without a spike).
 
-        The relaxation over the elapsed time is computed for every neuron (elementwise), and
-        only a spiking neuron's state changes; a 0/1 spike enters the new state as a blend
+        Only the neurons that spike are touched: on the CPU the compiled kernel
+        `stp_release` (`nj.kernels.registry()`) scans the spikes and relaxes, releases and
+        updates those neurons alone, so a silent neuron costs the scan only; the pure-JAX
+        reference (other platforms, `nj.kernels.use("reference")`, and the derivative)
+        computes the same formulas elementwise. A 0/1 spike enters the new state as a blend
         `s x_new + (1 - s) x_old`, so its surrogate gradient reaches the state too.
         """
-        now = jnp.asarray(step, jnp.int32) + 1
         dtype = state.u.dtype
-        elapsed = (now - state.last).astype(dtype) * jnp.asarray(dt, dtype)
-        u_par = self.u.astype(dtype)
         tau_f = self.tau_facil.astype(dtype)
         facil = tau_f > 0
-        # Rates instead of time constants: one division per parameter, not per neuron and
-        # step. tau_facil = 0 is an infinite rate (the elapsed time is >= one step, so the
-        # decay is exactly 0), and the division only where tau_facil > 0 keeps the gradient
-        # finite there.
+        # Rates instead of time constants: one division per parameter, not per spike.
+        # tau_facil = 0 is an infinite rate (the elapsed time is >= one step, so the decay is
+        # exactly 0), and the division only where tau_facil > 0 keeps the gradient finite.
         rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
-        decay_f = jnp.exp(-elapsed * rate_f)
-        decay_r = jnp.exp(-elapsed * (1 / self.tau_rec.astype(dtype)))
-        u_minus = state.u * decay_f
-        r_minus = 1 - (1 - state.r) * decay_r
-        u_plus = u_minus + u_par * (1 - u_minus)
-        release = u_plus * r_minus
-        s = spikes.astype(dtype)
-        new = TsodyksMarkramState(
-            u=state.u + s * (u_plus - state.u),
-            r=state.r + s * (r_minus - release - state.r),
-            last=jnp.where(spikes > 0, now, state.last),
+        rate_r = 1 / self.tau_rec.astype(dtype)
+        # The kernel takes one shape for the spikes and the state (trials x neurons).
+        try:
+            shape = jnp.broadcast_shapes(spikes.shape, state.u.shape)
+        except ValueError:
+            raise ValueError(
+                f"TsodyksMarkram.release: spikes of shape {spikes.shape} do not match the "
+                f"state's {state.u.shape} (batch axes first, then one entry per presynaptic "
+                "neuron)"
+            ) from None
+        full = lambda x: jnp.broadcast_to(x, shape)  # noqa: E731
+        u, r, last, release = call(
+            STP_RELEASE,
+            full(spikes.astype(dtype)),
+            jnp.asarray(step, jnp.int32),
+            full(state.u),
+            full(state.r),
+            full(state.last),
+            self.u.astype(dtype).reshape(-1),
+            rate_r.reshape(-1),
+            rate_f.reshape(-1),
+            jnp.asarray(dt, dtype).reshape(1),
         )
-        return new, s * release
+        return TsodyksMarkramState(u=u, r=r, last=last), release
 
     def steady_state(self, period: float) -> tuple[jax.Array, jax.Array]:
         """`(u+, R-)` at the spikes of a regular train of period `period` [ms] once it has
@@ -197,3 +209,95 @@ class TsodyksMarkram(eqx.Module):
         u_inf = self.u / (1 - (1 - self.u) * e_f)
         r_inf = (1 - e_r) / (1 - (1 - u_inf) * e_r)
         return u_inf, r_inf
+
+
+def _release_reference(s, step, u, r, last, u_par, rate_rec, rate_facil, dt):
+    """The releases of the spikes `s` emitted during `step` and the new `(u, r, last)`,
+    elementwise over every neuron (the registry entry's reference and the function whose
+    derivative `TsodyksMarkram.release` has). `u_par`, `rate_rec` (1 / tau_rec) and
+    `rate_facil` (1 / tau_facil, inf without facilitation) hold 1 or n values, `dt` one."""
+    now = step + 1
+    elapsed = (now - last).astype(u.dtype) * dt
+    decay_f = jnp.exp(-elapsed * rate_facil)
+    decay_r = jnp.exp(-elapsed * rate_rec)
+    u_minus = u * decay_f
+    r_minus = 1 - (1 - r) * decay_r
+    u_plus = u_minus + u_par * (1 - u_minus)
+    release = u_plus * r_minus
+    return (
+        u + s * (u_plus - u),
+        r + s * (r_minus - release - r),
+        jnp.where(s > 0, now, last),
+        s * release,
+    )
+
+
+def _release_cpu(s, step, u, r, last, u_par, rate_rec, rate_facil, dt):
+    """The compiled CPU kernel (`csr_deliver.cc`, FFI target `nj_stp_release`): the same
+    formulas for the spiking neurons only, the state updated in place."""
+    shape = jax.ShapeDtypeStruct(u.shape, u.dtype)
+    kernel = jax.ffi.ffi_call(
+        STP_RELEASE_TARGET,
+        (shape, shape, jax.ShapeDtypeStruct(last.shape, jnp.int32), shape),
+        input_output_aliases={2: 0, 3: 1, 4: 2},
+        vmap_method="sequential",
+    )
+    return kernel(s, step, u, r, last, u_par, rate_rec, rate_facil, dt, n=np.int64(u.shape[-1]))
+
+
+def _supports(s, step, u, r, last, u_par, rate_rec, rate_facil, dt):
+    return u.dtype in (jnp.float32, jnp.float64) and s.dtype == u.dtype
+
+
+def _release_examples():
+    """Two trials of five neurons from a random state: scalar parameters without
+    facilitation, then per-neuron parameters with it."""
+    rng = np.random.default_rng(0)
+    f32 = jnp.float32
+    n = 5
+    s = jnp.asarray(rng.random((2, n)) < 0.5, f32).at[0, 0].set(1.0)
+    u = jnp.asarray(rng.uniform(0.0, 0.6, (2, n)), f32)
+    r = jnp.asarray(rng.uniform(0.2, 1.0, (2, n)), f32)
+    last = jnp.asarray(rng.integers(0, 40, (2, n)), jnp.int32)
+    step = jnp.asarray(57, jnp.int32)
+    dt = jnp.full((1,), 0.1, f32)
+    one = lambda x: jnp.full((1,), x, f32)  # noqa: E731
+    yield Example(
+        (s, step, u, r, last, one(0.5), one(1 / 80.0), one(np.inf), dt),
+        grad_argnums=(0, 2, 3, 5, 6),
+        label="depressing-scalar",
+    )
+    yield Example(
+        (
+            s,
+            step,
+            u,
+            r,
+            last,
+            jnp.asarray(rng.uniform(0.05, 0.9, n), f32),
+            jnp.asarray(1 / rng.uniform(20.0, 300.0, n), f32),
+            jnp.asarray(1 / rng.uniform(5.0, 100.0, n), f32),
+            dt,
+        ),
+        grad_argnums=(0, 2, 3, 5, 6, 7),
+        label="facilitating-per-neuron",
+    )
+
+
+STP_RELEASE_TARGET = "nj_stp_release"
+STP_RELEASE = register(
+    Kernel(
+        name="stp_release",
+        reference=_release_reference,
+        cpu=_release_cpu,
+        ffi_targets=((STP_RELEASE_TARGET, "NjStpRelease"),),
+        supports={"cpu": _supports},
+        # spikes and state are trials; the step, parameters and dt are shared.
+        batching=Fold(trial=(0, 2, 3, 4), shared=(1, 5, 6, 7, 8)),
+        # std::exp and XLA's exp may differ in the last bits
+        rtol=1e-6,
+        atol=1e-7,
+        examples=_release_examples,
+        doc="Tsodyks-Markram releases of a step's spikes, the spiking neurons' state updated.",
+    )
+)
