@@ -11,8 +11,12 @@ measure when the machine is shared and a process waits for a core), bytes per sy
 the network's synapse arrays (`Network.nbytes()`) and the process's peak RSS divided by the
 number of synapses.
 
+Brian2 2.9 (`--peers ...,brian2`) runs in C++ standalone mode (`benchmarks.peers.
+brian2_microcircuit`): its build is the Python set-up, code generation and compilation, its
+run the loop time measured inside the binary.
+
 Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
-[--threads 1] [--repeats 1] [--peers neurojax,nest]`; one JSON line per run.
+[--threads 1] [--repeats 1] [--peers neurojax,nest,brian2]`; one JSON line per run.
 """
 
 import argparse
@@ -95,8 +99,50 @@ def _nest(args) -> dict:
     }
 
 
+def _brian2(args) -> dict:
+    """Brian2 C++ standalone (`benchmarks.peers.brian2_microcircuit`): build = network set-up
+    in Python, code generation and compilation; run = the loop time measured inside the
+    binary on a second run of it (`device._last_run_time`; the binary is single-threaded and
+    pinned, so its CPU time is its wall time on a quiet machine)."""
+    import brian2
+
+    from benchmarks.peers.brian2_microcircuit import run
+
+    c0 = time.process_time()
+    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = run(
+        {
+            "mode": "standalone",
+            "threads": args.threads,
+            "seed": args.seed,
+            "scale": args.scale,
+            "k_scale": args.k_scale,
+            "duration_ms": args.duration,
+            "repeats": 1,
+            "budget_s": 1e9,
+        }
+    )
+    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run_s = out["times_s"][0]
+    build_s = out["setup_s"] + out["compile_s"]
+    return {
+        "n_synapses": out["n_synapses"],
+        "build_s": build_s,
+        "compile_s": 0.0,
+        "run_s": run_s,
+        "build_cpu_s": time.process_time()
+        - c0
+        + (ch1.ru_utime + ch1.ru_stime - ch0.ru_utime - ch0.ru_stime)
+        - 2 * run_s,
+        "compile_cpu_s": 0.0,
+        "run_cpu_s": run_s,
+        "rates_hz": out["rates_hz"],
+        "version": brian2.__version__,
+    }
+
+
 def _child(args) -> None:
-    out = _neurojax(args) if args.peer == "neurojax" else _nest(args)
+    out = {"neurojax": _neurojax, "nest": _nest, "brian2": _brian2}[args.peer](args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.update(
         peer=args.peer,
