@@ -50,31 +50,20 @@
 #include <vector>
 
 #include "common.h"
+#include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+using nj_events::AnyBits;
+using nj_events::Clip;
+using nj_events::ColumnOk;
+using nj_events::kLanes;
+using nj_events::RowOk;
 
 namespace {
 
 enum Kind : int64_t { kTriplet = 0, kVogels = 1 };
 
-// Blocks of the spike scans: two 32-byte vectors (16 float32 or 8 float64 entries), tested
-// with one OR over their bit patterns (a spike vector never holds -0.0), so that a mostly
-// silent vector is scanned a few vectors per cycle (as in csr_deliver.cc).
-template <typename F>
-constexpr int64_t kLanes = 32 / sizeof(F);
-
-template <typename F, typename Bits>
-inline bool AnyBits(const F* s) {
-  typedef Bits VB __attribute__((vector_size(32)));
-  VB a, b;
-  std::memcpy(&a, s, 32);
-  std::memcpy(&b, s + kLanes<F>, 32);
-  const VB o = a | b;
-  uint64_t w[4];
-  std::memcpy(w, &o, 32);
-  return (w[0] | w[1] | w[2] | w[3]) != 0;
-}
 
 // Writes the positions of the nonzero s[i], ascending, to `list`; returns their number.
 template <typename F, typename Bits>
@@ -93,11 +82,6 @@ int64_t ListNonzero(const F* s, int64_t n, int32_t* list) {
   return count;
 }
 
-template <typename F>
-inline F Clip(F w, F lo, F hi) {
-  w = w < lo ? lo : w;  // max(w, lo) then min(., hi), as jnp.clip
-  return w > hi ? hi : w;
-}
 
 // One pass over a trace: tr[i] <- tr[i] * decay, then + s[i] (all-to-all) or 1 where
 // s[i] > 0 (nearest), the operations of the rules' update_*_traces. Vectorised by hand on
@@ -122,31 +106,6 @@ void AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay, b
   }
 }
 
-// Whether row i's synapses [indptr[i], indptr[i + 1]) lie inside [0, nnz) and point at
-// postsynaptic neurons of [0, n_post); and column j's entries likewise at synapses of
-// [0, nnz) and presynaptic neurons of [0, n_pre).
-inline bool RowOk(const int32_t* indptr, const int32_t* post, int64_t i, int64_t nnz,
-                  int64_t n_post) {
-  const int64_t begin = indptr[i], end = indptr[i + 1];
-  if (begin < 0 || end < begin || end > nnz) return false;
-  for (int64_t k = begin; k < end; ++k) {
-    if (static_cast<uint32_t>(post[k]) >= static_cast<uint64_t>(n_post)) return false;
-  }
-  return true;
-}
-
-inline bool ColumnOk(const int32_t* col_ptr, const int32_t* col_syn, const int32_t* col_pre,
-                     int64_t j, int64_t nnz, int64_t n_pre) {
-  const int64_t begin = col_ptr[j], end = col_ptr[j + 1];
-  if (begin < 0 || end < begin || end > nnz) return false;
-  for (int64_t m = begin; m < end; ++m) {
-    if (static_cast<uint32_t>(col_syn[m]) >= static_cast<uint64_t>(nnz) ||
-        static_cast<uint32_t>(col_pre[m]) >= static_cast<uint64_t>(n_pre)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct Params {
   // The rule's amplitudes, bounds and trace decays (see the file's comment).
