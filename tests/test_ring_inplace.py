@@ -106,7 +106,9 @@ def _microcircuit_run(mode: str, n_steps: int = 1000):
     return counts, ids[ids >= 0], v, text, rings
 
 
-@pytest.fixture(scope="module", params=MODES)
+# The pure-JAX path runs this microcircuit with every spike in one buffer (about a minute
+# here): it goes with the slow tests; the kernel path's run stays in the default suite.
+@pytest.fixture(scope="module", params=["auto", pytest.param("reference", marks=pytest.mark.slow)])
 def microcircuit_run(request):
     return request.param, _microcircuit_run(request.param)
 
