@@ -83,6 +83,47 @@ int64_t ListNonzero(const F* s, int64_t n, int32_t* list) {
 }
 
 
+// Writes the positions of the s[i] > 0 or t[i] > 0 (t may be null), ascending, to `list`;
+// returns their number. A block whose bits are all zero in both vectors holds no positive
+// value: blocks of eight 32-byte vectors are tested with one OR and skipped together, then
+// the pairs of vectors of the others (AnyBits), and the entries left are tested with `> 0`.
+template <typename F, typename Bits>
+int64_t ListPositive(const F* s, const F* t, int64_t n, int32_t* list) {
+  typedef Bits VB __attribute__((vector_size(32)));
+  constexpr int64_t kL = kLanes<F>;
+  constexpr int64_t kBlock = 8 * kL;
+  int64_t count = 0, i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    VB o = VB{};
+    for (int64_t v = 0; v < 8; ++v) {
+      VB a;
+      std::memcpy(&a, s + i + v * kL, 32);
+      o |= a;
+    }
+    if (t != nullptr) {
+      for (int64_t v = 0; v < 8; ++v) {
+        VB a;
+        std::memcpy(&a, t + i + v * kL, 32);
+        o |= a;
+      }
+    }
+    uint64_t w[4];
+    std::memcpy(w, &o, 32);
+    if ((w[0] | w[1] | w[2] | w[3]) == 0) continue;
+    for (int64_t h = i; h < i + kBlock; h += 2 * kL) {
+      if (!AnyBits<F, Bits>(s + h) && (t == nullptr || !AnyBits<F, Bits>(t + h))) continue;
+      for (int64_t j = h; j < h + 2 * kL; ++j) {
+        if (s[j] > F(0) || (t != nullptr && t[j] > F(0))) list[count++] = static_cast<int32_t>(j);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (s[i] > F(0) || (t != nullptr && t[i] > F(0))) list[count++] = static_cast<int32_t>(i);
+  }
+  return count;
+}
+
+
 // One pass over a trace: tr[i] <- tr[i] * decay, then + s[i] (all-to-all) or 1 where
 // s[i] > 0 (nearest), the operations of the rules' update_*_traces. Vectorised by hand on
 // 32-byte vectors so that it costs a few cycles per 8 or 16 neurons.
@@ -382,11 +423,42 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
 
 namespace {
 
+// Catch-up and eligibility jump of the synapses [begin, end) of one presynaptic row, the
+// jump -a_minus * (y[post[k]] * decay_y) * s: contiguous synapses, restrict pointers, so that
+// the compiler vectorises it (gathering y).
 template <typename F>
-inline void CatchUp(F* w, F* e, F* st, int64_t k, F acc, F gain, F jump, F a_end, F lo, F hi) {
-  w[k] = Clip<F>(w[k] + gain * e[k] * (acc - st[k]), lo, hi);
-  e[k] = e[k] + jump / a_end;
-  st[k] = acc;
+void RewardRow(F* __restrict w, F* __restrict e, F* __restrict st, const F* __restrict y,
+               const int32_t* __restrict post, int32_t begin, int32_t end, F acc, F gain,
+               F a_minus, F dy, F s, F a_end, F lo, F hi) {
+  for (int32_t k = begin; k < end; ++k) {
+    const F jump = -a_minus * (y[post[k]] * dy) * s;
+    const F v = w[k] + gain * e[k] * (acc - st[k]);
+    w[k] = Clip<F>(v, lo, hi);
+    e[k] = e[k] + jump / a_end;
+    st[k] = acc;
+  }
+}
+
+// The same along one postsynaptic column (synapses col_syn[m], presynaptic neurons
+// col_pre[m]), the jump a_plus * x[col_pre[m]] * s. The weights, eligibilities and stamps
+// of the column were asked for before the rows' work (see Reward).
+template <typename F>
+void RewardColumn(F* __restrict w, F* __restrict e, F* __restrict st, const F* __restrict x,
+                  const int32_t* __restrict syn, const int32_t* __restrict pre, int32_t begin,
+                  int32_t end, F acc, F gain, F a_plus, F s, F a_end, F lo, F hi) {
+  for (int32_t m = begin; m < end; ++m) {
+    if (m + 8 < end) {
+      __builtin_prefetch(w + syn[m + 8], 1);
+      __builtin_prefetch(e + syn[m + 8], 1);
+      __builtin_prefetch(st + syn[m + 8], 1);
+    }
+    const int32_t k = syn[m];
+    const F jump = a_plus * x[pre[m]] * s;
+    const F v = w[k] + gain * e[k] * (acc - st[k]);
+    w[k] = Clip<F>(v, lo, hi);
+    e[k] = e[k] + jump / a_end;
+    st[k] = acc;
+  }
 }
 
 template <typename F, typename Bits>
@@ -411,18 +483,42 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
     const F* em = s_emit + b * n_pre;
     const F* ab = s_arr + b * n_pre;
     const F* pb = s_post + b * n_post;
-    int64_t n_touch = 0;
-    for (int64_t i = 0; i < n_pre; ++i) {
-      if (em[i] > F(0) || ab[i] > F(0)) touched[n_touch++] = static_cast<int32_t>(i);
+    // The emitted and arriving spikes are often one buffer (no delay), and for a projection
+    // of a population onto itself the postsynaptic spikes too: each list is then made once.
+    const int64_t n_touch =
+        ListPositive<F, Bits>(em, ab == em ? nullptr : ab, n_pre, touched.data());
+    int64_t n_fired;
+    if (pb == em && ab == em && n_post == n_pre) {
+      n_fired = n_touch;
+      std::memcpy(fired.data(), touched.data(), n_touch * sizeof(int32_t));
+    } else {
+      n_fired = ListPositive<F, Bits>(pb, static_cast<const F*>(nullptr), n_post, fired.data());
     }
-    int64_t n_fired = 0;
-    for (int64_t j = 0; j < n_post; ++j) {
-      if (pb[j] > F(0)) fired[n_fired++] = static_cast<int32_t>(j);
-    }
+    // Every row and column is checked before anything is written. While they are read, the
+    // lines of their synapses are asked for: a row's weights, eligibilities and stamps
+    // (contiguous), and, through the column's synapse indices just read, the scattered ones
+    // of each column, so that their misses overlap with the rows' work.
     int64_t bad = 0;
-    for (int64_t q = 0; q < n_touch; ++q) bad += !RowOk(indptr, post, touched[q], nnz, n_post);
+    for (int64_t q = 0; q < n_touch; ++q) {
+      const int32_t i = touched[q];
+      if (!RowOk(indptr, post, i, nnz, n_post)) {
+        ++bad;
+        continue;
+      }
+      const int64_t bytes = (indptr[i + 1] - indptr[i]) * static_cast<int64_t>(sizeof(F));
+      nj_run::PrefetchRange(wb + indptr[i], bytes, true);
+      nj_run::PrefetchRange(eb + indptr[i], bytes, true);
+      nj_run::PrefetchRange(sb + indptr[i], bytes, true);
+    }
     for (int64_t q = 0; q < n_fired; ++q) {
-      bad += !ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre);
+      const int32_t j = fired[q];
+      if (!ColumnOk(col_ptr, col_syn, col_pre, j, nnz, n_pre)) {
+        ++bad;
+        continue;
+      }
+      const int32_t len = col_ptr[j + 1] - col_ptr[j];
+      nj_run::PrefetchRange(col_syn + col_ptr[j], len * 4, false);
+      nj_run::PrefetchRange(col_pre + col_ptr[j], len * 4, false);
     }
     if (bad) return bad;  // nothing written in this trial; the call reports an error
     if (sweep) {  // the block's one pass over every synapse, as the pure-JAX sweep
@@ -439,25 +535,13 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
     AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
     for (int64_t q = 0; q < n_touch; ++q) {
       const int32_t i = touched[q];
-      const F s = ab[i];
-      for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
-        const F jump = -a_minus * (yb[post[k]] * dy) * s;
-        CatchUp<F>(wb, eb, sb, k, acc_new, gain, jump, a_end, lo, hi);
-      }
+      RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus, dy,
+                   ab[i], a_end, lo, hi);
     }
     for (int64_t q = 0; q < n_fired; ++q) {
       const int32_t j = fired[q];
-      const F s = pb[j];
-      const int32_t end = col_ptr[j + 1];
-      for (int32_t m = col_ptr[j]; m < end; ++m) {
-        if (m + 8 < end) {
-          __builtin_prefetch(wb + col_syn[m + 8], 1);
-          __builtin_prefetch(eb + col_syn[m + 8], 1);
-          __builtin_prefetch(sb + col_syn[m + 8], 1);
-        }
-        const F jump = a_plus * xb[col_pre[m]] * s;
-        CatchUp<F>(wb, eb, sb, col_syn[m], acc_new, gain, jump, a_end, lo, hi);
-      }
+      RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
+                      gain, a_plus, pb[j], a_end, lo, hi);
     }
     AdvanceTrace<F>(yb, pb, n_post, dy, nearest);
   }
