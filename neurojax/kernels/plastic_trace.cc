@@ -49,6 +49,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 #include "common.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
@@ -382,11 +386,132 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
 
 namespace {
 
+#if defined(__AVX__)
+// The lanes of the 32-byte vector at s that hold a spike, as the low bits of an int: s != 0
+// (unordered compare, true for NaN as C++'s !=), or with kPositive s > 0 (ordered, false for
+// NaN as C++'s >).
+template <typename F, bool kPositive>
+inline unsigned SpikeMask(const F* s) {
+  constexpr int kCmp = kPositive ? _CMP_GT_OQ : _CMP_NEQ_UQ;
+  if constexpr (sizeof(F) == 4) {
+    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(s));
+    return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), kCmp)));
+  } else {
+    const __m256d v = _mm256_loadu_pd(reinterpret_cast<const double*>(s));
+    return static_cast<unsigned>(
+        _mm256_movemask_pd(_mm256_cmp_pd(v, _mm256_setzero_pd(), kCmp)));
+  }
+}
+#endif
+
+// Writes the positions i of this step's spikes, ascending, to `list` and returns their number:
+// s[i] != 0 or, with kPositive, s[i] > 0 or t[i] > 0 (t may be null). A block whose bits are
+// all zero holds no spike: blocks of eight 32-byte vectors are tested with one OR and skipped
+// together (a step of a network at tens of Hz leaves most of them empty), then the pairs of
+// vectors of the others (AnyBits), and the entries left one by one.
+template <typename F, typename Bits, bool kPositive>
+int64_t ListSpikes(const F* s, const F* t, int64_t n, int32_t* list) {
+  typedef Bits VB __attribute__((vector_size(32)));
+  constexpr int64_t kL = kLanes<F>;
+  constexpr int64_t kBlock = 8 * kL;
+  const auto spike = [s, t](int64_t j) {
+    if constexpr (kPositive) {
+      return s[j] > F(0) || (t != nullptr && t[j] > F(0));
+    } else {
+      return s[j] != F(0);
+    }
+  };
+  int64_t count = 0, i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    VB o = VB{};
+    for (int64_t v = 0; v < 8; ++v) {
+      VB a;
+      std::memcpy(&a, s + i + v * kL, 32);
+      o |= a;
+    }
+    if (kPositive && t != nullptr) {
+      for (int64_t v = 0; v < 8; ++v) {
+        VB a;
+        std::memcpy(&a, t + i + v * kL, 32);
+        o |= a;
+      }
+    }
+    uint64_t bits[4];
+    std::memcpy(bits, &o, 32);
+    if ((bits[0] | bits[1] | bits[2] | bits[3]) == 0) continue;
+#if defined(__AVX__)
+    // One compare and a bit mask per vector; the set bits, lowest first, are the spikes.
+    for (int64_t h = i; h < i + kBlock; h += kL) {
+      unsigned mask = SpikeMask<F, kPositive>(s + h);
+      if (kPositive && t != nullptr) mask |= SpikeMask<F, kPositive>(t + h);
+      while (mask) {
+        list[count++] = static_cast<int32_t>(h + __builtin_ctz(mask));
+        mask &= mask - 1;
+      }
+    }
+#else
+    for (int64_t h = i; h < i + kBlock; h += 2 * kL) {
+      if (!AnyBits<F, Bits>(s + h) &&
+          (!kPositive || t == nullptr || !AnyBits<F, Bits>(t + h))) {
+        continue;
+      }
+      for (int64_t j = h; j < h + 2 * kL; ++j) {
+        if (spike(j)) list[count++] = static_cast<int32_t>(j);
+      }
+    }
+#endif
+  }
+  for (; i < n; ++i) {
+    if (spike(i)) list[count++] = static_cast<int32_t>(i);
+  }
+  return count;
+}
+
+// Asks for the lines of [p, p + count) when count is plausible (a corrupted pointer array is
+// caught by the checks that follow; this only must not loop for long).
+template <typename T>
+inline void PrefetchSpan(const T* p, int64_t begin, int64_t end, int64_t nnz, bool for_write) {
+  if (begin >= 0 && begin <= end && end <= nnz) {
+    nj_run::PrefetchRange(p + begin, (end - begin) * static_cast<int64_t>(sizeof(T)), for_write);
+  }
+}
+
+// Catch-up and eligibility jump of the synapses [begin, end) of one presynaptic row, the
+// jump -a_minus * (y[post[k]] * decay_y) * s: contiguous synapses, restrict pointers, so that
+// the compiler vectorises it (gathering y).
 template <typename F>
-inline void CatchUp(F* w, F* e, F* st, int64_t k, F acc, F gain, F jump, F a_end, F lo, F hi) {
-  w[k] = Clip<F>(w[k] + gain * e[k] * (acc - st[k]), lo, hi);
-  e[k] = e[k] + jump / a_end;
-  st[k] = acc;
+void RewardRow(F* __restrict w, F* __restrict e, F* __restrict st, const F* __restrict y,
+               const int32_t* __restrict post, int32_t begin, int32_t end, F acc, F gain,
+               F a_minus, F dy, F s, F a_end, F lo, F hi) {
+  for (int32_t k = begin; k < end; ++k) {
+    const F jump = -a_minus * (y[post[k]] * dy) * s;
+    const F v = w[k] + gain * e[k] * (acc - st[k]);
+    w[k] = Clip<F>(v, lo, hi);
+    e[k] = e[k] + jump / a_end;
+    st[k] = acc;
+  }
+}
+
+// The same along one postsynaptic column (synapses col_syn[m], presynaptic neurons
+// col_pre[m]), the jump a_plus * x[col_pre[m]] * s; the scattered weights, eligibilities
+// and stamps are asked for eight synapses ahead.
+template <typename F>
+void RewardColumn(F* __restrict w, F* __restrict e, F* __restrict st, const F* __restrict x,
+                  const int32_t* __restrict syn, const int32_t* __restrict pre, int32_t begin,
+                  int32_t end, F acc, F gain, F a_plus, F s, F a_end, F lo, F hi) {
+  for (int32_t m = begin; m < end; ++m) {
+    if (m + 8 < end) {
+      __builtin_prefetch(w + syn[m + 8], 1);
+      __builtin_prefetch(e + syn[m + 8], 1);
+      __builtin_prefetch(st + syn[m + 8], 1);
+    }
+    const int32_t k = syn[m];
+    const F jump = a_plus * x[pre[m]] * s;
+    const F v = w[k] + gain * e[k] * (acc - st[k]);
+    w[k] = Clip<F>(v, lo, hi);
+    e[k] = e[k] + jump / a_end;
+    st[k] = acc;
+  }
 }
 
 template <typename F, typename Bits>
@@ -411,13 +536,31 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
     const F* em = s_emit + b * n_pre;
     const F* ab = s_arr + b * n_pre;
     const F* pb = s_post + b * n_post;
-    int64_t n_touch = 0;
-    for (int64_t i = 0; i < n_pre; ++i) {
-      if (em[i] > F(0) || ab[i] > F(0)) touched[n_touch++] = static_cast<int32_t>(i);
+    // The emitted and arriving spikes are often one buffer (no delay), and for a projection
+    // of a population onto itself the postsynaptic spikes too: each list is then made once.
+    const int64_t n_touch =
+        ListSpikes<F, Bits, true>(em, ab == em ? nullptr : ab, n_pre, touched.data());
+    int64_t n_fired;
+    if (pb == em && ab == em && n_post == n_pre) {
+      n_fired = n_touch;
+      std::memcpy(fired.data(), touched.data(), n_touch * sizeof(int32_t));
+    } else {
+      n_fired = ListSpikes<F, Bits, true>(pb, nullptr, n_post, fired.data());
     }
-    int64_t n_fired = 0;
-    for (int64_t j = 0; j < n_post; ++j) {
-      if (pb[j] > F(0)) fired[n_fired++] = static_cast<int32_t>(j);
+    // Every row and column is checked before anything is written. The lines of all of them
+    // are asked for first (a row's indices, weights, eligibilities and stamps, a column's
+    // indices), so that their cache misses overlap.
+    for (int64_t q = 0; q < n_touch; ++q) {
+      const int32_t i = touched[q];
+      PrefetchSpan(post, indptr[i], indptr[i + 1], nnz, false);
+      PrefetchSpan(wb, indptr[i], indptr[i + 1], nnz, true);
+      PrefetchSpan(eb, indptr[i], indptr[i + 1], nnz, true);
+      PrefetchSpan(sb, indptr[i], indptr[i + 1], nnz, true);
+    }
+    for (int64_t q = 0; q < n_fired; ++q) {
+      const int32_t j = fired[q];
+      PrefetchSpan(col_syn, col_ptr[j], col_ptr[j + 1], nnz, false);
+      PrefetchSpan(col_pre, col_ptr[j], col_ptr[j + 1], nnz, false);
     }
     int64_t bad = 0;
     for (int64_t q = 0; q < n_touch; ++q) bad += !RowOk(indptr, post, touched[q], nnz, n_post);
@@ -439,25 +582,13 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
     AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
     for (int64_t q = 0; q < n_touch; ++q) {
       const int32_t i = touched[q];
-      const F s = ab[i];
-      for (int32_t k = indptr[i]; k < indptr[i + 1]; ++k) {
-        const F jump = -a_minus * (yb[post[k]] * dy) * s;
-        CatchUp<F>(wb, eb, sb, k, acc_new, gain, jump, a_end, lo, hi);
-      }
+      RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus, dy,
+                   ab[i], a_end, lo, hi);
     }
     for (int64_t q = 0; q < n_fired; ++q) {
       const int32_t j = fired[q];
-      const F s = pb[j];
-      const int32_t end = col_ptr[j + 1];
-      for (int32_t m = col_ptr[j]; m < end; ++m) {
-        if (m + 8 < end) {
-          __builtin_prefetch(wb + col_syn[m + 8], 1);
-          __builtin_prefetch(eb + col_syn[m + 8], 1);
-          __builtin_prefetch(sb + col_syn[m + 8], 1);
-        }
-        const F jump = a_plus * xb[col_pre[m]] * s;
-        CatchUp<F>(wb, eb, sb, col_syn[m], acc_new, gain, jump, a_end, lo, hi);
-      }
+      RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
+                      gain, a_plus, pb[j], a_end, lo, hi);
     }
     AdvanceTrace<F>(yb, pb, n_post, dy, nearest);
   }

@@ -40,27 +40,33 @@ inline F Clip(F w, F lo, F hi) {
 // postsynaptic neurons of [0, n_post); and column j's entries likewise at synapses of
 // [0, nnz) and presynaptic neurons of [0, n_pre). Read before any weight is written, so that
 // no content of the index arrays makes an update touch memory outside its arrays.
+// The largest of the indices idx[begin, end) as unsigned (a negative index is larger than
+// any count): one branch-free pass that the compiler vectorises, so that the checks below
+// cost a few cycles per 8 or 16 indices.
+inline uint32_t MaxIndex(const int32_t* __restrict idx, int64_t begin, int64_t end) {
+  uint32_t worst = 0;
+  for (int64_t k = begin; k < end; ++k) {
+    const uint32_t v = static_cast<uint32_t>(idx[k]);
+    worst = v > worst ? v : worst;
+  }
+  return worst;
+}
+
 inline bool RowOk(const int32_t* indptr, const int32_t* post, int64_t i, int64_t nnz,
                   int64_t n_post) {
   const int64_t begin = indptr[i], end = indptr[i + 1];
   if (begin < 0 || end < begin || end > nnz) return false;
-  for (int64_t k = begin; k < end; ++k) {
-    if (static_cast<uint32_t>(post[k]) >= static_cast<uint64_t>(n_post)) return false;
-  }
-  return true;
+  return begin == end || static_cast<uint64_t>(MaxIndex(post, begin, end)) <
+                             static_cast<uint64_t>(n_post);
 }
 
 inline bool ColumnOk(const int32_t* col_ptr, const int32_t* col_syn, const int32_t* col_pre,
                      int64_t j, int64_t nnz, int64_t n_pre) {
   const int64_t begin = col_ptr[j], end = col_ptr[j + 1];
   if (begin < 0 || end < begin || end > nnz) return false;
-  for (int64_t m = begin; m < end; ++m) {
-    if (static_cast<uint32_t>(col_syn[m]) >= static_cast<uint64_t>(nnz) ||
-        static_cast<uint32_t>(col_pre[m]) >= static_cast<uint64_t>(n_pre)) {
-      return false;
-    }
-  }
-  return true;
+  return begin == end ||
+         (static_cast<uint64_t>(MaxIndex(col_syn, begin, end)) < static_cast<uint64_t>(nnz) &&
+          static_cast<uint64_t>(MaxIndex(col_pre, begin, end)) < static_cast<uint64_t>(n_pre));
 }
 
 }  // namespace nj_events
