@@ -128,27 +128,53 @@ def _sorted_pairs(pre: np.ndarray, post: np.ndarray, n_pre: int, n_post: int) ->
     return out
 
 
+def aligned_empty(n: int, dtype) -> np.ndarray:
+    """An uninitialised array of `n` values whose data start on a 64-byte boundary: JAX's CPU
+    client then takes it over without a copy (`jax.device_put` aliases it), so a table built
+    on the host is never held twice."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(n * dtype.itemsize + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw[start : start + n * dtype.itemsize].view(dtype)
+
+
 def fixed_total_csr(
     key: PRNGKeyArray, n_pre: int, n_post: int, n: int, allow_self: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """The synapses of `fixed_total_number` with multapses as compressed rows: `indptr`
-    (int64, `n_pre + 1`) and the postsynaptic `indices` (int32, sorted within each row).
-    Exactly the synapses of `fixed_total_pairs(key, ..., allow_multapses=True)`, without the
-    `(n, 2)` index array: the keys are decoded in place (4 bytes per synapse in all when
-    `n_pre * n_post < 2**31`). For trusted internal builders; arguments are not checked."""
-    pre, post = _draw_multapses(_rng(key), n, n_pre, n_post, allow_self)
-    keys = _sorted_keys(pre, post, n_pre, n_post)
-    del pre, post
+    (int64, `n_pre + 1`) and the postsynaptic `indices` (int32, sorted within each row, in a
+    64-byte aligned buffer, see `aligned_empty`). Exactly the synapses of
+    `fixed_total_pairs(key, ..., allow_multapses=True)`, in 4 bytes per synapse in all when
+    `n_pre * n_post < 2**31`: the presynaptic and postsynaptic draws (the same generator
+    stream, a block at a time) are combined into the keys `pre * n_post + post` in one
+    buffer, sorted in place and decoded in place. For trusted internal builders; the
+    arguments are not checked."""
+    rng = _rng(key)
+    small = n_pre * n_post < 2**31
+    keys = aligned_empty(n, np.int32 if small else np.int64)
+    for s in range(0, n, _CHUNK):
+        keys[s : s + _CHUNK] = rng.integers(0, n_pre, min(_CHUNK, n - s), dtype=np.int32)
+    for s in range(0, n, _CHUNK):
+        block = keys[s : s + _CHUNK]
+        post = rng.integers(0, n_post - (not allow_self), block.shape[0], dtype=np.int32)
+        if not allow_self:
+            post += post >= block
+        block *= n_post
+        block += post
+    keys.sort()
     indptr = _indptr(keys, n_pre, n_post)
-    for s in range(0, keys.shape[0], _CHUNK):
-        e = min(s + _CHUNK, keys.shape[0])
+    for s in range(0, n, _CHUNK):
+        e = min(s + _CHUNK, n)
         rows = _block_rows(indptr, s, e)
-        if keys.dtype == np.int32:
+        if small:
             rows *= np.int32(n_post)  # row * n_post <= key < 2**31
             keys[s:e] -= rows
         else:
             keys[s:e] -= rows.astype(np.int64) * n_post
-    indices = keys if keys.dtype == np.int32 else keys.astype(np.int32)
+    if small:
+        return indptr, keys
+    indices = aligned_empty(n, np.int32)
+    indices[...] = keys
     return indptr, indices
 
 

@@ -102,7 +102,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import connectivity as connect
 from .._validation import as_float, default_float, normalize_shape
-from ..connectivity._fixed_total import fixed_total_csr, fixed_total_pairs
+from ..connectivity._fixed_total import aligned_empty, fixed_total_csr, fixed_total_pairs
 from ..network import Layout, Network, NetworkState, Projection, SpikeSource
 from ..network._layout import EventLayout, layout_class
 from ..network._projection import steps_dtype
@@ -526,8 +526,8 @@ def _truncated_normal_into(key, n: int, mean: float, std: float, low: float, hig
 
 def _weights_f32(key, n: int, mean: float, std: float, low: float, high: float, to_na: float):
     """`(_truncated_normal(...) * to_na).astype(float32)`: the stored weights, the float64
-    draws never held whole (4 bytes per synapse in all)."""
-    w = np.empty(n, np.float32)
+    draws never held whole (4 bytes per synapse in all, in a buffer the device takes over)."""
+    w = aligned_empty(n, np.float32)  # taken over by the device without a copy
 
     def put(x, where):
         w[where] = x * to_na
@@ -540,8 +540,9 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
     """The delay steps `nj.Projection(..., delay=_truncated_normal(key, n, mean, std, low,
     inf), dt=dt)` keeps (the float32 ms values rounded as `_projection._as_steps` does, in
     the smallest integer dtype) and the largest delay in ms, the float64 delays never held
-    whole (1 byte per synapse in all at the microcircuit's delays)."""
-    state = {"out": np.empty(n, np.int8), "top": -np.inf, "step_top": 0}
+    whole (1 byte per synapse in all at the microcircuit's delays, in a buffer the device
+    takes over)."""
+    state = {"out": aligned_empty(n, np.int8), "top": -np.inf, "step_top": 0}
 
     def put(x, where):
         r = x.astype(np.float32).astype(np.float64)
@@ -558,7 +559,9 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
                 state["step_top"] = top
                 wide = steps_dtype(top)
                 if np.dtype(wide).itemsize > state["out"].dtype.itemsize:
-                    state["out"] = state["out"].astype(wide)
+                    wider = aligned_empty(n, wide)
+                    wider[...] = state["out"]
+                    state["out"] = wider
         state["out"][where] = r
 
     # the values outside [low, inf) are below every final value, so `top` is the final max
