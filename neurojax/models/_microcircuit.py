@@ -492,27 +492,34 @@ def _bcoo(idx: np.ndarray, w: np.ndarray, n_pre: int, n_post: int) -> sparse.BCO
     )
 
 
+_DRAW_BLOCK = 1 << 15  # values per block of the fused draws (256 kB of float64: in L2)
+
+
 def _truncated_normal_into(key, n: int, mean: float, std: float, low: float, high: float, put):
     """The values of `_truncated_normal(key, n, mean, std, low, high)`, handed to
-    `put(values, where)` a block at a time (`where` a slice or an index array) instead of
-    being kept: the same generator stream (all `n` first, then the redraws of the values
-    outside `[low, high]`), the float64 values only ever a block in cache. A position whose
-    value is redrawn is put again with its final value after all blocks."""
+    `put(values, where)` a block at a time (`where` the block's first position, an int, or
+    an index array) instead of being kept: the same generator stream (all `n` first, then
+    the redraws of the values outside `[low, high]`), the float64 values only ever a block
+    in cache, in buffers reused from block to block. A position whose value is redrawn is
+    put again with its final value after all blocks."""
     rng = np.random.default_rng(np.asarray(jr.key_data(key)).ravel())
-    buf = np.empty(min(n, _BLOCK))
+    buf = np.empty(min(n, _DRAW_BLOCK))
+    out, more = np.empty(buf.shape, bool), np.empty(buf.shape, bool)
     bad = []
-    for s in range(0, n, _BLOCK):
-        block = buf[: min(_BLOCK, n - s)]
+    for s in range(0, n, _DRAW_BLOCK):
+        m = min(_DRAW_BLOCK, n - s)
+        block, o = buf[:m], out[:m]
         rng.standard_normal(out=block)
         block *= std
         block += mean
-        out = np.zeros(block.shape[0], bool)
+        o[...] = False
         if low > -np.inf:
-            out |= block < low
+            np.less(block, low, out=o)
         if high < np.inf:
-            out |= block > high
-        bad.append(np.flatnonzero(out) + s)
-        put(block, slice(s, s + block.shape[0]))
+            o |= np.greater(block, high, out=more[:m])
+        if o.any():
+            bad.append(np.flatnonzero(o) + s)
+        put(block, s)
     bad = np.concatenate(bad) if bad else np.empty(0, np.int64)
     final = np.empty(bad.size)
     pending = np.arange(bad.size)
@@ -530,7 +537,10 @@ def _weights_f32(key, n: int, mean: float, std: float, low: float, high: float, 
     w = aligned_empty(n, np.float32)  # taken over by the device without a copy
 
     def put(x, where):
-        w[where] = x * to_na
+        if isinstance(where, int):  # a block from `where` on: product in float64, rounded
+            np.multiply(x, to_na, out=w[where : where + x.shape[0]], casting="same_kind")
+        else:
+            w[where] = x * to_na
 
     _truncated_normal_into(key, n, mean, std, low, high, put)
     return w
@@ -543,11 +553,21 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
     whole (1 byte per synapse in all at the microcircuit's delays, in a buffer the device
     takes over)."""
     state = {"out": aligned_empty(n, np.int8), "top": -np.inf, "step_top": 0}
+    m = min(n, _DRAW_BLOCK)
+    f32, r_buf, t_buf = np.empty(m, np.float32), np.empty(m), np.empty(m)
 
     def put(x, where):
-        r = x.astype(np.float32).astype(np.float64)
+        k = x.shape[0]
+        if k > m:  # the redrawn values (more than a block): fresh buffers
+            return put_into(x, where, np.empty(k, np.float32), np.empty(k), np.empty(k))
+        return put_into(x, where, f32[:k], r_buf[:k], t_buf[:k])
+
+    def put_into(x, where, f, r, t):
+        # the operations of `_as_steps` on the float32 delays, in its order
+        np.copyto(f, x, casting="same_kind")
+        np.copyto(r, f)
         r /= dt
-        t = np.maximum(r, 1.0)
+        np.maximum(r, 1.0, out=t)
         t *= 1e-6
         r += 0.5
         r += t
@@ -562,7 +582,10 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
                     wider = aligned_empty(n, wide)
                     wider[...] = state["out"]
                     state["out"] = wider
-        state["out"][where] = r
+        if isinstance(where, int):
+            state["out"][where : where + x.shape[0]] = r
+        else:
+            state["out"][where] = r
 
     # the values outside [low, inf) are below every final value, so `top` is the final max
     _truncated_normal_into(key, n, mean, std, low, np.inf, put)
