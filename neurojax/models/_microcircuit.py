@@ -40,6 +40,14 @@ redrawn when their sign flips; $J$ is the current whose postsynaptic potential p
 1.5 ms (excitatory) or 0.75 ms (inhibitory) and standard deviation half the mean; a delay
 below `dt / 2` is redrawn (the reference's `nest.math.redraw(min=resolution / 2)`), then every
 delay is rounded to whole steps (half-way up, as NEST), so the shortest delay is one step.
+With the stored event layout each pathway is built directly as compressed rows: the pairs'
+keys sorted and decoded in place, weights and delay steps drawn a block at a time on two
+threads beside them, into the buffers that become the tables without a copy (no `(n, 2)`
+index array or float64 draw is ever held whole: a pathway's build needs little more than
+its 9 bytes per synapse), with exactly the synapses, weights and delays that the pairs of
+`nj.connect.fixed_total_number`, the truncated normals and `nj.Projection(..., dt=dt)` give
+for the same key (see `tests/test_microcircuit.py`). A full-scale network builds in about
+15 s on two cores.
 
 **Background.** `background="poisson"`: every neuron receives an independent Poisson train at
 $K_{ext}$ x 8 Hz through synapses of weight $J$ (delay 1.5 ms); per step the number of input
