@@ -83,9 +83,10 @@ class EventLayout(Layout):
             weights = weights[jnp.asarray(order)]
             if delay is not None:
                 delay = delay[order]
-        counts = np.bincount(pre, minlength=n_pre)
-        indptr = np.zeros(n_pre + 1, np.int64)
-        np.cumsum(counts, out=indptr[1:])
+        # rows sorted: row r starts at the first entry >= r (a binary search per row, no
+        # int64 copy of the rows as `np.bincount` would make)
+        indptr = np.searchsorted(pre, np.arange(n_pre + 1, dtype=np.int64)).astype(np.int64)
+        counts = np.diff(indptr)
         if indptr[-1] >= 2**31:
             raise ValueError(
                 f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
