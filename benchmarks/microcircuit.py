@@ -9,7 +9,8 @@ delays; for NEST `Create`/`Connect`/`Prepare`), compile time (neurojax), run tim
 per-population mean rates, the same times in process CPU seconds (all threads; the fair
 measure when the machine is shared and a process waits for a core), bytes per synapse of
 the network's synapse arrays (`Network.nbytes()`) and the process's peak RSS divided by the
-number of synapses.
+number of synapses. neurojax's build draws each pathway's weights and delays on two threads
+beside its pairs, so its build time depends on the cores given (`--threads 2`: both cores).
 
 Brian2 2.9 (`--peers ...,brian2`) runs in C++ standalone mode (`benchmarks.peers.
 brian2_microcircuit`): its build is the Python set-up, code generation and compilation, its

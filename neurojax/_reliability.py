@@ -88,7 +88,8 @@ def checked_conn(owner: str, conn: Any) -> Any:
     idx = np.asarray(conn.indices)
     data = np.asarray(conn.data)
     pad = None
-    if idx.ndim == 2 and idx.shape[1:] == (2,) and idx.shape[0]:
+    if idx.ndim == 2 and idx.shape[1:] == (2,) and idx.shape[0] and not _inside(idx, conn.shape):
+        # padding lies outside the shape: looked for only when some index is
         pad = (idx == np.asarray(conn.shape)).all(axis=1) & (data == 0)
     if pad is not None and pad.any():
         from jax.experimental import sparse
@@ -97,6 +98,15 @@ def checked_conn(owner: str, conn: Any) -> Any:
         conn = sparse.BCOO((conn.data[keep], conn.indices[keep]), shape=conn.shape)
     check_conn_entries(owner, tuple(conn.shape), conn.indices, conn.data)
     return conn
+
+
+def _inside(idx: np.ndarray, shape) -> bool:
+    """Whether every row of the `(nnz, 2)` indices lies inside `shape` (four reductions, no
+    temporary array)."""
+    return all(
+        int(idx[:, axis].min()) >= 0 and int(idx[:, axis].max()) < int(shape[axis])
+        for axis in (0, 1)
+    )
 
 
 def check_conn_entries(owner: str, shape: tuple[int, int], indices: Any, data: Any) -> None:
@@ -108,7 +118,7 @@ def check_conn_entries(owner: str, shape: tuple[int, int], indices: Any, data: A
     idx = np.asarray(indices)
     if idx.ndim != 2 or idx.shape[1] != 2:
         raise ValueError(f"{owner}: conn.indices must have shape (nnz, 2), got {idx.shape}")
-    if idx.shape[0]:
+    if idx.shape[0] and not _inside(idx, shape):
         for axis, name, n in ((0, "presynaptic", shape[0]), (1, "postsynaptic", shape[1])):
             col = idx[:, axis]
             bad = (col < 0) | (col >= n)
@@ -121,7 +131,9 @@ def check_conn_entries(owner: str, shape: tuple[int, int], indices: Any, data: A
     w = np.asarray(data)
     if w.dtype.kind == "c":
         raise TypeError(f"{owner}: conn weights must be real, got dtype {w.dtype}")
-    if w.dtype.kind == "f" and w.size and not np.isfinite(w).all():
+    # NaN propagates to the minimum and an infinity is the minimum or the maximum: two
+    # reductions without a temporary, the detailed search only when one is not finite
+    if w.dtype.kind == "f" and w.size and not (np.isfinite(w.min()) and np.isfinite(w.max())):
         bad = ~np.isfinite(w)
         raise ValueError(
             f"{owner}: conn has {int(bad.sum())} non-finite weight(s) (NaN or inf), e.g. "
@@ -219,7 +231,9 @@ def check_layout(owner: str, layout: Any) -> None:
 
 
 def _check_finite_weights(owner: str, name: str, field: str, w: np.ndarray) -> None:
-    if w.dtype.kind == "f" and w.size and not np.isfinite(w).all():
+    # NaN propagates to the minimum and an infinity is the minimum or the maximum: two
+    # reductions without a temporary, the detailed search only when one is not finite
+    if w.dtype.kind == "f" and w.size and not (np.isfinite(w.min()) and np.isfinite(w.max())):
         bad = ~np.isfinite(w)
         raise ValueError(
             f"{owner}: {name}: {int(bad.sum())} non-finite {field} (NaN or inf), e.g. "

@@ -125,3 +125,43 @@ def test_sorted_pairs_equal_a_lexicographic_sort(n_pre, n_post, n):
     got = _sorted_pairs(pre, post, n_pre, n_post)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("n_pre", "n_post", "n"), [(50_000, 60_000, 300_000), (3, 2**30, 1000)])
+def test_sorted_pairs_with_int64_keys_equal_a_lexicographic_sort(n_pre, n_post, n):
+    """Beyond 2**31 candidate pairs the keys are int64; the same order as NumPy's lexsort."""
+    from neurojax.connectivity._fixed_total import _sorted_pairs
+
+    rng = np.random.default_rng(n)
+    pre = rng.integers(0, n_pre, n, dtype=np.int32)
+    post = rng.integers(0, n_post, n, dtype=np.int32)
+    order = np.lexsort((post, pre))
+    want = np.stack([pre[order], post[order]], axis=1)
+    np.testing.assert_array_equal(_sorted_pairs(pre.copy(), post, n_pre, n_post), want)
+
+
+@pytest.mark.parametrize(
+    ("n_pre", "n_post", "n", "allow_self"),
+    [
+        (300, 200, 700_000, True),  # more synapses than one decoding block
+        (5000, 4, 20, True),  # most rows empty
+        (40, 40, 9000, False),  # no autapses
+        (7, 3, 0, True),
+        (70_000, 40_000, 500_000, True),  # int64 keys
+    ],
+)
+def test_compressed_rows_equal_the_sorted_pairs(n_pre, n_post, n, allow_self):
+    """`fixed_total_csr` (the microcircuit's direct build) gives exactly the synapses of
+    `fixed_total_pairs` for the same key: row pointers from the pairs' rows, the same columns."""
+    from neurojax.connectivity._fixed_total import fixed_total_csr, fixed_total_pairs
+
+    key = jax.random.key(n + n_pre)
+    pairs = fixed_total_pairs(key, n_pre, n_post, n, allow_self, True)
+    indptr, indices = fixed_total_csr(key, n_pre, n_post, n, allow_self)
+    want_ptr = np.concatenate([[0], np.cumsum(np.bincount(pairs[:, 0], minlength=n_pre))])
+    assert indptr.dtype == np.int64 and indices.dtype == np.int32
+    np.testing.assert_array_equal(indptr, want_ptr)
+    np.testing.assert_array_equal(indices, pairs[:, 1])
+    if not allow_self:
+        rows = np.repeat(np.arange(n_pre), np.diff(indptr))
+        assert not np.any(rows == indices)

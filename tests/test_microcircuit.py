@@ -413,3 +413,68 @@ def test_procedural_layout_has_the_stored_laws():
     assert proc.memory().table_bytes < 0.02 * stored.memory().table_bytes
     for p in _recurrent(stored):
         assert p.nbytes() == 9 * p.n_synapses + 4 * (p.n_pre + 1)
+
+
+def _via_projection(keys, n_pre, n_post, n, weight, delay, to_na, dt):
+    """A pathway through the public route: pairs as a BCOO, float64 truncated normals, and
+    `nj.Projection` with its checks, sort and delay rounding."""
+    k_pairs, k_w, k_d = keys
+    mean, std, low, high = weight
+    d_mean, d_std, d_min = delay
+    idx = mc.fixed_total_pairs(k_pairs, n_pre, n_post, n, True, True)
+    w = mc._truncated_normal(k_w, n, mean, std, low, high) * to_na
+    d = mc._truncated_normal(k_d, n, d_mean, d_std, d_min, np.inf)
+    conn = mc._bcoo(idx, w, n_pre, n_post)
+    syn = nj.Exponential(0.5)
+    return nj.Projection("a", "b", conn, synapse=syn, delay=d, method="event", dt=dt), d
+
+
+@pytest.mark.parametrize(
+    ("n_pre", "n_post", "n", "weight", "delay"),
+    [
+        (300, 200, 600_000, (-351.2, 35.12, -np.inf, 0.0), (0.75, 0.375, 0.05)),
+        (40, 700, 5000, (87.8, 8.78, 0.0, np.inf), (1.5, 0.75, 0.05)),
+        # a spread that redraws a third of the values (across several blocks), delays past
+        # 127 steps (int16)
+        (90, 80, 300_000, (1.0, 2.0, 0.0, np.inf), (14.0, 7.0, 9.0)),
+    ],
+)
+def test_direct_pathway_equals_the_projection_route(n_pre, n_post, n, weight, delay):
+    """`_stored_pathway` (compressed rows, weights and delay steps drawn a block at a time on
+    threads, the trusted constructor) gives the projection `nj.Projection` makes from the BCOO
+    and the float64 delays: the same arrays bit for bit, dtypes and static fields."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    keys = tuple(jax.random.split(jax.random.key(n), 3))
+    to_na, dt = 1e-3 * 0.9, 0.1
+    want, d = _via_projection(keys, n_pre, n_post, n, weight, delay, to_na, dt)
+    with ThreadPoolExecutor(2) as pool:
+        got = mc._stored_pathway(
+            pool, keys, "a", "b", n_pre, n_post, n, weight, delay, to_na, dt, nj.Exponential(0.5)
+        )
+    assert want.delay_steps is not None and got.max_delay == want.max_delay == d.max()
+    lw, lg = jax.tree_util.tree_flatten(want), jax.tree_util.tree_flatten(got)
+    assert lw[1] == lg[1]  # the same structure and static fields
+    for a, b in zip(lw[0], lg[0], strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    if delay[0] > 10:
+        assert got.delay_steps.dtype == np.int16
+
+
+def test_a_custom_layout_gets_the_same_synapses():
+    """A Layout subclass goes through `nj.Projection` and the BCOO: the same synapses as the
+    event layout built directly."""
+
+    class Rows(nj.network.EventLayout):
+        pass
+
+    key = jax.random.key(2)
+    a, _ = nj.models.microcircuit(key, scale=0.02, k_scale=0.1, background="dc")
+    b, _ = nj.models.microcircuit(key, scale=0.02, k_scale=0.1, background="dc", layout=Rows)
+    assert [type(p.layout) for p in b.projections] == [Rows] * len(b.projections)
+    for p, q in zip(a.projections, b.projections, strict=True):
+        for name in ("indptr", "indices", "weights"):
+            np.testing.assert_array_equal(getattr(p.layout, name), getattr(q.layout, name))
+        np.testing.assert_array_equal(p.delay_steps, q.delay_steps)
+        assert p.max_delay == q.max_delay

@@ -40,6 +40,14 @@ redrawn when their sign flips; $J$ is the current whose postsynaptic potential p
 1.5 ms (excitatory) or 0.75 ms (inhibitory) and standard deviation half the mean; a delay
 below `dt / 2` is redrawn (the reference's `nest.math.redraw(min=resolution / 2)`), then every
 delay is rounded to whole steps (half-way up, as NEST), so the shortest delay is one step.
+With the stored event layout each pathway is built directly as compressed rows: the pairs'
+keys sorted and decoded in place, weights and delay steps drawn a block at a time on two
+threads beside them, into the buffers that become the tables without a copy (no `(n, 2)`
+index array or float64 draw is ever held whole: a pathway's build needs little more than
+its 9 bytes per synapse), with exactly the synapses, weights and delays that the pairs of
+`nj.connect.fixed_total_number`, the truncated normals and `nj.Projection(..., dt=dt)` give
+for the same key (see `tests/test_microcircuit.py`). A full-scale network builds in about
+15 s on two cores.
 
 **Background.** `background="poisson"`: every neuron receives an independent Poisson train at
 $K_{ext}$ x 8 Hz through synapses of weight $J$ (delay 1.5 ms); per step the number of input
@@ -88,6 +96,7 @@ Population names: `"L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"`; sp
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -101,8 +110,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import connectivity as connect
 from .._validation import as_float, default_float, normalize_shape
-from ..connectivity._fixed_total import fixed_total_pairs
+from ..connectivity._fixed_total import aligned_empty, fixed_total_csr, fixed_total_pairs
 from ..network import Layout, Network, NetworkState, Projection, SpikeSource
+from ..network._layout import EventLayout, layout_class
+from ..network._projection import steps_dtype
 from ..neurons import LIF
 from ..synapses import CurrentOutput, Exponential
 
@@ -489,6 +500,135 @@ def _bcoo(idx: np.ndarray, w: np.ndarray, n_pre: int, n_post: int) -> sparse.BCO
     )
 
 
+_DRAW_BLOCK = 1 << 15  # values per block of the fused draws (256 kB of float64: in L2)
+
+
+def _truncated_normal_into(key, n: int, mean: float, std: float, low: float, high: float, put):
+    """The values of `_truncated_normal(key, n, mean, std, low, high)`, handed to
+    `put(values, where)` a block at a time (`where` the block's first position, an int, or
+    an index array) instead of being kept: the same generator stream (all `n` first, then
+    the redraws of the values outside `[low, high]`), the float64 values only ever a block
+    in cache, in buffers reused from block to block. A position whose value is redrawn is
+    put again with its final value after all blocks."""
+    rng = np.random.default_rng(np.asarray(jr.key_data(key)).ravel())
+    buf = np.empty(min(n, _DRAW_BLOCK))
+    out, more = np.empty(buf.shape, bool), np.empty(buf.shape, bool)
+    bad = []
+    for s in range(0, n, _DRAW_BLOCK):
+        m = min(_DRAW_BLOCK, n - s)
+        block, o = buf[:m], out[:m]
+        rng.standard_normal(out=block)
+        block *= std
+        block += mean
+        o[...] = False
+        if low > -np.inf:
+            np.less(block, low, out=o)
+        if high < np.inf:
+            o |= np.greater(block, high, out=more[:m])
+        if o.any():
+            bad.append(np.flatnonzero(o) + s)
+        put(block, s)
+    bad = np.concatenate(bad) if bad else np.empty(0, np.int64)
+    final = np.empty(bad.size)
+    pending = np.arange(bad.size)
+    while pending.size:
+        new = mean + std * rng.standard_normal(pending.size)
+        final[pending] = new
+        pending = pending[(new < low) | (new > high)]
+    if bad.size:
+        put(final, bad)
+
+
+def _weights_f32(key, n: int, mean: float, std: float, low: float, high: float, to_na: float):
+    """`(_truncated_normal(...) * to_na).astype(float32)`: the stored weights, the float64
+    draws never held whole (4 bytes per synapse in all, in a buffer the device takes over)."""
+    w = aligned_empty(n, np.float32)  # taken over by the device without a copy
+
+    def put(x, where):
+        if isinstance(where, int):  # a block from `where` on: product in float64, rounded
+            np.multiply(x, to_na, out=w[where : where + x.shape[0]], casting="same_kind")
+        else:
+            w[where] = x * to_na
+
+    _truncated_normal_into(key, n, mean, std, low, high, put)
+    return w
+
+
+def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
+    """The delay steps `nj.Projection(..., delay=_truncated_normal(key, n, mean, std, low,
+    inf), dt=dt)` keeps (the float32 ms values rounded as `_projection._as_steps` does, in
+    the smallest integer dtype) and the largest delay in ms, the float64 delays never held
+    whole (1 byte per synapse in all at the microcircuit's delays, in a buffer the device
+    takes over)."""
+    state = {"out": aligned_empty(n, np.int8), "top": -np.inf, "step_top": 0}
+    m = min(n, _DRAW_BLOCK)
+    f32, r_buf, t_buf = np.empty(m, np.float32), np.empty(m), np.empty(m)
+
+    def put(x, where):
+        k = x.shape[0]
+        if k > m:  # the redrawn values (more than a block): fresh buffers
+            return put_into(x, where, np.empty(k, np.float32), np.empty(k), np.empty(k))
+        return put_into(x, where, f32[:k], r_buf[:k], t_buf[:k])
+
+    def put_into(x, where, f, r, t):
+        # the operations of `_as_steps` on the float32 delays, in its order
+        np.copyto(f, x, casting="same_kind")
+        np.copyto(r, f)
+        r /= dt
+        np.maximum(r, 1.0, out=t)
+        t *= 1e-6
+        r += 0.5
+        r += t
+        np.floor(r, out=r)
+        if x.size:
+            state["top"] = max(state["top"], float(x.max()))
+            top = int(r.max())
+            if top > state["step_top"]:
+                state["step_top"] = top
+                wide = steps_dtype(top)
+                if np.dtype(wide).itemsize > state["out"].dtype.itemsize:
+                    wider = aligned_empty(n, wide)
+                    wider[...] = state["out"]
+                    state["out"] = wider
+        if isinstance(where, int):
+            state["out"][where : where + x.shape[0]] = r
+        else:
+            state["out"][where] = r
+
+    # the values outside [low, inf) are below every final value, so `top` is the final max
+    _truncated_normal_into(key, n, mean, std, low, np.inf, put)
+    return state["out"], state["top"]
+
+
+def _stored_pathway(
+    pool, keys, pre, post, n_pre, n_post, n, weight, delay, to_na, dt, syn
+) -> Projection:
+    """One fixed-total pathway in the event layout, built directly as compressed rows: the
+    pairs drawn and sorted on this thread while the weights and the delay steps are drawn on
+    the two of `pool` (NumPy's generators and sort release the GIL; each has its own key's
+    stream, so the synapses are those of `_bcoo` + `nj.Projection`, bit for bit)."""
+    k_pairs, k_w, k_d = keys
+    mean, std, low, high = weight
+    d_mean, d_std, d_min = delay
+    fw = pool.submit(_weights_f32, k_w, n, mean, std, low, high, to_na)
+    fd = pool.submit(_delay_steps, k_d, n, d_mean, d_std, d_min, dt)
+    indptr, indices = fixed_total_csr(k_pairs, n_pre, n_post, n, True)
+    w = fw.result()
+    steps, d_max = fd.result()
+    layout = EventLayout._from_csr(n_pre, n_post, indptr, indices, w)
+    del w, indices
+    return Projection._trusted(
+        pre,
+        post,
+        layout,
+        synapse=syn,
+        output=CurrentOutput(),
+        delay_steps=steps,
+        max_delay=d_max,
+        dt=dt,
+    )
+
+
 def _check_real(name: str, value: Any, *, positive: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise TypeError(f"microcircuit: {name} must be a real number, got {value!r}")
@@ -608,137 +748,189 @@ def microcircuit(
     syn = Exponential(c["tau_syn"])
     projections = []
     d_min = 0.5 * dt
-    for a, post in enumerate(POPULATIONS):
-        for b, pre in enumerate(POPULATIONS):
-            n = int(n_syn[a, b])
-            if n == 0:
-                continue
-            kk = jr.fold_in(k_conn, 8 * a + b)
-            mean = w_mean[a, b]
-            std = abs(mean) * c["weight_rel_std"]
-            d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
-            if procedural:
-                projections.append(
-                    _procedural(kk, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn)
-                )
-                continue
-            idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
-            low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
-            w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
-            w *= to_na
-            conn = _bcoo(idx, w, sizes[pre], sizes[post])
-            delay = _truncated_normal(
-                jr.fold_in(k_d, 8 * a + b), n, d_mean, d_mean * c["delay_rel_std"], d_min, np.inf
-            )
-            projections.append(
-                Projection(
-                    pre,
-                    post,
-                    conn,
-                    synapse=syn,
-                    output=CurrentOutput(),
-                    delay=delay,
-                    method=layout,
-                    dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
-                )
-            )
-            del conn, w, delay, idx
-    populations = {p: (lif, sizes[p]) for p in POPULATIONS}
-    n_total = int(n_of.sum())
-    offsets = np.concatenate([[0], np.cumsum(n_of)])
-    if background == "poisson":
-        k_ext = np.round(np.asarray(c["k_ext"], np.float64) * k_scale)
-        rates = k_ext * c["bg_rate"]
-        lam_max = float(rates.max()) * dt * 1e-3
-        # terms up to where the Poisson tail is below float32's resolution of a uniform
-        n_terms = int(lam_max + 6.0 * math.sqrt(lam_max) + 6)
-        source = PoissonCounts(
-            levels=as_float(rates),
-            level=jax.device_put(np.repeat(np.arange(8, dtype=np.int32), n_of)),
-            n_terms=n_terms,
-        )
-        populations["background"] = (source, n_total)
+    # the built-in stored layout is built directly as compressed rows (`_stored_pathway`);
+    # another Layout class gets the synapses as a BCOO through `nj.Projection`
+    direct = not procedural and (
+        layout_class(layout, n_pre=2**16, n_post=2**16, per_synapse_delays=True, plastic=False)
+        is EventLayout
+    )
+    # weights and delays on two threads while the pairs are drawn (see `_stored_pathway`)
+    with ThreadPoolExecutor(2) as pool:
         for a, post in enumerate(POPULATIONS):
-            pre_ids = np.arange(offsets[a], offsets[a + 1], dtype=np.int32)
-            conn = connect.from_arrays(
-                pre_ids,
-                np.arange(sizes[post], dtype=np.int32),
-                j_ext * to_na,
-                n_total,
-                sizes[post],
-            )
-            projections.append(
-                Projection(
-                    "background",
-                    post,
-                    conn,
-                    synapse=syn,
-                    output=CurrentOutput(),
-                    delay=c["delay_poisson"],
-                    method=InputLayout,
+            for b, pre in enumerate(POPULATIONS):
+                n = int(n_syn[a, b])
+                if n == 0:
+                    continue
+                kk = jr.fold_in(k_conn, 8 * a + b)
+                mean = w_mean[a, b]
+                std = abs(mean) * c["weight_rel_std"]
+                d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
+                if procedural:
+                    projections.append(
+                        _procedural(kk, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn)
+                    )
+                    continue
+                low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
+                if direct:
+                    projections.append(
+                        _stored_pathway(
+                            pool,
+                            (kk, jr.fold_in(k_w, 8 * a + b), jr.fold_in(k_d, 8 * a + b)),
+                            pre,
+                            post,
+                            sizes[pre],
+                            sizes[post],
+                            n,
+                            (mean, std, low, high),
+                            (d_mean, d_mean * c["delay_rel_std"], d_min),
+                            to_na,
+                            dt,
+                            syn,
+                        )
+                    )
+                    continue
+                idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
+                w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
+                w *= to_na
+                conn = _bcoo(idx, w, sizes[pre], sizes[post])
+                delay = _truncated_normal(
+                    jr.fold_in(k_d, 8 * a + b),
+                    n,
+                    d_mean,
+                    d_mean * c["delay_rel_std"],
+                    d_min,
+                    np.inf,
                 )
-            )
-    if thalamus:
-        n_th = int(c["num_th_neurons"])
-        p_th = np.asarray(c["conn_probs_th"], np.float64)
-        full = _full_synapses(p_th[None, :], np.asarray([n_th]), np.asarray(c["full_num_neurons"]))
-        n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
-        j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
-        j_th /= math.sqrt(k_scale)
-        populations["thalamus"] = (
-            PoissonWindow(c["th_rate"], c["th_start"], c["th_duration"]),
-            n_th,
-        )
-        for a, post in enumerate(POPULATIONS):
-            n = int(n_th_syn[a])
-            if n == 0:
-                continue
-            if procedural:
                 projections.append(
-                    _procedural(
-                        jr.fold_in(k_th, 3 * a),
-                        "thalamus",
+                    Projection(
+                        pre,
                         post,
-                        {"thalamus": n_th, **sizes},
-                        n,
-                        j_th,
-                        j_th * c["weight_rel_std"],
-                        to_na,
-                        c["delay_th_mean"],
-                        c,
-                        dt,
-                        syn,
-                        delay_rel_std=c["delay_th_rel_std"],
+                        conn,
+                        synapse=syn,
+                        output=CurrentOutput(),
+                        delay=delay,
+                        method=layout,
+                        dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
                     )
                 )
-                continue
-            idx = fixed_total_pairs(jr.fold_in(k_th, 3 * a), n_th, sizes[post], n, True, True)
-            w = _truncated_normal(
-                jr.fold_in(k_th, 3 * a + 1), n, j_th, j_th * c["weight_rel_std"], 0.0, np.inf
+                del conn, w, delay, idx
+        populations = {p: (lif, sizes[p]) for p in POPULATIONS}
+        n_total = int(n_of.sum())
+        offsets = np.concatenate([[0], np.cumsum(n_of)])
+        if background == "poisson":
+            k_ext = np.round(np.asarray(c["k_ext"], np.float64) * k_scale)
+            rates = k_ext * c["bg_rate"]
+            lam_max = float(rates.max()) * dt * 1e-3
+            # terms up to where the Poisson tail is below float32's resolution of a uniform
+            n_terms = int(lam_max + 6.0 * math.sqrt(lam_max) + 6)
+            source = PoissonCounts(
+                levels=as_float(rates),
+                level=jax.device_put(np.repeat(np.arange(8, dtype=np.int32), n_of)),
+                n_terms=n_terms,
             )
-            w *= to_na
-            conn = _bcoo(idx, w, n_th, sizes[post])
-            d_mean = c["delay_th_mean"]
-            delay = _truncated_normal(
-                jr.fold_in(k_th, 3 * a + 2),
-                n,
-                d_mean,
-                d_mean * c["delay_th_rel_std"],
-                d_min,
-                np.inf,
-            )
-            projections.append(
-                Projection(
-                    "thalamus",
-                    post,
-                    conn,
-                    synapse=syn,
-                    output=CurrentOutput(),
-                    delay=delay,
-                    method=layout,
-                    dt=dt,
+            populations["background"] = (source, n_total)
+            for a, post in enumerate(POPULATIONS):
+                pre_ids = np.arange(offsets[a], offsets[a + 1], dtype=np.int32)
+                conn = connect.from_arrays(
+                    pre_ids,
+                    np.arange(sizes[post], dtype=np.int32),
+                    j_ext * to_na,
+                    n_total,
+                    sizes[post],
                 )
+                projections.append(
+                    Projection(
+                        "background",
+                        post,
+                        conn,
+                        synapse=syn,
+                        output=CurrentOutput(),
+                        delay=c["delay_poisson"],
+                        method=InputLayout,
+                    )
+                )
+        if thalamus:
+            n_th = int(c["num_th_neurons"])
+            p_th = np.asarray(c["conn_probs_th"], np.float64)
+            n_full = np.asarray(c["full_num_neurons"])
+            full = _full_synapses(p_th[None, :], np.asarray([n_th]), n_full)
+            n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
+            j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
+            j_th /= math.sqrt(k_scale)
+            populations["thalamus"] = (
+                PoissonWindow(c["th_rate"], c["th_start"], c["th_duration"]),
+                n_th,
             )
+            for a, post in enumerate(POPULATIONS):
+                n = int(n_th_syn[a])
+                if n == 0:
+                    continue
+                if procedural:
+                    projections.append(
+                        _procedural(
+                            jr.fold_in(k_th, 3 * a),
+                            "thalamus",
+                            post,
+                            {"thalamus": n_th, **sizes},
+                            n,
+                            j_th,
+                            j_th * c["weight_rel_std"],
+                            to_na,
+                            c["delay_th_mean"],
+                            c,
+                            dt,
+                            syn,
+                            delay_rel_std=c["delay_th_rel_std"],
+                        )
+                    )
+                    continue
+                if direct:
+                    th_std = j_th * c["weight_rel_std"]
+                    d_mean = c["delay_th_mean"]
+                    projections.append(
+                        _stored_pathway(
+                            pool,
+                            tuple(jr.fold_in(k_th, 3 * a + i) for i in range(3)),
+                            "thalamus",
+                            post,
+                            n_th,
+                            sizes[post],
+                            n,
+                            (j_th, th_std, 0.0, np.inf),
+                            (d_mean, d_mean * c["delay_th_rel_std"], d_min),
+                            to_na,
+                            dt,
+                            syn,
+                        )
+                    )
+                    continue
+                idx = fixed_total_pairs(jr.fold_in(k_th, 3 * a), n_th, sizes[post], n, True, True)
+                w = _truncated_normal(
+                    jr.fold_in(k_th, 3 * a + 1), n, j_th, j_th * c["weight_rel_std"], 0.0, np.inf
+                )
+                w *= to_na
+                conn = _bcoo(idx, w, n_th, sizes[post])
+                d_mean = c["delay_th_mean"]
+                delay = _truncated_normal(
+                    jr.fold_in(k_th, 3 * a + 2),
+                    n,
+                    d_mean,
+                    d_mean * c["delay_th_rel_std"],
+                    d_min,
+                    np.inf,
+                )
+                projections.append(
+                    Projection(
+                        "thalamus",
+                        post,
+                        conn,
+                        synapse=syn,
+                        output=CurrentOutput(),
+                        delay=delay,
+                        method=layout,
+                        dt=dt,
+                    )
+                )
     inputs = {p: float(dc[a] * 1e-3) for a, p in enumerate(POPULATIONS) if dc[a] != 0.0}
     net = Network(populations, projections, inputs=inputs, dt=dt)
 

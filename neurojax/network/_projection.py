@@ -386,6 +386,45 @@ class Projection(eqx.Module):
         else:
             self.delay_ms = jnp.asarray(d_arr, jnp.float32)
 
+    @classmethod
+    def _trusted(
+        cls,
+        pre: str,
+        post: str,
+        layout: Layout,
+        *,
+        synapse: SynapseDynamics,
+        output: SynapseOutput,
+        delay_steps: np.ndarray,
+        max_delay: float,
+        dt: float,
+    ) -> "Projection":
+        """A static projection with per-synapse delays in whole steps of `dt`, assembled from
+        a layout and delay steps that a trusted internal builder made (the microcircuit's
+        pathways): what `__init__` makes of the same synapses and the delays that round to
+        `delay_steps`, without its input checks and copies. `max_delay` [ms] is the largest
+        delay before rounding (what `__init__` keeps)."""
+        new = object.__new__(cls)
+        fields = dict(
+            pre=pre,
+            post=post,
+            synapse=synapse,
+            output=output,
+            layout=layout,
+            n_synapses=int(delay_steps.shape[0]),
+            delay_ms=None,
+            max_delay=float(max_delay),
+            plasticity=None,
+            short_term=None,
+            learnable_delays=False,
+            # device_put, not jnp.asarray: no program compiled per array shape
+            delay_steps=jax.device_put(delay_steps),
+            dt=check_dt("Projection", dt),
+        )
+        for field in dataclasses.fields(cls):
+            object.__setattr__(new, field.name, fields[field.name])
+        return new
+
     # ------------------------------------------------------------------ delays
 
     @property

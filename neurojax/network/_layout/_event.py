@@ -83,9 +83,10 @@ class EventLayout(Layout):
             weights = weights[jnp.asarray(order)]
             if delay is not None:
                 delay = delay[order]
-        counts = np.bincount(pre, minlength=n_pre)
-        indptr = np.zeros(n_pre + 1, np.int64)
-        np.cumsum(counts, out=indptr[1:])
+        # rows sorted: row r starts at the first entry >= r (a binary search per row, no
+        # int64 copy of the rows as `np.bincount` would make)
+        indptr = np.searchsorted(pre, np.arange(n_pre + 1, dtype=np.int64)).astype(np.int64)
+        counts = np.diff(indptr)
         if indptr[-1] >= 2**31:
             raise ValueError(
                 f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
@@ -101,6 +102,31 @@ class EventLayout(Layout):
             weights=weights,
         )
         return (layout.with_columns() if plastic else layout), delay
+
+    @classmethod
+    def _from_csr(
+        cls, n_pre: int, n_post: int, indptr: np.ndarray, indices: np.ndarray, weights
+    ) -> "EventLayout":
+        """The layout of compressed rows built by a trusted internal builder (the
+        microcircuit's fixed-total pathways), without `from_bcoo`'s sort and checks: `indptr`
+        (`n_pre + 1`, from 0 to `nnz`, non-decreasing), `indices` (int32, in `[0, n_post)`)
+        and `weights` (float32, finite) are the caller's guarantee. User-given arrays go
+        through `nj.Projection` and `from_bcoo`, which check them."""
+        if indptr[-1] >= 2**31:
+            raise ValueError(
+                f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
+                "projection); split the projection"
+            )
+        counts = np.diff(indptr)
+        return cls(
+            n_pre=n_pre,
+            n_post=n_post,
+            max_fan_out=int(counts.max()) if counts.size else 0,
+            # device_put, not jnp.asarray: no program compiled per array shape.
+            indptr=jax.device_put(indptr.astype(np.int32)),
+            indices=jax.device_put(indices),
+            weights=as_float(weights),
+        )
 
     def with_columns(self) -> "EventLayout":
         """The same layout plus the synapse ids grouped by postsynaptic neuron (for STDP)."""
