@@ -34,6 +34,10 @@ sampled per row; gradients with respect to the distribution's parameters flow th
 sample (`w = mean + std * z` for a normal). Delays are a scalar on the projection, or a
 distribution here, drawn per synapse **conditioned on** `delay_range` (NEST's redraw of
 out-of-range values has the same law; nothing is clipped) and rounded to whole steps of `dt`.
+Every draw inverts a CDF at a 24-bit uniform in `(0, 1)`, so a normal never reaches beyond
+about 5.3 standard deviations: `max_delay_steps`, which sizes the network's ring buffer, is the
+longest delay a draw can give (plus one step of margin), not the end of a wide `delay_range`
+(for the microcircuit's 1.5 +- 0.75 ms in `[0.05, 31.5]` ms: 56 steps, not 315).
 
 **Order.** `to_bcoo()` lists the synapses by presynaptic neuron and, within a row, in the
 order `j` of generation: the order in which the network delivers them, so a stored network
