@@ -34,6 +34,10 @@ sampled per row; gradients with respect to the distribution's parameters flow th
 sample (`w = mean + std * z` for a normal). Delays are a scalar on the projection, or a
 distribution here, drawn per synapse **conditioned on** `delay_range` (NEST's redraw of
 out-of-range values has the same law; nothing is clipped) and rounded to whole steps of `dt`.
+Every draw inverts a CDF at a 24-bit uniform in `(0, 1)`, so a normal never reaches beyond
+about 5.3 standard deviations: `max_delay_steps`, which sizes the network's ring buffer, is the
+longest delay a draw can give (plus one step of margin), not the end of a wide `delay_range`
+(for the microcircuit's 1.5 +- 0.75 ms in `[0.05, 31.5]` ms: 56 steps, not 315).
 
 **Order.** `to_bcoo()` lists the synapses by presynaptic neuron and, within a row, in the
 order `j` of generation: the order in which the network delivers them, so a stored network
@@ -46,6 +50,7 @@ References:
     LNCS 2271: 114-130.
 """
 
+import functools
 import math
 from typing import Any
 
@@ -131,8 +136,14 @@ def permute(j: jax.Array, m: int, key: jax.Array) -> jax.Array:
 
 
 def _uniform(bits: jax.Array) -> jax.Array:
-    """Uniform values in the open interval (0, 1) from uint32 words (24-bit resolution)."""
-    return ((bits >> 8).astype(default_float()) + 0.5) * (1.0 / (1 << 24))
+    """Uniform values in the open interval (0, 1) from uint32 words (24-bit resolution).
+
+    In float32, `k + 0.5` rounds to an even integer for `k >= 2^23`: the top word
+    (`k = 2^24 - 1`) would give exactly 1, where a normal's quantile is infinite (an infinite
+    weight, or a delay at the far end of `delay_range`, once in 2^24 draws); it is mapped onto
+    the largest float below 1 instead (`1 - 2^-24`, the float nearest its exact value)."""
+    u = ((bits >> 8).astype(default_float()) + 0.5) * (1.0 / (1 << 24))
+    return jnp.minimum(u, jnp.asarray(1.0 - 2.0**-24, u.dtype))
 
 
 def _probit(u: jax.Array) -> jax.Array:
@@ -274,7 +285,9 @@ class Procedural(eqx.Module):
         steps = None
         if self.delay is not None:
             d = _truncated(self.delay, _uniform(words["d"]), self.delay_low, self.delay_high)
-            steps = delay_steps_f32(d, self.dt)
+            # (the clip is the identity for the description as built, see _reachable_steps;
+            # it keeps a ring slot from wrapping if the delay parameters are later changed)
+            steps = jnp.minimum(delay_steps_f32(d, self.dt), self.max_delay_steps)
         return post, w.astype(default_float()), steps, valid
 
     def _kept(self, ids, post):
@@ -433,7 +446,33 @@ def _delay(owner: str, delay: Any, dt: Any, delay_range: Any) -> dict:
             f"delay_range {delay_range!r}"
         )
     top = int(delay_steps_f32(jnp.asarray(high, default_float()), dt))
+    top = min(top, _reachable_steps(delay, low, high, dt))
     return dict(delay=delay, delay_low=low, delay_high=high, dt=dt, max_delay_steps=top)
+
+
+_TOP_WORDS = 4096
+
+
+def _reachable_steps(delay: Distribution, low: float, high: float, dt: float) -> int:
+    """The longest delay in steps that a draw can give, plus one step of margin.
+
+    A delay is the truncated inverse CDF at a 24-bit uniform (`_uniform`), whose largest
+    value is `1 - 2^-25`: a normal delay never goes beyond ~5.3 standard deviations, however
+    wide `delay_range` is. The ring buffer needs slots up to this delay only (the microcircuit's
+    `delay_range` reaches 41 standard deviations: 316 slots where 57 are ever written). The
+    inverse CDF rises with `u`; it is evaluated at the top `_TOP_WORDS` uniforms, compiled as
+    `rows` compiles it, and one step is added in case a draw inside `rows` rounds one ulp
+    higher onto the next step. Returns a huge number when the parameters are traced (the
+    bound `high` then applies)."""
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(delay)):
+        return 2**31 - 1
+    return int(_top_steps(delay, low=low, high=high, dt=dt)) + 1
+
+
+@functools.partial(jax.jit, static_argnames=("low", "high", "dt"))
+def _top_steps(delay: Distribution, *, low: float, high: float, dt: float) -> jax.Array:
+    words = (jnp.uint32((1 << 24) - 1) - jnp.arange(_TOP_WORDS, dtype=jnp.uint32)) << 8
+    return jnp.max(delay_steps_f32(_truncated(delay, _uniform(words), low, high), dt))
 
 
 def _finish(
