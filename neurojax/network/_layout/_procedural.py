@@ -332,9 +332,15 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
             ok_syn = ok_syn & ok.reshape(-1)[:, None]
             tr = jnp.broadcast_to(trial, local.shape).reshape(-1)[:, None]
             target = _targets(spec, step, tr, post, steps, ok_syn, oob)
-            contrib = value.reshape(-1)[:, None] * w.astype(value.dtype)
-            return flat.at[target.reshape(-1)].add(
-                contrib.reshape(-1).astype(flat.dtype), mode="drop"
+            contrib = (value.reshape(-1)[:, None] * w.astype(value.dtype)).astype(flat.dtype)
+            # One scatter per row, in row order (the same additions in the same order as one
+            # scatter of the flattened chunk): flattening the generated rows makes XLA:CPU
+            # emit the whole row generator over the flat index, which doubles its cost.
+            return lax.fori_loop(
+                0,
+                target.shape[0],
+                lambda r, flat: flat.at[target[r]].add(contrib[r], mode="drop"),
+                flat,
             )
 
         # Full chunks of `big` spikes, then the rest in chunks of `small`: at most `small - 1`
