@@ -88,3 +88,20 @@ def test_drawn_delays_never_exceed_the_slots():
     assert steps.max() <= desc.max_delay_steps
     assert desc.max_delay_steps <= _reference_steps(0.75, 0.375, 0.05, 15.75, DT) + 2
     assert np.all(np.isfinite(np.asarray(conn.data)))
+
+
+def test_row_words_are_those_of_jax_random():
+    """The rows' random words, hashed in place, equal `jax.random.bits` of the key folded with
+    each row id, for several keys, row ids up to 2^31 - 1 and row lengths, and under jit."""
+    ids = jnp.asarray([0, 1, 2, 5, 77, 4096, 2**20 + 3, 2**31 - 1], jnp.int32)
+    for seed in (0, 1, 12345, 2**31 + 7):
+        data = jax.random.key_data(jax.random.key(seed))
+        key = jax.random.wrap_key_data(data)
+        for size in (1, 7, 64):
+            expected = jax.vmap(
+                lambda i, key=key, size=size: jax.random.bits(
+                    jax.random.fold_in(key, i), (size,), jnp.uint32
+                )
+            )(ids)
+            got = jax.jit(P._row_bits, static_argnums=2)(data, ids, size)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

@@ -135,6 +135,46 @@ def permute(j: jax.Array, m: int, key: jax.Array) -> jax.Array:
     return x.astype(jnp.int32)
 
 
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(k0, k1, x0, x1):
+    """Threefry-2x32 (20 rounds) of the counters `(x0, x1)` under the keys `(k0, k1)`, all
+    uint32 arrays broadcast together, written out round by round: XLA fuses the whole hash
+    with what consumes its words (`jax.random` lowers it as a loop on the CPU, whose every
+    iteration writes its arrays to memory). The values are `jax.random`'s (tested)."""
+    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for group in range(5):
+        for r in _ROTATIONS[group % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))
+            x1 = x1 ^ x0
+        x0 = x0 + ks[(group + 1) % 3]
+        x1 = x1 + ks[(group + 2) % 3] + jnp.uint32(group + 1)
+    return x0, x1
+
+
+def _row_bits(key_data: jax.Array, ids: jax.Array, size: int) -> jax.Array:
+    """`jax.random.bits(jax.random.fold_in(key, i), (size,), uint32)` for each row id `i` of
+    `ids`: uint32 `(len(ids), size)`. With the default threefry key in JAX's partitionable
+    mode, `fold_in` hashes the counter `(0, i)` and `bits` the counters `(0, j)`, keeping the
+    XOR of the two output words; that is computed here in place (see `_threefry2x32`), any
+    other key implementation or mode goes through `jax.random`."""
+    if jax.config.jax_threefry_partitionable and str(jax.config.jax_default_prng_impl) in (
+        "threefry2x32",
+        "threefry",
+    ):
+        data = key_data.astype(jnp.uint32)
+        zero = jnp.zeros(ids.shape, jnp.uint32)
+        r0, r1 = _threefry2x32(data[0], data[1], zero, ids.astype(jnp.uint32))
+        j = jnp.arange(size, dtype=jnp.uint32)[None, :]
+        y0, y1 = _threefry2x32(r0[:, None], r1[:, None], jnp.zeros_like(j), j)
+        return y0 ^ y1
+    key = jr.wrap_key_data(key_data)
+    return jax.vmap(lambda i: jr.bits(jr.fold_in(key, i), (size,), jnp.uint32))(ids)
+
+
 def _uniform(bits: jax.Array) -> jax.Array:
     """Uniform values in the open interval (0, 1) from uint32 words (24-bit resolution).
 
@@ -257,8 +297,7 @@ class Procedural(eqx.Module):
         parts += ["acc"] if self.rule == "distance" else []
         width = {"perm": 1}
         sizes = [width.get(name, k) for name in parts]
-        key = jr.wrap_key_data(self.key_data)
-        bits = jax.vmap(lambda i: jr.bits(jr.fold_in(key, i), (sum(sizes),), jnp.uint32))(ids)
+        bits = _row_bits(self.key_data, ids, sum(sizes))
         words, off = {}, 0
         for name, size in zip(parts, sizes, strict=True):
             words[name] = bits[:, off : off + size]
