@@ -177,7 +177,7 @@ def earned_rewards(pre_steps, post_steps, delay, last_arrival, interval=INTERVAL
     latest arrival of a spike of `n1` (`pre_steps + delay`; `last_arrival` is the latest
     arrival before them, or -inf). A spike emitted on step `k` arrives on step `k + delay`
     (the step whose STDP sees it) and drives the target from step `k + delay + 1`."""
-    arrivals = np.concatenate([[last_arrival], np.asarray(pre_steps, np.float64) + delay])
+    arrivals = np.concatenate([[-np.inf, last_arrival], np.asarray(pre_steps, np.float64) + delay])
     post = np.asarray(post_steps, np.float64)
     latest = arrivals[np.searchsorted(arrivals, post, side="left") - 1]
     lag = post - latest
