@@ -107,15 +107,21 @@ class Experiment:
     last_arrival: float = -np.inf  # the latest arrival of n1's spike through the synapse [step]
 
 
-def build(seed: int = 0, sweep_interval: float = 1000.0) -> Experiment:
-    """The network of the paper's first experiment with a randomly chosen E->E synapse."""
+def build(seed: int = 0, max_delay: int = MAX_DELAY, sweep_interval: float = 1000.0) -> Experiment:
+    """The network of the paper's first experiment with a randomly chosen E->E synapse.
+
+    `max_delay` (a divisor of 100; the paper: 20) sets the excitatory delays `1..max_delay` ms
+    and so the number of plastic projections (a smaller network to compile, for tests)."""
+    ok = isinstance(max_delay, int) and not isinstance(max_delay, bool) and max_delay >= 1
+    if not ok or FAN_OUT % max_delay:
+        raise ValueError(f"build: max_delay must be a divisor of {FAN_OUT} (ms), got {max_delay!r}")
     rng = np.random.default_rng(seed)
     exc_targets = rng.integers(0, N, (N_EXC, FAN_OUT))
     inh_targets = rng.integers(0, N_EXC, (N_INH, FAN_OUT))
-    per_delay = FAN_OUT // MAX_DELAY
+    per_delay = FAN_OUT // max_delay
     rule = make_rule(sweep_interval)
     projections = []
-    for k in range(MAX_DELAY):
+    for k in range(max_delay):
         post = exc_targets[:, k * per_delay : (k + 1) * per_delay]
         pre = np.repeat(np.arange(N_EXC), per_delay)
         conn = nj.connect.from_arrays(pre, post.reshape(-1), W_INIT, N, N, allow_multapses=True)
@@ -213,7 +219,7 @@ def run_chunk(exp: Experiment, runner, state, sec: int, extra=None):
 
 def excitatory_weights(exp: Experiment, state) -> np.ndarray:
     """Every excitatory synapse's weight brought to the present; the chosen one is first."""
-    ws = [np.asarray(exp.rule.current_weights(state.plastic[p], DT)) for p in range(MAX_DELAY)]
+    ws = [np.asarray(exp.rule.current_weights(s, DT)) for s in state.plastic if s is not None]
     chosen = ws[exp.proj][exp.index]
     ws[exp.proj] = np.delete(ws[exp.proj], exp.index)
     return np.concatenate([[chosen], *ws])

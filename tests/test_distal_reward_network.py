@@ -14,7 +14,7 @@ def test_rewards_follow_the_pairings_of_the_chosen_synapse():
     of every chunk is the tonic level plus a jump of 0.5 per reward decaying with 200 ms (a
     step-by-step recursion over the whole run)."""
     seconds = 4
-    exp = dr.build(seed=1)
+    exp = dr.build(seed=1, max_delay=4)  # delays 1..4 ms: 4 plastic projections to compile
     runner = dr.make_runner(exp)
     state = dr.init_state(exp)
     rng = np.random.default_rng(3)
@@ -33,6 +33,7 @@ def test_rewards_follow_the_pairings_of_the_chosen_synapse():
     post = np.flatnonzero(spikes[:, exp.n2])
     expected = [int(k) for k in post if any(1 <= k - (p + exp.delay) <= dr.INTERVAL for p in pre)]
     assert len(pre) > 40 and len(post) > 40
+    assert exp.delay >= 2  # the chosen synapse has a delay of several steps
     assert 10 < len(expected) < len(post)  # rewarded and unrewarded spikes of n2
     assert exp.earned == expected
     lateness = np.array(exp.rewards) - np.array(exp.earned)
