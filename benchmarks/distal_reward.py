@@ -5,10 +5,12 @@ The network of the paper's first experiment: 1000 Izhikevich neurons, 800 excita
 `b = 0.2`, `c = -65`. Each neuron has 100 random postsynaptic targets (drawn with
 replacement; excitatory onto any neuron, inhibitory onto excitatory ones only). An excitatory
 neuron's synapses have axonal delays of 1 to 20 ms, five synapses per delay; inhibitory
-synapses have a delay of 1 ms and a fixed weight of -1. Every ms one randomly chosen neuron
-receives an input of 20 (the random "thalamic" input of the author's spnet programs), which
-drives each neuron at about 1 Hz. Excitatory weights start at 1, are plastic under
-dopamine-modulated STDP and are bounded to [0, 4].
+synapses have a delay of 1 ms and a fixed weight of -1. The random input (`--input`) is,
+by default, the author's program's: every ms every neuron gets `13 (U - 0.5)` with `U`
+uniform in [0, 1) (`"noise"`: about 1.5 Hz excitatory, 1 Hz inhibitory); `"kick"` gives,
+every ms, an input of 20 to one randomly chosen neuron (the input of the author's spnet
+programs; about 1 Hz). Excitatory weights start at 1, are plastic under dopamine-modulated
+STDP and are bounded to [0, 4].
 
 One excitatory->excitatory synapse `n1 -> n2` is chosen at random and started at 0 (as in
 the author's code). Whenever `n2` fires within 20 ms after a spike of `n1` has arrived
@@ -28,9 +30,10 @@ and `dw/dt = (0.002 + DA) / 10 * c` per ms: the tonic level is 0.002); DA decays
 ms and a reward adds 0.5; rewards fall `1000 + ceil(2000 U)` ms after the rewarded spike of
 `n2`; the coincidence interval is 20 ms. Two departures from that program, both taken from
 the paper's description of the network instead: delays of 1-20 ms (the program uses 1 ms
-for all) and the single strong random input per ms (the program adds uniform noise
-`13 (U - 0.5)` to every neuron). The neurons use `nj.Izhikevich(method="published")` at
-`dt = 1 ms` (the program splits the `v` update into two 0.5 ms halves).
+for all), and the coincidence is counted from the spike's arrival through the synapse (the
+program counts it from the spike of `n1`, one step before its arrival). The neurons use
+`nj.Izhikevich(method="published")` at `dt = 1 ms` (the program splits the `v` update into
+two 0.5 ms halves).
 
 In neurojax. `nj.RewardSTDP(a_plus=0.1, a_minus=0.15, tau_plus=tau_minus=20, tau_c=1000,
 w_min=0, w_max=4, pairing="nearest")`, with the dopamine `d(t) = (0.002 + DA(t)) / 10` given
@@ -44,10 +47,10 @@ computed on the host from the rewards earned before it (a reward is at least 1 s
 it always falls in a later chunk), and the rewards a chunk earns are read from its recorded
 spikes.
 
-Run: `python -m benchmarks.distal_reward [--seconds 3600] [--seed 0] [--plot PATH]`. Prints,
-every `--every` seconds, the chosen synapse's weight, the mean and quantiles of the other
-excitatory weights, the number of rewards so far and the mean firing rate, then the wall
-time per second of model time.
+Run: `python -m benchmarks.distal_reward [--seconds 3600] [--seed 0] [--input noise|kick]
+[--plot PATH] [--save NPZ]`. Prints, every `--every` seconds, the chosen synapse's weight,
+the mean and quantiles of the other excitatory weights, the number of rewards so far and the
+mean firing rate, then the wall time per second of model time.
 """
 
 import argparse
@@ -66,6 +69,7 @@ N = N_EXC + N_INH
 FAN_OUT = 100  # targets per neuron
 MAX_DELAY = 20  # ms, excitatory delays 1..MAX_DELAY, FAN_OUT / MAX_DELAY synapses each
 INPUT = 20.0  # the random input of one neuron per ms
+NOISE = 13.0  # the width of the uniform noise of daspnet.m (input "noise")
 W_INIT, W_MAX, W_INH = 1.0, 4.0, -1.0
 CHUNK = 1000  # steps (1 s) per compiled run
 INTERVAL = 20  # ms: n2 firing at most this long after n1's spike arrives earns a reward
@@ -102,6 +106,7 @@ class Experiment:
     proj: int
     index: int
     rng: np.random.Generator
+    input: str = "noise"  # the random input (see `random_input`)
     rewards: list = field(default_factory=list)  # reward times [ms]
     earned: list = field(default_factory=list)  # the spikes of n2 that earned them [step]
     last_arrival: float = -np.inf  # the latest arrival of n1's spike through the synapse [step]
@@ -160,8 +165,14 @@ def init_state(exp: Experiment):
     return eqx.tree_at(lambda s: s.plastic[exp.proj].weights, state, w.at[exp.index].set(0.0))
 
 
-def random_input(rng: np.random.Generator, n_steps: int) -> np.ndarray:
-    """Every step one random neuron gets `INPUT`: `(n_steps, N)` float32."""
+def random_input(rng: np.random.Generator, n_steps: int, kind: str = "kick") -> np.ndarray:
+    """The random input, `(n_steps, N)` float32. `"kick"`: every step one random neuron gets
+    `INPUT` (the paper's description); `"noise"`: every neuron gets `13 (U - 0.5)`, `U`
+    uniform in [0, 1), every step (the author's daspnet.m)."""
+    if kind == "noise":
+        return (NOISE * (rng.random((n_steps, N)) - 0.5)).astype(np.float32)
+    if kind != "kick":
+        raise ValueError(f"random_input: kind must be 'kick' or 'noise', got {kind!r}")
     x = np.zeros((n_steps, N), np.float32)
     x[np.arange(n_steps), rng.integers(0, N, n_steps)] = INPUT
     return x
@@ -201,7 +212,7 @@ def run_chunk(exp: Experiment, runner, state, sec: int, extra=None):
     spikes `(CHUNK, N)` and the dopamine series used."""
     start = sec * CHUNK
     d = dopamine([r for r in exp.rewards if r < start + CHUNK], start, CHUNK)
-    x = random_input(exp.rng, CHUNK)
+    x = random_input(exp.rng, CHUNK, exp.input)
     if extra is not None:
         x = x + np.asarray(extra, np.float32)
     x = {"N": x, "dopamine": d}
@@ -225,13 +236,19 @@ def excitatory_weights(exp: Experiment, state) -> np.ndarray:
     return np.concatenate([[chosen], *ws])
 
 
-def run(seconds: int, seed: int = 0, every: int = 60, verbose: bool = True):
+def run(
+    seconds: int, seed: int = 0, every: int = 60, verbose: bool = True, save=None, input="noise"
+):
     """Run the experiment for `seconds` of model time. Returns a dict: `t` [s] and `chosen`
     (the chosen synapse's weight at the end of every second), `others` (the other excitatory
     weights every `every` s, one row per sample, `t_others` their times), `rate` (the mean
     rate of every second [Hz], excitatory and inhibitory), `rewards` (their times [ms]),
-    `wall` (seconds of wall time per chunk, compilation excluded) and the experiment."""
+    `wall` (seconds of wall time per chunk, compilation excluded) and the experiment. With
+    `save` (a path), the arrays so far are written there (`np.savez`) at every sample."""
     exp = build(seed)
+    if input not in ("kick", "noise"):
+        raise ValueError(f"run: input must be 'kick' or 'noise', got {input!r}")
+    exp.input = input
     runner = make_runner(exp)
     state = init_state(exp)
     t0 = time.perf_counter()
@@ -249,6 +266,8 @@ def run(seconds: int, seed: int = 0, every: int = 60, verbose: bool = True):
         if w is not None:
             others.append(w[1:])
             t_others.append(sec + 1)
+            if save:
+                np.savez(save, **_arrays(sec + 1, chosen, others, t_others, rate, exp, wall))
             if verbose:
                 o = w[1:]
                 q50, q99 = np.quantile(o, [0.5, 0.99])
@@ -259,6 +278,11 @@ def run(seconds: int, seed: int = 0, every: int = 60, verbose: bool = True):
                     f"I={rate[-1][1]:.2f} Hz  wall/s={np.mean(wall[-every:]):.3f}",
                     flush=True,
                 )
+    out = _arrays(seconds, chosen, others, t_others, rate, exp, wall)
+    return {**out, "compile_s": compile_s, "exp": exp}
+
+
+def _arrays(seconds, chosen, others, t_others, rate, exp, wall):
     return {
         "t": np.arange(1, seconds + 1),
         "chosen": np.array(chosen),
@@ -267,8 +291,6 @@ def run(seconds: int, seed: int = 0, every: int = 60, verbose: bool = True):
         "rate": np.array(rate),
         "rewards": np.array(exp.rewards),
         "wall": np.array(wall),
-        "compile_s": compile_s,
-        "exp": exp,
     }
 
 
@@ -308,10 +330,19 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=60, help="print every N s")
     parser.add_argument("--plot", default=None, help="save the figure here")
+    parser.add_argument("--input", default="noise", choices=("kick", "noise"), help="random input")
+    parser.add_argument("--save", default=None, help="write the arrays here (.npz) as it runs")
+    parser.add_argument("--replot", default=None, help="only plot a saved .npz to --plot")
     args = parser.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            parser.error("--replot needs --plot PATH")
+        plot(dict(np.load(args.replot)), args.plot)
+        return
     if args.seconds < 1 or args.every < 1:
         parser.error(f"--seconds and --every must be >= 1, got {args.seconds}, {args.every}")
-    res = run(args.seconds, args.seed, min(args.every, args.seconds))
+    res = run(args.seconds, args.seed, min(args.every, args.seconds), save=args.save,
+              input=args.input)  # fmt: skip
     exp = res["exp"]
     print(
         f"chosen synapse {exp.n1} -> {exp.n2} (delay {exp.delay} ms); final weight "
