@@ -3,6 +3,7 @@ neurons (`benchmarks/distal_reward.py`): the reward bookkeeping against NumPy lo
 recorded spikes (fast), and the paper's outcome over an hour of model time (slow)."""
 
 import numpy as np
+import pytest
 
 from benchmarks import distal_reward as dr
 
@@ -59,3 +60,20 @@ def test_earned_rewards_carries_the_last_arrival_across_chunks():
     got = dr.earned_rewards([1010], [1012, 1013, 1033, 1034], 3, last_arrival=-np.inf)
     np.testing.assert_array_equal(got, [1033])
     assert dr.earned_rewards([5], [], 1, -np.inf).size == 0
+
+
+@pytest.mark.slow
+def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
+    """The paper's Fig. 1 over one hour of model time (seed 0, the author's noise input): the
+    rewarded synapse, started at 0, reaches at least 0.9 of the maximum weight and stays
+    there for the last 10 minutes, while the other 79 999 excitatory weights end low (mean
+    and 99th percentile) and the network keeps firing at the paper's low rates."""
+    res = dr.run(3600, seed=0, every=60, verbose=False)
+    chosen, others, rate = res["chosen"], res["others"], res["rate"]
+    assert chosen.max() >= 0.9 * dr.W_MAX
+    assert chosen[-600:].min() >= 0.9 * dr.W_MAX
+    assert others[-1].mean() < 0.25 * dr.W_MAX
+    assert np.quantile(others[-1], 0.99) < 0.5 * dr.W_MAX
+    assert chosen[-1] > np.quantile(others[-1], 0.999)
+    assert len(res["rewards"]) > 30
+    assert 0.5 < rate[:, 0].mean() < 5.0 and 0.5 < rate[:, 1].mean() < 10.0
