@@ -302,7 +302,7 @@ def plot(result, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4), width_ratios=(2, 1))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), width_ratios=(2, 1))
     t_min = result["t"] / 60.0
     a.plot(t_min, result["chosen"], lw=1.0, label="rewarded synapse")
     if len(result["others"]):
@@ -313,14 +313,14 @@ def plot(result, path: str) -> None:
     a.set_xlabel("time [min]")
     a.set_ylabel("weight")
     a.set_ylim(-0.2, W_MAX + 0.2)
-    a.legend(loc="center right", fontsize=8)
+    a.legend(loc="upper left", fontsize=8)
     if len(result["others"]):
         b.hist(result["others"][-1], bins=np.linspace(0, W_MAX, 81), color="tab:gray")
-        b.plot([result["chosen"][-1]], [0], "o", color="tab:red", clip_on=False)
+        b.axvline(result["chosen"][-1], color="tab:red", lw=1.0, label="rewarded")
         b.set_yscale("log")
     b.set_xlabel("weight (end)")
     b.set_ylabel("excitatory synapses")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.16, top=0.95, wspace=0.3)
     fig.savefig(path, dpi=110)
 
 
