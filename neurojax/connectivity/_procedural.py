@@ -75,6 +75,7 @@ from ._checks import (
     check_same_population,
     check_size,
 )
+from ._threefry import _PARITY, _ROTATIONS
 from ._weights import Distribution, LogNormal, Normal, Uniform
 
 __all__ = ["Procedural", "fixed_prob", "fixed_total", "distance", "delay_steps_f32"]
@@ -135,15 +136,13 @@ def permute(j: jax.Array, m: int, key: jax.Array) -> jax.Array:
     return x.astype(jnp.int32)
 
 
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
 def _threefry2x32(k0, k1, x0, x1):
     """Threefry-2x32 (20 rounds) of the counters `(x0, x1)` under the keys `(k0, k1)`, all
     uint32 arrays broadcast together, written out round by round: XLA fuses the whole hash
     with what consumes its words (`jax.random` lowers it as a loop on the CPU, whose every
-    iteration writes its arrays to memory). The values are `jax.random`'s (tested)."""
-    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
+    iteration writes its arrays to memory). The values are `jax.random`'s (tested); the
+    host's NumPy version, with the same constants, is `_threefry.threefry2x32`."""
+    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(_PARITY))
     x0, x1 = x0 + ks[0], x1 + ks[1]
     for group in range(5):
         for r in _ROTATIONS[group % 2]:

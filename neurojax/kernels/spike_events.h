@@ -36,10 +36,6 @@ inline F Clip(F w, F lo, F hi) {
   return w > hi ? hi : w;
 }
 
-// Whether row i's synapses [indptr[i], indptr[i + 1]) lie inside [0, nnz) and point at
-// postsynaptic neurons of [0, n_post); and column j's entries likewise at synapses of
-// [0, nnz) and presynaptic neurons of [0, n_pre). Read before any weight is written, so that
-// no content of the index arrays makes an update touch memory outside its arrays.
 // The largest of the indices idx[begin, end) as unsigned (a negative index is larger than
 // any count): one branch-free pass that the compiler vectorises, so that the checks below
 // cost a few cycles per 8 or 16 indices.
@@ -52,6 +48,10 @@ inline uint32_t MaxIndex(const int32_t* __restrict idx, int64_t begin, int64_t e
   return worst;
 }
 
+// Whether row i's synapses [indptr[i], indptr[i + 1]) lie inside [0, nnz) and point at
+// postsynaptic neurons of [0, n_post); and column j's entries likewise at synapses of
+// [0, nnz) and presynaptic neurons of [0, n_pre). Read before any weight is written, so that
+// no content of the index arrays makes an update touch memory outside its arrays.
 inline bool RowOk(const int32_t* indptr, const int32_t* post, int64_t i, int64_t nnz,
                   int64_t n_post) {
   const int64_t begin = indptr[i], end = indptr[i + 1];
