@@ -154,6 +154,14 @@ def _threefry2x32(k0, k1, x0, x1):
     return x0, x1
 
 
+def threefry_rows() -> bool:
+    """Whether the row words are the fused threefry of `_row_bits` (JAX's default threefry
+    key in partitionable mode), the hash that the C++ delivery kernel reproduces."""
+    return bool(jax.config.jax_threefry_partitionable) and str(
+        jax.config.jax_default_prng_impl
+    ) in ("threefry2x32", "threefry")
+
+
 def _row_bits(key_data: jax.Array, ids: jax.Array, size: int) -> jax.Array:
     """`jax.random.bits(jax.random.fold_in(key, i), (size,), uint32)` for each row id `i` of
     `ids`: uint32 `(len(ids), size)`. With the default threefry key in JAX's partitionable
@@ -164,10 +172,7 @@ def _row_bits(key_data: jax.Array, ids: jax.Array, size: int) -> jax.Array:
     procedural microcircuit's loop 2.3x slower). Any other key implementation or mode goes
     through `jax.random` entirely."""
     key = jr.wrap_key_data(key_data)
-    if jax.config.jax_threefry_partitionable and str(jax.config.jax_default_prng_impl) in (
-        "threefry2x32",
-        "threefry",
-    ):
+    if threefry_rows():
         rows = jax.vmap(lambda i: jr.key_data(jr.fold_in(key, i)))(ids)
         j = jnp.arange(size, dtype=jnp.uint32)[None, :]
         y0, y1 = _threefry2x32(rows[:, :1], rows[:, 1:], jnp.zeros_like(j), j)

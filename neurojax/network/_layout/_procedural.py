@@ -46,9 +46,12 @@ import jax.tree_util as jtu
 import numpy as np
 from jax import lax
 from jax.experimental import sparse
+from jax.scipy.special import ndtr
 from jaxtyping import Array, Float, Int
 
-from ...connectivity._procedural import Procedural
+from ..._validation import default_float
+from ...connectivity._procedural import Procedural, threefry_rows
+from ...connectivity._weights import Distribution, Normal, Uniform
 from ...kernels import Example, Sequential, call, register
 from ...kernels import Kernel as _Kernel
 from .._propagation import arrival_slot, capacity_for, needed
@@ -371,20 +374,192 @@ def _reference(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
     )
 
 
-def _cpu(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
-    """The CPU slot (XLA, no C++): every spike compacted by a running count, so no step ever
-    needs a larger buffer; the same terms in the same order as the reference."""
-    return _walk(
-        s,
-        step,
-        ring,
-        leaves,
-        specs=specs,
-        treedefs=treedefs,
-        fresh=fresh,
-        capacity=None,
-        every=True,
+_TARGET = "nj_procedural_deliver"
+_RULE = {"fixed_prob": 0, "fixed_total": 1}
+
+
+def _native(conn, start, s, ring) -> bool:
+    """Whether the C++ kernel draws this projection's rows (see the module docstring): a
+    fixed_prob or fixed_total description on one device, scalar, uniform or normal weights,
+    no, uniform or normal delays, float32 spikes and ring, jax.random's threefry rows."""
+    return (
+        start is None
+        and conn.rule in _RULE
+        and s.dtype == jnp.float32
+        and ring.dtype == jnp.float32
+        and default_float() == jnp.float32
+        and (not isinstance(conn.weight, Distribution) or type(conn.weight) in (Normal, Uniform))
+        and (conn.delay is None or type(conn.delay) in (Normal, Uniform))
+        and threefry_rows()
+        and conn.n_post < 2**31
     )
+
+
+def _params(conn) -> jax.Array:
+    """The float32 parameters the kernel reads (layout in procedural.cc), computed here with
+    the operations of `Procedural.rows` so that they carry the same bits."""
+    f32 = jnp.float32
+    zero = jnp.zeros((), f32)
+    p = [zero] * 12
+    wt = conn.weight
+    if isinstance(wt, Uniform):
+        low = jnp.maximum(wt.low, 0.0) if wt.nonnegative else wt.low
+        p[0], p[1] = low, wt.high - low
+    elif isinstance(wt, Normal):
+        p[0], p[1] = wt.mean, wt.std
+        if wt.nonnegative:
+            safe = jnp.where(wt.std > 0, wt.std, 1.0)
+            p[2] = ndtr(jnp.where(wt.std > 0, wt.mean / safe, jnp.inf))
+    else:
+        p[0] = wt
+    dl = conn.delay
+    if isinstance(dl, Uniform):
+        a = jnp.maximum(dl.low, conn.delay_low)
+        b = jnp.minimum(dl.high, conn.delay_high)
+        p[3], p[4], p[5], p[6] = a, b - a, conn.delay_low, conn.delay_high
+    elif isinstance(dl, Normal):
+        a = ndtr((conn.delay_low - dl.mean) / dl.std)
+        b = ndtr((conn.delay_high - dl.mean) / dl.std)
+        p[3], p[4], p[5], p[6] = dl.mean, dl.std, a, b - a
+        p[7], p[8] = conn.delay_low, conn.delay_high
+    if dl is not None:
+        p[9] = conn.dt
+    return jnp.stack([jnp.asarray(x).astype(f32).reshape(()) for x in p])
+
+
+def _native_call(s, step, ring, group, fresh):
+    """One call of the C++ kernel over the projections `group` ((spec, conn) pairs)."""
+    buffers, attrs = [], {name: [] for name in _ATTRS}
+    for spec, conn in group:
+        n_source, pre_offset, n_pre, n_post, n_slots, delay_steps, n_targets, t_off = spec
+        buffers += [
+            jnp.asarray(conn.counts, jnp.int32),
+            jnp.asarray(conn.key_data).astype(jnp.uint32).reshape(2),
+            _params(conn),
+        ]
+        kind_w, kind_d = _kinds(conn)
+        values = dict(
+            pre_offset=pre_offset,
+            n_pre=n_pre,
+            n_post=n_post,
+            rule=_RULE[conn.rule],
+            allow_self=int(conn.allow_self),
+            fan_out=conn.max_fan_out,
+            weight_kind=kind_w,
+            delay_kind=kind_d,
+            delay_steps=max(0, delay_steps),
+            max_steps=conn.max_delay_steps if kind_d else 0,
+            target_offset=t_off,
+        )
+        for name in _ATTRS:
+            attrs[name].append(values[name])
+    call = jax.ffi.ffi_call(
+        _TARGET,
+        jax.ShapeDtypeStruct(ring.shape, ring.dtype),
+        input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )
+    spec = group[0][0]
+    return call(
+        s,
+        jnp.asarray(step, jnp.int32),
+        ring,
+        *buffers,
+        n_source=np.int64(spec[0]),
+        n_slots=np.int64(spec[4]),
+        n_targets=np.int64(spec[6]),
+        overwrite=np.int64(bool(fresh)),
+        **{name: np.asarray(v, np.int64) for name, v in attrs.items()},
+    )
+
+
+def _kinds(conn) -> tuple[int, int]:
+    """The kernel's weight kind (0 scalar, 1 uniform, 2 normal, 3 non-negative normal) and
+    delay kind (0 none, 1 uniform, 2 normal) of a native projection."""
+    wt, dl = conn.weight, conn.delay
+    kind_w = 0
+    if isinstance(wt, Uniform):
+        kind_w = 1
+    elif isinstance(wt, Normal):
+        kind_w = 3 if wt.nonnegative else 2
+    return kind_w, 0 if dl is None else (1 if isinstance(dl, Uniform) else 2)
+
+
+def native_draws(conn: Procedural, words: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The weight (float32) and delay in steps (int32) that the C++ kernel draws from each
+    uint32 word of `words` for the description `conn` (which `_native` must accept): for
+    comparing its transforms with `Procedural.rows`' over every 24-bit uniform."""
+    from ...kernels import _build
+
+    if not _build.register_targets(((_DRAWS, "NjProceduralDraws"),)):
+        raise RuntimeError("native_draws: the compiled kernels are unavailable")
+    kind_w, kind_d = _kinds(conn)
+    words = jnp.asarray(words, jnp.uint32)
+    call = jax.ffi.ffi_call(
+        _DRAWS,
+        (
+            jax.ShapeDtypeStruct(words.shape, jnp.float32),
+            jax.ShapeDtypeStruct(words.shape, jnp.int32),
+        ),
+    )
+    return call(
+        words,
+        _params(conn),
+        weight_kind=np.int64(kind_w),
+        delay_kind=np.int64(kind_d),
+        max_steps=np.int64(conn.max_delay_steps if conn.delay is not None else 0),
+    )
+
+
+_DRAWS = "nj_procedural_draws"
+
+_ATTRS = (
+    "pre_offset",
+    "n_pre",
+    "n_post",
+    "rule",
+    "allow_self",
+    "fan_out",
+    "weight_kind",
+    "delay_kind",
+    "delay_steps",
+    "max_steps",
+    "target_offset",
+)
+
+
+def _cpu(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
+    """The CPU slot: the projections the C++ kernel supports (`_native`) in calls of
+    `nj_procedural_deliver`, the others through the XLA walk over every spike, in the
+    group's order (so the ring receives the same terms in the same order); no step ever
+    needs a larger buffer."""
+    conns = _conns(leaves, treedefs)
+    runs = []  # consecutive projections of one kind: (native, [indices])
+    for i, (conn, start) in enumerate(conns):
+        native = _native(conn, start, s, ring)
+        if runs and runs[-1][0] == native:
+            runs[-1][1].append(i)
+        else:
+            runs.append((native, [i]))
+    first = True
+    for native, idx in runs:
+        if native:
+            group = [(specs[i], conns[i][0]) for i in idx]
+            ring = _native_call(s, step, ring, group, fresh and first)
+        else:
+            ring, _ = _walk(
+                s,
+                step,
+                ring,
+                tuple(leaves[i] for i in idx),
+                specs=tuple(specs[i] for i in idx),
+                treedefs=tuple(treedefs[i] for i in idx),
+                fresh=fresh and first,
+                capacity=None,
+                every=True,
+            )
+        first = False
+    return ring, jnp.zeros(s.shape[:-1], jnp.int32)
 
 
 def _dense(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None, ignore_delays=False):
@@ -478,6 +653,7 @@ DELIVER = register(
         batching=_batching,
         differentiable=_dense,
         examples=_examples,
+        ffi_targets=((_TARGET, "NjProceduralDeliver"),),
         doc="Delivery of a procedural projection's spikes: each spiking neuron's row "
         "regenerated from its key (neurojax.network._layout._procedural).",
     )

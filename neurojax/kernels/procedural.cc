@@ -1,0 +1,516 @@
+// Procedural spike delivery: the CPU kernel of neurojax.network._layout._procedural (kernel
+// entry `procedural_deliver`), called through XLA's FFI.
+//
+// One call delivers the spikes of one sending group (`n_source` neurons per trial) through K
+// procedural projections (`fixed_prob` or `fixed_total` descriptions), in the order given.
+// For every projection p, every trial b and every neuron i of p's presynaptic population
+// with s[b, i] > 0 (ascending), the row r = i - pre_offset[p] is regenerated from the
+// projection's key exactly as neurojax.connectivity._procedural.Procedural.rows does:
+//   row key   = threefry2x32(key; 0, r)                      (jax.random.fold_in(key, r))
+//   word j    = XOR of the two words of threefry2x32(row key; 0, j)   (jax.random.bits)
+//   targets   = `fixed_prob`: the keyed Feistel permutation of 0 .. counts[r] - 1 over the
+//               candidates, with cycle walking; `fixed_total`: two words per target reduced
+//               as jax.random.randint does; without autapses, targets >= r move up by one
+//   weights   = a scalar, or uniform / normal / non-negative normal draws at the 24-bit
+//               uniform of the entry's weight word
+//   delays    = the projection's scalar delay in steps, or uniform / normal draws conditioned
+//               on [low, high], rounded to steps and capped at max_steps
+// and s[b, i] * w is added into the ring at
+//   ring[(b * n_slots + slot) * n_targets + target_offset[p] + target],
+//   slot = (step + 1 + delay) mod n_slots (0 when n_slots == 1),
+// in the order of the XLA path (projection, then neuron, then the row's entries).
+//
+// Integers (targets, delays in steps from a given float, slots) are those of the XLA path, bit
+// for bit. The floating-point transforms replicate XLA:CPU's formulas (fused multiply-adds
+// where XLA contracts, written as std::fma; Giles' erf_inv; Cephes' ndtri as JAX writes it),
+// but use the C library's log and log1p where XLA has its own approximations: a weight may
+// differ from the XLA path's by a few units in the last place, and a delay may round to the
+// neighbouring step where the XLA value lies within an ulp of a half step (measured and
+// documented in the Python module and the tests).
+//
+// Arguments: spikes (*batch, n_source) float32, step () int32, ring (*batch, n_slots,
+// n_targets) float32, then per projection: counts (n_pre,) int32, key (2,) uint32, params
+// (kParams,) float32 (see Params below). Result: the ring, aliased to the input ring; with
+// `overwrite` the input ring is ignored and the result starts from zeros.
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kParams = 12;
+constexpr uint32_t kParity = 0x1BD11BDA;
+constexpr int kRotations[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+constexpr int kRounds = 4;
+
+inline uint32_t Rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+
+// Threefry-2x32, 20 rounds (jax.random's hash; neurojax.connectivity._threefry).
+inline void Threefry(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1, uint32_t* y0,
+                     uint32_t* y1) {
+  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ kParity};
+  x0 += ks[0];
+  x1 += ks[1];
+  for (int group = 0; group < 5; ++group) {
+    for (int q = 0; q < 4; ++q) {
+      x0 += x1;
+      x1 = Rotl(x1, kRotations[group % 2][q]);
+      x1 ^= x0;
+    }
+    x0 += ks[(group + 1) % 3];
+    x1 += ks[(group + 2) % 3] + static_cast<uint32_t>(group + 1);
+  }
+  *y0 = x0;
+  *y1 = x1;
+}
+
+inline uint32_t Word(uint32_t r0, uint32_t r1, uint32_t j) {
+  uint32_t y0, y1;
+  Threefry(r0, r1, 0u, j, &y0, &y1);
+  return y0 ^ y1;
+}
+
+// MurmurHash3's 32-bit finaliser (`_mix`).
+inline uint32_t Mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x *= 0xC2B2AE35u;
+  return x ^ (x >> 16);
+}
+
+// The 24-bit uniform in (0, 1) of a word (`_uniform`).
+inline float Uniform(uint32_t word) {
+  const float u = (static_cast<float>(word >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  const float top = 1.0f - 1.0f / 16777216.0f;
+  return u < top ? u : top;
+}
+
+// XLA's f32 erf_inv (Giles 2010), multiply-adds fused as XLA:CPU contracts them.
+inline float ErfInv(float x) {
+  static const float kLow[9] = {2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
+                                -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
+                                -0.00417768164f,  0.246640727f,    1.50140941f};
+  static const float kHigh[9] = {-0.000200214257f, 0.000100950558f, 0.00134934322f,
+                                 -0.00367342844f,  0.00573950773f,  -0.0076224613f,
+                                 0.00943887047f,   1.00167406f,     2.83297682f};
+  float w = -std::log1p(-(x * x));
+  const bool low = w < 5.0f;
+  const float* c = low ? kLow : kHigh;
+  w = low ? w - 2.5f : std::sqrt(w) - 3.0f;
+  float p = c[0];
+  for (int i = 1; i < 9; ++i) p = std::fma(p, w, c[i]);
+  if (std::fabs(x) == 1.0f) return x * INFINITY;
+  return p * x;
+}
+
+inline float Probit(float u) {
+  const float sqrt2 = 1.41421356237309504880f;
+  return sqrt2 * ErfInv(std::fma(2.0f, u, -1.0f));
+}
+
+template <int N>
+inline float Polyval(const float (&c)[N], float x) {
+  float y = 0.0f;
+  for (int i = 0; i < N; ++i) y = std::fma(y, x, c[i]);
+  return y;
+}
+
+// jax.scipy.special.ndtri in float32 (Cephes' rational approximations, as JAX writes them).
+inline float Ndtri(float p) {
+  static const float p0[5] = {-5.99633501014107895267E1f, 9.80010754185999661536E1f,
+                              -5.66762857469070293439E1f, 1.39312609387279679503E1f,
+                              -1.23916583867381258016E0f};
+  static const float q0[9] = {1.0f,
+                              1.95448858338141759834E0f,
+                              4.67627912898881538453E0f,
+                              8.63602421390890590575E1f,
+                              -2.25462687854119370527E2f,
+                              2.00260212380060660359E2f,
+                              -8.20372256168333339912E1f,
+                              1.59056225126211695515E1f,
+                              -1.18331621121330003142E0f};
+  static const float p1[9] = {4.05544892305962419923E0f,   3.15251094599893866154E1f,
+                              5.71628192246421288162E1f,   4.40805073893200834700E1f,
+                              1.46849561928858024014E1f,   2.18663306850790267539E0f,
+                              -1.40256079171354495875E-1f, -3.50424626827848203418E-2f,
+                              -8.57456785154685413611E-4f};
+  static const float q1[9] = {1.0f,
+                              1.57799883256466749731E1f,
+                              4.53907635128879210584E1f,
+                              4.13172038254672030440E1f,
+                              1.50425385692907503408E1f,
+                              2.50464946208309415979E0f,
+                              -1.42182922854787788574E-1f,
+                              -3.80806407691578277194E-2f,
+                              -9.33259480895457427372E-4f};
+  static const float p2[9] = {3.23774891776946035970E0f,  6.91522889068984211695E0f,
+                              3.93881025292474443415E0f,  1.33303460815807542389E0f,
+                              2.01485389549179081538E-1f, 1.23716634817820021358E-2f,
+                              3.01581553508235416007E-4f, 2.65806974686737550832E-6f,
+                              6.23974539184983293730E-9f};
+  static const float q2[9] = {1.0f,
+                              6.02427039364742014255E0f,
+                              3.67983563856160859403E0f,
+                              1.37702099489081330271E0f,
+                              2.16236993594496635890E-1f,
+                              1.34204006088543189037E-2f,
+                              3.28014464682127739104E-4f,
+                              2.89247864745380683936E-6f,
+                              6.79019408009981274425E-9f};
+  const float big = static_cast<float>(-std::expm1(-2.0));  // 1 - exp(-2)
+  const float small = static_cast<float>(std::exp(-2.0));
+  if (p == 0.0f) return -INFINITY;
+  if (p == 1.0f) return INFINITY;
+  const float mcp = p > big ? 1.0f - p : p;
+  float x;
+  if (mcp > small) {
+    const float w = mcp - 0.5f;
+    const float ww = w * w;
+    const float r = Polyval(p0, ww) / Polyval(q0, ww);
+    x = std::fma(w * ww, r, w);
+    x = x * -2.50662827463100050242f;
+  } else {
+    const float z = std::sqrt(-2.0f * std::log(mcp));
+    const float first = z - std::log(z) / z;
+    const float iz = 1.0f / z;
+    const float second = z >= 8.0f ? Polyval(p2, iz) / Polyval(q2, iz) / z
+                                   : Polyval(p1, iz) / Polyval(q1, iz) / z;
+    x = first - second;
+  }
+  return p > big ? x : -x;
+}
+
+enum WeightKind : int64_t { kScalar = 0, kUniformW = 1, kNormalW = 2, kNonnegNormalW = 3 };
+enum DelayKind : int64_t { kNoDelay = 0, kUniformD = 1, kNormalD = 2 };
+
+// A projection's description. Params (float32): weight [0..2] (scalar: w; uniform: low,
+// high - low; normal: mean, std; non-negative normal: mean, std, ndtr(mean / std)); delay
+// [3..8] (uniform: a, b - a, low, high; normal: mean, std, A, B - A, low, high, with A, B the
+// normal CDF at the standardised bounds), [9] dt.
+struct Proj {
+  const int32_t* counts;
+  uint32_t k0, k1;
+  float prm[kParams];
+  int64_t pre_offset, n_pre, n_post, rule, allow_self, fan_out, weight_kind, delay_kind;
+  int64_t delay_steps, max_steps, target_offset;
+  // derived
+  uint32_t m, a, b;
+  int64_t width, off_lo, off_w, off_d;
+};
+
+struct Faults {
+  int64_t counts = 0;
+  int64_t targets = 0;
+};
+
+inline int64_t Slot(int64_t step, int64_t delay, int64_t n_slots) {
+  if (n_slots == 1) return 0;
+  // (step + 1 + delay) in int32, as the XLA path computes it, then Python's modulo.
+  const int32_t t = static_cast<int32_t>(static_cast<uint32_t>(step) + 1u +
+                                         static_cast<uint32_t>(delay));
+  int64_t r = static_cast<int64_t>(t) % n_slots;
+  return r < 0 ? r + n_slots : r;
+}
+
+inline float Weight(const Proj& p, uint32_t word) {
+  const float* c = p.prm;
+  switch (p.weight_kind) {
+    case kUniformW:
+      return std::fma(Uniform(word), c[1], c[0]);
+    case kNormalW:
+      return std::fma(c[1], Probit(Uniform(word)), c[0]);
+    case kNonnegNormalW: {
+      const float w = std::fma(-c[1], Ndtri(Uniform(word) * c[2]), c[0]);
+      return w > 0.0f ? w : 0.0f;  // jnp.maximum(w, 0.0)
+    }
+    default:
+      return c[0];
+  }
+}
+
+inline int64_t DelaySteps(const Proj& p, uint32_t word) {
+  const float* c = p.prm + 3;
+  float x, low, high;
+  if (p.delay_kind == kUniformD) {
+    x = std::fma(Uniform(word), c[1], c[0]);
+    low = c[2];
+    high = c[3];
+  } else {
+    x = std::fma(c[1], Ndtri(std::fma(Uniform(word), c[3], c[2])), c[0]);
+    low = c[4];
+    high = c[5];
+  }
+  x = x < low ? low : x;  // jnp.clip
+  x = x > high ? high : x;
+  const float ratio = x / p.prm[9];
+  const float big = ratio > 1.0f ? ratio : 1.0f;
+  const float steps = std::floor(std::fma(1e-6f, big, ratio + 0.5f));
+  const int64_t d = static_cast<int64_t>(static_cast<int32_t>(steps));
+  return d < p.max_steps ? d : p.max_steps;
+}
+
+inline uint32_t Feistel(uint32_t x, const Proj& p, const uint32_t* rk) {
+  uint32_t left = x / p.b, right = x % p.b;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint32_t radix = (r % 2 == 0) ? p.a : p.b;
+    const uint32_t f = Mix(right ^ rk[r]) % radix;
+    const uint32_t next = (left + f) % radix;
+    left = right;
+    right = next;
+  }
+  return left * p.b + right;
+}
+
+// Row r of projection p: every synapse's s * w added into the trial's ring `rb`.
+void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_slots,
+         int64_t n_targets, Faults& bad) {
+  const int64_t count = p.counts[r];
+  if (count < 0 || count > p.fan_out) {
+    ++bad.counts;
+    return;
+  }
+  uint32_t r0, r1;
+  Threefry(p.k0, p.k1, 0u, static_cast<uint32_t>(r), &r0, &r1);
+  uint32_t rk[kRounds];
+  if (p.rule == 0) {
+    const uint32_t key = Word(r0, r1, 0);
+    for (int q = 0; q < kRounds; ++q) {
+      rk[q] = Mix(key + static_cast<uint32_t>((0x9E3779B9ull * (q + 1)) & 0xFFFFFFFFull));
+    }
+  }
+  const uint32_t mult = p.rule == 1 ? ((65536u % p.m) * (65536u % p.m)) % p.m : 0u;
+  float* base = rb + p.target_offset;
+  const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
+  for (int64_t j = 0; j < count; ++j) {
+    const uint32_t jj = static_cast<uint32_t>(j);
+    uint32_t post;
+    if (p.rule == 1) {
+      const uint32_t hi = Word(r0, r1, jj), lo = Word(r0, r1, static_cast<uint32_t>(p.off_lo) + jj);
+      post = ((hi % p.m) * mult + lo % p.m) % p.m;
+    } else {
+      post = Feistel(jj, p, rk);
+      if (static_cast<uint64_t>(p.a) * p.b > p.m) {
+        while (post >= p.m) post = Feistel(post, p, rk);
+      }
+    }
+    int64_t target = static_cast<int64_t>(static_cast<int32_t>(post));
+    if (!p.allow_self && target >= r) ++target;
+    if (target < 0 || target >= p.width) {
+      ++bad.targets;
+      continue;
+    }
+    const float w =
+        p.weight_kind == kScalar ? p.prm[0] : Weight(p, Word(r0, r1, static_cast<uint32_t>(p.off_w) + jj));
+    const int64_t slot =
+        p.delay_kind == kNoDelay
+            ? fixed_slot
+            : Slot(step, DelaySteps(p, Word(r0, r1, static_cast<uint32_t>(p.off_d) + jj)), n_slots);
+    base[slot * n_targets + target] += v * w;
+  }
+}
+
+ffi::Error ProceduralDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer ring_in,
+                                 ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> ring_out,
+                                 int64_t n_source, int64_t n_slots, int64_t n_targets,
+                                 int64_t overwrite, ffi::Span<const int64_t> pre_offset,
+                                 ffi::Span<const int64_t> n_pre, ffi::Span<const int64_t> n_post,
+                                 ffi::Span<const int64_t> rule,
+                                 ffi::Span<const int64_t> allow_self,
+                                 ffi::Span<const int64_t> fan_out,
+                                 ffi::Span<const int64_t> weight_kind,
+                                 ffi::Span<const int64_t> delay_kind,
+                                 ffi::Span<const int64_t> delay_steps,
+                                 ffi::Span<const int64_t> max_steps,
+                                 ffi::Span<const int64_t> target_offset) {
+  const char* name = "nj_procedural_deliver: ";
+  if (s.element_type() != ffi::DataType::F32 || ring_in.element_type() != ffi::DataType::F32 ||
+      ring_out->element_type() != ffi::DataType::F32) {
+    return ffi::Error::InvalidArgument(std::string(name) + "spikes and ring must be float32");
+  }
+  if (step.element_type() != ffi::DataType::S32 || step.element_count() != 1) {
+    return ffi::Error::InvalidArgument(std::string(name) + "step must be one int32");
+  }
+  const size_t k = pre_offset.size();
+  if (rest.size() != 3 * k || n_pre.size() != k || n_post.size() != k || rule.size() != k ||
+      allow_self.size() != k || fan_out.size() != k || weight_kind.size() != k ||
+      delay_kind.size() != k || delay_steps.size() != k || max_steps.size() != k ||
+      target_offset.size() != k) {
+    return ffi::Error::InvalidArgument(std::string(name) + "inconsistent projection arguments");
+  }
+  if (n_source < 1 || n_slots < 1 || n_targets < 0) {
+    return ffi::Error::InvalidArgument(std::string(name) + "bad sizes or no ring slot");
+  }
+  const int64_t n_trials = static_cast<int64_t>(s.element_count()) / n_source;
+  if (static_cast<int64_t>(s.element_count()) != n_trials * n_source ||
+      static_cast<int64_t>(ring_in.element_count()) != n_trials * n_slots * n_targets ||
+      ring_out->element_count() != ring_in.element_count()) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + "the spikes and the ring do not match the trials and sizes");
+  }
+  std::vector<Proj> projs(k);
+  for (size_t q = 0; q < k; ++q) {
+    auto counts = rest.get<ffi::AnyBuffer>(3 * q);
+    auto key = rest.get<ffi::AnyBuffer>(3 * q + 1);
+    auto prm = rest.get<ffi::AnyBuffer>(3 * q + 2);
+    if (!counts.has_value() || !key.has_value() || !prm.has_value()) {
+      return ffi::Error::InvalidArgument(std::string(name) + "missing projection buffer");
+    }
+    const std::string which = std::string(name) + "projection " + std::to_string(q) + ": ";
+    if (counts->element_type() != ffi::DataType::S32 ||
+        key->element_type() != ffi::DataType::U32 || key->element_count() != 2 ||
+        prm->element_type() != ffi::DataType::F32 || prm->element_count() != kParams) {
+      return ffi::Error::InvalidArgument(
+          which + "counts must be int32, the key two uint32 and the parameters float32[12]");
+    }
+    if (n_pre[q] < 1 || pre_offset[q] < 0 || pre_offset[q] + n_pre[q] > n_source ||
+        static_cast<int64_t>(counts->element_count()) != n_pre[q] || n_post[q] < 1 ||
+        n_post[q] >= (int64_t{1} << 31) || target_offset[q] < 0 ||
+        target_offset[q] + n_post[q] > n_targets || (rule[q] != 0 && rule[q] != 1) ||
+        fan_out[q] < 0 || fan_out[q] >= (int64_t{1} << 30) || weight_kind[q] < 0 ||
+        weight_kind[q] > 3 || delay_kind[q] < 0 || delay_kind[q] > 2 || delay_steps[q] < 0 ||
+        max_steps[q] < 0 || (delay_kind[q] != kNoDelay && max_steps[q] >= n_slots) ||
+        (delay_kind[q] == kNoDelay && delay_steps[q] >= n_slots && n_slots > 1) ||
+        (!allow_self[q] && n_post[q] < 2)) {
+      return ffi::Error::InvalidArgument(
+          which + "sizes, offsets, rule, fan-out or delays outside their ranges");
+    }
+    Proj& p = projs[q];
+    p.counts = static_cast<const int32_t*>(counts->untyped_data());
+    const uint32_t* kd = static_cast<const uint32_t*>(key->untyped_data());
+    p.k0 = kd[0];
+    p.k1 = kd[1];
+    std::memcpy(p.prm, prm->untyped_data(), sizeof(p.prm));
+    p.pre_offset = pre_offset[q];
+    p.n_pre = n_pre[q];
+    p.n_post = n_post[q];
+    p.rule = rule[q];
+    p.allow_self = allow_self[q];
+    p.fan_out = fan_out[q];
+    p.weight_kind = weight_kind[q];
+    p.delay_kind = delay_kind[q];
+    p.delay_steps = delay_steps[q];
+    p.max_steps = max_steps[q];
+    p.target_offset = target_offset[q];
+    p.width = n_post[q];
+    const int64_t m = n_post[q] - (allow_self[q] ? 0 : 1);
+    p.m = static_cast<uint32_t>(m < 1 ? 1 : m);
+    // The mixed-radix domain Z_a x Z_b of the permutation (`permute`).
+    int64_t a = 1;
+    if (p.m > 1) {
+      int64_t root = static_cast<int64_t>(std::sqrt(static_cast<double>(p.m - 1)));
+      while (root * root > static_cast<int64_t>(p.m - 1)) --root;
+      while ((root + 1) * (root + 1) <= static_cast<int64_t>(p.m - 1)) ++root;
+      a = root + 1;
+    }
+    const int64_t b = (static_cast<int64_t>(p.m) + a - 1) / a;
+    p.a = static_cast<uint32_t>(a);
+    p.b = static_cast<uint32_t>(b < 1 ? 1 : b);
+    // Word offsets of the row's parts, as Procedural.rows lays them out.
+    const int64_t kk = fan_out[q] < 1 ? 1 : fan_out[q];
+    int64_t next = p.rule == 1 ? 2 * kk : 1;
+    p.off_lo = kk;
+    p.off_w = next;
+    if (p.weight_kind != kScalar) next += kk;
+    p.off_d = next;
+    if (p.delay_kind != kNoDelay && !(p.prm[9] > 0.0f)) {
+      return ffi::Error::InvalidArgument(which + "dt must be positive");
+    }
+  }
+  if (overwrite) {
+    std::memset(ring_out->untyped_data(), 0, ring_out->size_bytes());
+  } else if (ring_out->untyped_data() != ring_in.untyped_data()) {
+    std::memcpy(ring_out->untyped_data(), ring_in.untyped_data(), ring_in.size_bytes());
+  }
+  const int64_t t = *static_cast<const int32_t*>(step.untyped_data());
+  const float* spikes = static_cast<const float*>(s.untyped_data());
+  float* ring = static_cast<float*>(ring_out->untyped_data());
+  Faults bad;
+  for (const Proj& p : projs) {
+    for (int64_t b = 0; b < n_trials; ++b) {
+      const float* sb = spikes + b * n_source + p.pre_offset;
+      float* rb = ring + b * n_slots * n_targets;
+      for (int64_t r = 0; r < p.n_pre; ++r) {
+        const float v = sb[r];
+        if (v > 0.0f) Row(p, r, v, rb, t, n_slots, n_targets, bad);
+      }
+    }
+  }
+  if (bad.counts || bad.targets) {
+    return ffi::Error::InvalidArgument(
+        std::string(name) + "corrupted description: " + std::to_string(bad.counts) +
+        " rows with a count outside [0, max_fan_out], " + std::to_string(bad.targets) +
+        " targets outside the population");
+  }
+  return ffi::Error::Success();
+}
+
+// The weight and the delay in steps that the kernel draws from each word of `words` for one
+// projection's parameters (used by the tests to compare the transforms with the XLA path
+// over every 24-bit uniform).
+ffi::Error ProceduralDrawsImpl(ffi::Buffer<ffi::U32> words, ffi::Buffer<ffi::F32> prm,
+                               ffi::ResultBuffer<ffi::F32> weights,
+                               ffi::ResultBuffer<ffi::S32> steps, int64_t weight_kind,
+                               int64_t delay_kind, int64_t max_steps) {
+  if (prm.element_count() != kParams || weights->element_count() != words.element_count() ||
+      steps->element_count() != words.element_count() || weight_kind < 0 || weight_kind > 3 ||
+      delay_kind < 0 || delay_kind > 2 || max_steps < 0 ||
+      (delay_kind != kNoDelay && !(prm.typed_data()[9] > 0.0f))) {
+    return ffi::Error::InvalidArgument("nj_procedural_draws: inconsistent arguments");
+  }
+  Proj p{};
+  std::memcpy(p.prm, prm.typed_data(), sizeof(p.prm));
+  p.weight_kind = weight_kind;
+  p.delay_kind = delay_kind;
+  p.max_steps = max_steps;
+  const uint32_t* w = words.typed_data();
+  float* out_w = weights->typed_data();
+  int32_t* out_d = steps->typed_data();
+  for (size_t i = 0; i < words.element_count(); ++i) {
+    out_w[i] = Weight(p, w[i]);
+    out_d[i] = delay_kind == kNoDelay ? 0 : static_cast<int32_t>(DelaySteps(p, w[i]));
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDraws, ProceduralDrawsImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U32>>()  // words
+                                  .Arg<ffi::Buffer<ffi::F32>>()  // parameters
+                                  .Ret<ffi::Buffer<ffi::F32>>()  // weights
+                                  .Ret<ffi::Buffer<ffi::S32>>()  // delays in steps
+                                  .Attr<int64_t>("weight_kind")
+                                  .Attr<int64_t>("delay_kind")
+                                  .Attr<int64_t>("max_steps"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDeliver, ProceduralDeliverImpl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // spikes (*batch, n_source)
+                                  .Arg<ffi::AnyBuffer>()  // step () int32
+                                  .Arg<ffi::AnyBuffer>()  // ring in (*batch, D, T)
+                                  .RemainingArgs()        // 3 buffers per projection
+                                  .Ret<ffi::AnyBuffer>()  // ring out (aliased)
+                                  .Attr<int64_t>("n_source")
+                                  .Attr<int64_t>("n_slots")
+                                  .Attr<int64_t>("n_targets")
+                                  .Attr<int64_t>("overwrite")
+                                  .Attr<ffi::Span<const int64_t>>("pre_offset")
+                                  .Attr<ffi::Span<const int64_t>>("n_pre")
+                                  .Attr<ffi::Span<const int64_t>>("n_post")
+                                  .Attr<ffi::Span<const int64_t>>("rule")
+                                  .Attr<ffi::Span<const int64_t>>("allow_self")
+                                  .Attr<ffi::Span<const int64_t>>("fan_out")
+                                  .Attr<ffi::Span<const int64_t>>("weight_kind")
+                                  .Attr<ffi::Span<const int64_t>>("delay_kind")
+                                  .Attr<ffi::Span<const int64_t>>("delay_steps")
+                                  .Attr<ffi::Span<const int64_t>>("max_steps")
+                                  .Attr<ffi::Span<const int64_t>>("target_offset"));
