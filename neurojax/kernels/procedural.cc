@@ -77,6 +77,46 @@ inline uint32_t Word(uint32_t r0, uint32_t r1, uint32_t j) {
   return y0 ^ y1;
 }
 
+// x % d and x / d for a fixed divisor d >= 1 of 32 bits by one 64-bit multiply each (Lemire,
+// Kaser and Kurz 2019, "Faster remainder by direct computation"), exact for every 32-bit x:
+// the rows' reductions without a hardware division per target.
+struct Divisor {
+  uint64_t m = 0;
+  uint32_t d = 1;
+  void Set(uint32_t divisor) {
+    d = divisor;
+    m = ~uint64_t{0} / d + 1;
+  }
+  uint32_t Mod(uint32_t x) const {
+    const uint64_t low = m * x;
+    return static_cast<uint32_t>((static_cast<unsigned __int128>(low) * d) >> 64);
+  }
+  uint32_t Div(uint32_t x) const {
+    if (d == 1) return x;
+    return static_cast<uint32_t>((static_cast<unsigned __int128>(m) * x) >> 64);
+  }
+};
+
+// Words start .. start + n - 1 of a row key into out: a branch-free loop that the compiler
+// vectorises across the words.
+inline void Words(uint32_t r0, uint32_t r1, uint32_t start, int64_t n, uint32_t* __restrict out) {
+  const uint32_t ks2 = r0 ^ r1 ^ kParity;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t x0 = r0, x1 = start + static_cast<uint32_t>(i) + r1;
+    const uint32_t ks[3] = {r0, r1, ks2};
+    for (int group = 0; group < 5; ++group) {
+      for (int q = 0; q < 4; ++q) {
+        x0 += x1;
+        x1 = Rotl(x1, kRotations[group % 2][q]);
+        x1 ^= x0;
+      }
+      x0 += ks[(group + 1) % 3];
+      x1 += ks[(group + 2) % 3] + static_cast<uint32_t>(group + 1);
+    }
+    out[i] = x0 ^ x1;
+  }
+}
+
 // MurmurHash3's 32-bit finaliser (`_mix`).
 inline uint32_t Mix(uint32_t x) {
   x ^= x >> 16;
@@ -203,6 +243,7 @@ struct Proj {
   int64_t delay_steps, max_steps, target_offset;
   // derived
   uint32_t m, a, b;
+  Divisor mod_m, mod_a, mod_b;
   int64_t width, off_lo, off_w, off_d;
 };
 
@@ -258,11 +299,11 @@ inline int64_t DelaySteps(const Proj& p, uint32_t word) {
 }
 
 inline uint32_t Feistel(uint32_t x, const Proj& p, const uint32_t* rk) {
-  uint32_t left = x / p.b, right = x % p.b;
+  uint32_t left = p.mod_b.Div(x), right = x - left * p.b;
   for (int r = 0; r < kRounds; ++r) {
-    const uint32_t radix = (r % 2 == 0) ? p.a : p.b;
-    const uint32_t f = Mix(right ^ rk[r]) % radix;
-    const uint32_t next = (left + f) % radix;
+    const Divisor& radix = (r % 2 == 0) ? p.mod_a : p.mod_b;
+    const uint32_t f = radix.Mod(Mix(right ^ rk[r]));
+    const uint32_t next = radix.Mod(left + f);
     left = right;
     right = next;
   }
@@ -286,34 +327,39 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
       rk[q] = Mix(key + static_cast<uint32_t>((0x9E3779B9ull * (q + 1)) & 0xFFFFFFFFull));
     }
   }
-  const uint32_t mult = p.rule == 1 ? ((65536u % p.m) * (65536u % p.m)) % p.m : 0u;
+  const uint32_t mult = p.rule == 1 ? p.mod_m.Mod(p.mod_m.Mod(65536u) * p.mod_m.Mod(65536u)) : 0u;
   float* base = rb + p.target_offset;
   const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
-  for (int64_t j = 0; j < count; ++j) {
-    const uint32_t jj = static_cast<uint32_t>(j);
-    uint32_t post;
+  constexpr int64_t kBlock = 64;
+  uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock];
+  for (int64_t j0 = 0; j0 < count; j0 += kBlock) {
+    const int64_t n = count - j0 < kBlock ? count - j0 : kBlock;
+    const uint32_t s0 = static_cast<uint32_t>(j0);
     if (p.rule == 1) {
-      const uint32_t hi = Word(r0, r1, jj), lo = Word(r0, r1, static_cast<uint32_t>(p.off_lo) + jj);
-      post = ((hi % p.m) * mult + lo % p.m) % p.m;
-    } else {
-      post = Feistel(jj, p, rk);
-      if (static_cast<uint64_t>(p.a) * p.b > p.m) {
+      Words(r0, r1, s0, n, hi);
+      Words(r0, r1, static_cast<uint32_t>(p.off_lo) + s0, n, lo);
+    }
+    if (p.weight_kind != kScalar) Words(r0, r1, static_cast<uint32_t>(p.off_w) + s0, n, ww);
+    if (p.delay_kind != kNoDelay) Words(r0, r1, static_cast<uint32_t>(p.off_d) + s0, n, dd);
+    for (int64_t t = 0; t < n; ++t) {
+      uint32_t post;
+      if (p.rule == 1) {
+        post = p.mod_m.Mod(p.mod_m.Mod(hi[t]) * mult + p.mod_m.Mod(lo[t]));
+      } else {
+        post = Feistel(static_cast<uint32_t>(j0 + t), p, rk);
         while (post >= p.m) post = Feistel(post, p, rk);
       }
+      int64_t target = static_cast<int64_t>(static_cast<int32_t>(post));
+      if (!p.allow_self && target >= r) ++target;
+      if (target < 0 || target >= p.width) {
+        ++bad.targets;
+        continue;
+      }
+      const float w = p.weight_kind == kScalar ? p.prm[0] : Weight(p, ww[t]);
+      const int64_t slot =
+          p.delay_kind == kNoDelay ? fixed_slot : Slot(step, DelaySteps(p, dd[t]), n_slots);
+      base[slot * n_targets + target] += v * w;
     }
-    int64_t target = static_cast<int64_t>(static_cast<int32_t>(post));
-    if (!p.allow_self && target >= r) ++target;
-    if (target < 0 || target >= p.width) {
-      ++bad.targets;
-      continue;
-    }
-    const float w =
-        p.weight_kind == kScalar ? p.prm[0] : Weight(p, Word(r0, r1, static_cast<uint32_t>(p.off_w) + jj));
-    const int64_t slot =
-        p.delay_kind == kNoDelay
-            ? fixed_slot
-            : Slot(step, DelaySteps(p, Word(r0, r1, static_cast<uint32_t>(p.off_d) + jj)), n_slots);
-    base[slot * n_targets + target] += v * w;
   }
 }
 
@@ -413,6 +459,9 @@ ffi::Error ProceduralDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::Any
     const int64_t b = (static_cast<int64_t>(p.m) + a - 1) / a;
     p.a = static_cast<uint32_t>(a);
     p.b = static_cast<uint32_t>(b < 1 ? 1 : b);
+    p.mod_m.Set(p.m);
+    p.mod_a.Set(p.a);
+    p.mod_b.Set(p.b);
     // Word offsets of the row's parts, as Procedural.rows lays them out.
     const int64_t kk = fan_out[q] < 1 ? 1 : fan_out[q];
     int64_t next = p.rule == 1 ? 2 * kk : 1;

@@ -52,7 +52,7 @@ from jaxtyping import Array, Float, Int
 from ..._validation import default_float
 from ...connectivity._procedural import Procedural, threefry_rows
 from ...connectivity._weights import Distribution, Normal, Uniform
-from ...kernels import Example, Sequential, call, register
+from ...kernels import Example, Sequential, call, implementations, register
 from ...kernels import Kernel as _Kernel
 from .._propagation import arrival_slot, capacity_for, needed
 from ._base import Delivery, Layout
@@ -360,7 +360,18 @@ def _walk(s, step, ring, leaves, *, specs, treedefs, fresh, capacity, every):
 
 def _reference(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
     """The pure-JAX delivery: spikes compacted into a buffer of `capacity` per trial, rows
-    regenerated chunk by chunk; the ring and the buffer each trial lacked."""
+    regenerated chunk by chunk; the ring and the buffer each trial lacked.
+
+    `lax.platform_dependent` traces this default branch even where it cannot run: on a CPU
+    backend whose only traced platform takes the CPU slot (`nj.kernels.implementations`
+    gives the CPU alone), the branch is dead, and tracing the row generator of every
+    projection of the group (twice) cost most of the microcircuit's compilation (20 s of a
+    full-scale step's tracing); the CPU slot stands in for it there."""
+    static = dict(specs=specs, treedefs=treedefs, fresh=fresh, capacity=capacity)
+    if jax.default_backend() == "cpu" and set(
+        implementations(DELIVER, s, step, ring, leaves, **static)
+    ) == {"cpu"}:
+        return _cpu(s, step, ring, leaves, **static)
     return _walk(
         s,
         step,
@@ -653,7 +664,11 @@ DELIVER = register(
         batching=_batching,
         differentiable=_dense,
         examples=_examples,
-        ffi_targets=((_TARGET, "NjProceduralDeliver"),),
+        # (the draws' target serves the tests that compare the transforms with the XLA path)
+        ffi_targets=((_TARGET, "NjProceduralDeliver"), (_DRAWS, "NjProceduralDraws")),
+        # normal draws: the C library's log where XLA has its own (module docstring)
+        rtol=1e-5,
+        atol=1e-6,
         doc="Delivery of a procedural projection's spikes: each spiking neuron's row "
         "regenerated from its key (neurojax.network._layout._procedural).",
     )
