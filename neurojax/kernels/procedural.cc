@@ -41,6 +41,7 @@
 
 #include "xla/ffi/api/ffi.h"
 
+
 namespace ffi = xla::ffi;
 
 namespace {
@@ -104,7 +105,9 @@ inline void Words(uint32_t r0, uint32_t r1, uint32_t start, int64_t n, uint32_t*
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x0 = r0, x1 = start + static_cast<uint32_t>(i) + r1;
     const uint32_t ks[3] = {r0, r1, ks2};
+#pragma GCC unroll 8
     for (int group = 0; group < 5; ++group) {
+#pragma GCC unroll 8
       for (int q = 0; q < 4; ++q) {
         x0 += x1;
         x1 = Rotl(x1, kRotations[group % 2][q]);
@@ -128,104 +131,133 @@ inline uint32_t Mix(uint32_t x) {
 
 // The 24-bit uniform in (0, 1) of a word (`_uniform`).
 inline float Uniform(uint32_t word) {
-  const float u = (static_cast<float>(word >> 8) + 0.5f) * (1.0f / 16777216.0f);
+  const float u = (static_cast<float>(static_cast<int32_t>(word >> 8)) + 0.5f) * (1.0f / 16777216.0f);
   const float top = 1.0f - 1.0f / 16777216.0f;
   return u < top ? u : top;
 }
 
-// XLA's f32 erf_inv (Giles 2010), multiply-adds fused as XLA:CPU contracts them.
-inline float ErfInv(float x) {
+template <int N>
+inline float Polyval(const float (&c)[N], float x) {
+  float y = 0.0f;
+#pragma GCC unroll 16
+  for (int i = 0; i < N; ++i) y = std::fma(y, x, c[i]);
+  return y;
+}
+
+// Branch-free versions of the transforms, for loops over a block of a row's entries that the
+// compiler vectorises (the C library's log is a call per value). The logarithm is Cephes'
+// single-precision one (a degree-8 polynomial after reduction to [sqrt(1/2), sqrt(2))),
+// within about one ulp of the exact value, like XLA's own: the draws stay within float32
+// rounding of the XLA path's (measured in tests/test_procedural_kernel.py).
+// sqrt without the C library's errno path (a branch and a call on negative inputs, which
+// keeps the loops below from vectorising); the argument is never negative here.
+__attribute__((optimize("no-math-errno"), always_inline)) inline float SqrtV(float x) {
+  return __builtin_sqrtf(x);
+}
+
+inline float LogV(float x) {
+  int32_t bits;
+  std::memcpy(&bits, &x, 4);
+  float e = static_cast<float>((bits >> 23) - 126);
+  const int32_t mb = (bits & 0x007FFFFF) | 0x3F000000;  // mantissa in [0.5, 1)
+  float m;
+  std::memcpy(&m, &mb, 4);
+  const bool lo = m < 0.707106781186547524f;
+  e = lo ? e - 1.0f : e;
+  m = lo ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = std::fma(y, m, -1.1514610310e-1f);
+  y = std::fma(y, m, 1.1676998740e-1f);
+  y = std::fma(y, m, -1.2420140846e-1f);
+  y = std::fma(y, m, 1.4249322787e-1f);
+  y = std::fma(y, m, -1.6668057665e-1f);
+  y = std::fma(y, m, 2.0000714765e-1f);
+  y = std::fma(y, m, -2.4999993993e-1f);
+  y = std::fma(y, m, 3.3333331174e-1f);
+  y = y * m * z;
+  y = std::fma(e, -2.12194440e-4f, y);
+  y = std::fma(z, -0.5f, y);
+  float r = m + y;
+  r = std::fma(e, 0.693359375f, r);
+  return x > 0.0f ? r : (x == 0.0f ? -INFINITY : NAN);
+}
+
+// log(1 + t) for t in (-1, 0]: log(w) * t / (w - 1) with w = 1 + t (Goldberg's correction
+// of the rounding of 1 + t), t itself where w == 1.
+inline float Log1pV(float t) {
+  const float w = 1.0f + t;
+  const float d = w - 1.0f;
+  const float safe = d == 0.0f ? 1.0f : d;
+  return d == 0.0f ? t : LogV(w) * (t / safe);
+}
+
+inline float ErfInvV(float x) {
   static const float kLow[9] = {2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
                                 -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
                                 -0.00417768164f,  0.246640727f,    1.50140941f};
   static const float kHigh[9] = {-0.000200214257f, 0.000100950558f, 0.00134934322f,
                                  -0.00367342844f,  0.00573950773f,  -0.0076224613f,
                                  0.00943887047f,   1.00167406f,     2.83297682f};
-  float w = -std::log1p(-(x * x));
+  float w = -Log1pV(-(x * x));
   const bool low = w < 5.0f;
-  const float* c = low ? kLow : kHigh;
-  w = low ? w - 2.5f : std::sqrt(w) - 3.0f;
-  float p = c[0];
-  for (int i = 1; i < 9; ++i) p = std::fma(p, w, c[i]);
-  if (std::fabs(x) == 1.0f) return x * INFINITY;
+  w = low ? w - 2.5f : SqrtV(w) - 3.0f;
+  float p = low ? kLow[0] : kHigh[0];
+#pragma GCC unroll 16
+  for (int i = 1; i < 9; ++i) p = std::fma(p, w, low ? kLow[i] : kHigh[i]);
   return p * x;
 }
 
-inline float Probit(float u) {
-  const float sqrt2 = 1.41421356237309504880f;
-  return sqrt2 * ErfInv(std::fma(2.0f, u, -1.0f));
-}
+inline float ProbitV(float u) { return 1.41421356237309504880f * ErfInvV(std::fma(2.0f, u, -1.0f)); }
 
 template <int N>
-inline float Polyval(const float (&c)[N], float x) {
-  float y = 0.0f;
-  for (int i = 0; i < N; ++i) y = std::fma(y, x, c[i]);
-  return y;
+inline float Ratio(const float (&p)[N], const float (&q)[N], float x) {
+  return Polyval(p, x) / Polyval(q, x);
 }
 
-// jax.scipy.special.ndtri in float32 (Cephes' rational approximations, as JAX writes them).
-inline float Ndtri(float p) {
+inline float NdtriV(float p) {
   static const float p0[5] = {-5.99633501014107895267E1f, 9.80010754185999661536E1f,
                               -5.66762857469070293439E1f, 1.39312609387279679503E1f,
                               -1.23916583867381258016E0f};
-  static const float q0[9] = {1.0f,
-                              1.95448858338141759834E0f,
-                              4.67627912898881538453E0f,
-                              8.63602421390890590575E1f,
-                              -2.25462687854119370527E2f,
-                              2.00260212380060660359E2f,
-                              -8.20372256168333339912E1f,
-                              1.59056225126211695515E1f,
-                              -1.18331621121330003142E0f};
+  static const float q0[9] = {1.0f, 1.95448858338141759834E0f, 4.67627912898881538453E0f,
+                              8.63602421390890590575E1f, -2.25462687854119370527E2f,
+                              2.00260212380060660359E2f, -8.20372256168333339912E1f,
+                              1.59056225126211695515E1f, -1.18331621121330003142E0f};
   static const float p1[9] = {4.05544892305962419923E0f,   3.15251094599893866154E1f,
                               5.71628192246421288162E1f,   4.40805073893200834700E1f,
                               1.46849561928858024014E1f,   2.18663306850790267539E0f,
                               -1.40256079171354495875E-1f, -3.50424626827848203418E-2f,
                               -8.57456785154685413611E-4f};
-  static const float q1[9] = {1.0f,
-                              1.57799883256466749731E1f,
-                              4.53907635128879210584E1f,
-                              4.13172038254672030440E1f,
-                              1.50425385692907503408E1f,
-                              2.50464946208309415979E0f,
-                              -1.42182922854787788574E-1f,
-                              -3.80806407691578277194E-2f,
-                              -9.33259480895457427372E-4f};
+  static const float q1[9] = {1.0f, 1.57799883256466749731E1f, 4.53907635128879210584E1f,
+                              4.13172038254672030440E1f, 1.50425385692907503408E1f,
+                              2.50464946208309415979E0f, -1.42182922854787788574E-1f,
+                              -3.80806407691578277194E-2f, -9.33259480895457427372E-4f};
   static const float p2[9] = {3.23774891776946035970E0f,  6.91522889068984211695E0f,
                               3.93881025292474443415E0f,  1.33303460815807542389E0f,
                               2.01485389549179081538E-1f, 1.23716634817820021358E-2f,
                               3.01581553508235416007E-4f, 2.65806974686737550832E-6f,
                               6.23974539184983293730E-9f};
-  static const float q2[9] = {1.0f,
-                              6.02427039364742014255E0f,
-                              3.67983563856160859403E0f,
-                              1.37702099489081330271E0f,
-                              2.16236993594496635890E-1f,
-                              1.34204006088543189037E-2f,
-                              3.28014464682127739104E-4f,
-                              2.89247864745380683936E-6f,
-                              6.79019408009981274425E-9f};
-  const float big = static_cast<float>(-std::expm1(-2.0));  // 1 - exp(-2)
-  const float small = static_cast<float>(std::exp(-2.0));
-  if (p == 0.0f) return -INFINITY;
-  if (p == 1.0f) return INFINITY;
-  const float mcp = p > big ? 1.0f - p : p;
-  float x;
-  if (mcp > small) {
-    const float w = mcp - 0.5f;
-    const float ww = w * w;
-    const float r = Polyval(p0, ww) / Polyval(q0, ww);
-    x = std::fma(w * ww, r, w);
-    x = x * -2.50662827463100050242f;
-  } else {
-    const float z = std::sqrt(-2.0f * std::log(mcp));
-    const float first = z - std::log(z) / z;
-    const float iz = 1.0f / z;
-    const float second = z >= 8.0f ? Polyval(p2, iz) / Polyval(q2, iz) / z
-                                   : Polyval(p1, iz) / Polyval(q1, iz) / z;
-    x = first - second;
-  }
-  return p > big ? x : -x;
+  static const float q2[9] = {1.0f, 6.02427039364742014255E0f, 3.67983563856160859403E0f,
+                              1.37702099489081330271E0f, 2.16236993594496635890E-1f,
+                              1.34204006088543189037E-2f, 3.28014464682127739104E-4f,
+                              2.89247864745380683936E-6f, 6.79019408009981274425E-9f};
+  const float big = 0.864664716763387308f;   // 1 - exp(-2)
+  const float small = 0.135335283236612692f;  // exp(-2)
+  float mcp = p > big ? 1.0f - p : p;
+  mcp = mcp == 0.0f ? 0.5f : mcp;
+  const float w = mcp - 0.5f;
+  const float ww = w * w;
+  float central = std::fma(w * ww, Polyval(p0, ww) / Polyval(q0, ww), w);
+  central = central * -2.50662827463100050242f;
+  const float z = SqrtV(-2.0f * LogV(mcp));
+  const float first = z - LogV(z) / z;
+  const float iz = 1.0f / z;
+  const float tail2 = Polyval(p2, iz) / Polyval(q2, iz) / z;
+  const float tail1 = Polyval(p1, iz) / Polyval(q1, iz) / z;
+  float x = mcp > small ? central : (z >= 8.0f ? first - tail2 : first - tail1);
+  x = p > big ? x : -x;
+  x = p == 0.0f ? -INFINITY : x;
+  return p == 1.0f ? INFINITY : x;
 }
 
 enum WeightKind : int64_t { kScalar = 0, kUniformW = 1, kNormalW = 2, kNonnegNormalW = 3 };
@@ -261,41 +293,46 @@ inline int64_t Slot(int64_t step, int64_t delay, int64_t n_slots) {
   return r < 0 ? r + n_slots : r;
 }
 
-inline float Weight(const Proj& p, uint32_t word) {
+// The weights and delays of a block of n words, one branch-free loop per kind.
+inline void Weights(const Proj& p, const uint32_t* __restrict words, float* __restrict out,
+                    int64_t n) {
   const float* c = p.prm;
   switch (p.weight_kind) {
     case kUniformW:
-      return std::fma(Uniform(word), c[1], c[0]);
+      for (int64_t t = 0; t < n; ++t) out[t] = std::fma(Uniform(words[t]), c[1], c[0]);
+      break;
     case kNormalW:
-      return std::fma(c[1], Probit(Uniform(word)), c[0]);
-    case kNonnegNormalW: {
-      const float w = std::fma(-c[1], Ndtri(Uniform(word) * c[2]), c[0]);
-      return w > 0.0f ? w : 0.0f;  // jnp.maximum(w, 0.0)
-    }
+      for (int64_t t = 0; t < n; ++t) out[t] = std::fma(c[1], ProbitV(Uniform(words[t])), c[0]);
+      break;
+    case kNonnegNormalW:
+      for (int64_t t = 0; t < n; ++t) {
+        const float w = std::fma(-c[1], NdtriV(Uniform(words[t]) * c[2]), c[0]);
+        out[t] = w > 0.0f ? w : 0.0f;
+      }
+      break;
     default:
-      return c[0];
+      for (int64_t t = 0; t < n; ++t) out[t] = c[0];
   }
 }
 
-inline int64_t DelaySteps(const Proj& p, uint32_t word) {
+inline void Delays(const Proj& p, const uint32_t* __restrict words, int32_t* __restrict out,
+                   int64_t n) {
   const float* c = p.prm + 3;
-  float x, low, high;
-  if (p.delay_kind == kUniformD) {
-    x = std::fma(Uniform(word), c[1], c[0]);
-    low = c[2];
-    high = c[3];
-  } else {
-    x = std::fma(c[1], Ndtri(std::fma(Uniform(word), c[3], c[2])), c[0]);
-    low = c[4];
-    high = c[5];
+  const float dt = p.prm[9];
+  const float top = static_cast<float>(p.max_steps);
+  const bool uniform = p.delay_kind == kUniformD;
+  const float low = uniform ? c[2] : c[4], high = uniform ? c[3] : c[5];
+  for (int64_t t = 0; t < n; ++t) {
+    const float u = Uniform(words[t]);
+    float x = uniform ? std::fma(u, c[1], c[0]) : std::fma(c[1], NdtriV(std::fma(u, c[3], c[2])), c[0]);
+    x = x < low ? low : x;  // jnp.clip
+    x = x > high ? high : x;
+    const float ratio = x / dt;
+    const float big = ratio > 1.0f ? ratio : 1.0f;
+    float steps = std::floor(std::fma(1e-6f, big, ratio + 0.5f));
+    steps = steps < top ? steps : top;  // (max_steps < 2^24: exact in float32)
+    out[t] = static_cast<int32_t>(steps);
   }
-  x = x < low ? low : x;  // jnp.clip
-  x = x > high ? high : x;
-  const float ratio = x / p.prm[9];
-  const float big = ratio > 1.0f ? ratio : 1.0f;
-  const float steps = std::floor(std::fma(1e-6f, big, ratio + 0.5f));
-  const int64_t d = static_cast<int64_t>(static_cast<int32_t>(steps));
-  return d < p.max_steps ? d : p.max_steps;
 }
 
 inline uint32_t Feistel(uint32_t x, const Proj& p, const uint32_t* rk) {
@@ -332,6 +369,8 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
   const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
   constexpr int64_t kBlock = 64;
   uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock];
+  float wf[kBlock];
+  int32_t ds[kBlock];
   for (int64_t j0 = 0; j0 < count; j0 += kBlock) {
     const int64_t n = count - j0 < kBlock ? count - j0 : kBlock;
     const uint32_t s0 = static_cast<uint32_t>(j0);
@@ -339,8 +378,14 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
       Words(r0, r1, s0, n, hi);
       Words(r0, r1, static_cast<uint32_t>(p.off_lo) + s0, n, lo);
     }
-    if (p.weight_kind != kScalar) Words(r0, r1, static_cast<uint32_t>(p.off_w) + s0, n, ww);
-    if (p.delay_kind != kNoDelay) Words(r0, r1, static_cast<uint32_t>(p.off_d) + s0, n, dd);
+    if (p.weight_kind != kScalar) {
+      Words(r0, r1, static_cast<uint32_t>(p.off_w) + s0, n, ww);
+      Weights(p, ww, wf, n);
+    }
+    if (p.delay_kind != kNoDelay) {
+      Words(r0, r1, static_cast<uint32_t>(p.off_d) + s0, n, dd);
+      Delays(p, dd, ds, n);
+    }
     for (int64_t t = 0; t < n; ++t) {
       uint32_t post;
       if (p.rule == 1) {
@@ -355,9 +400,8 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
         ++bad.targets;
         continue;
       }
-      const float w = p.weight_kind == kScalar ? p.prm[0] : Weight(p, ww[t]);
-      const int64_t slot =
-          p.delay_kind == kNoDelay ? fixed_slot : Slot(step, DelaySteps(p, dd[t]), n_slots);
+      const float w = p.weight_kind == kScalar ? p.prm[0] : wf[t];
+      const int64_t slot = p.delay_kind == kNoDelay ? fixed_slot : Slot(step, ds[t], n_slots);
       base[slot * n_targets + target] += v * w;
     }
   }
@@ -522,9 +566,15 @@ ffi::Error ProceduralDrawsImpl(ffi::Buffer<ffi::U32> words, ffi::Buffer<ffi::F32
   const uint32_t* w = words.typed_data();
   float* out_w = weights->typed_data();
   int32_t* out_d = steps->typed_data();
-  for (size_t i = 0; i < words.element_count(); ++i) {
-    out_w[i] = Weight(p, w[i]);
-    out_d[i] = delay_kind == kNoDelay ? 0 : static_cast<int32_t>(DelaySteps(p, w[i]));
+  const int64_t total = static_cast<int64_t>(words.element_count());
+  for (int64_t i = 0; i < total; i += 4096) {
+    const int64_t n = total - i < 4096 ? total - i : 4096;
+    Weights(p, w + i, out_w + i, n);
+    if (delay_kind == kNoDelay) {
+      std::memset(out_d + i, 0, n * sizeof(int32_t));
+    } else {
+      Delays(p, w + i, out_d + i, n);
+    }
   }
   return ffi::Error::Success();
 }
