@@ -41,8 +41,13 @@
 
 #include "xla/ffi/api/ffi.h"
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
 
 namespace ffi = xla::ffi;
+
 
 namespace {
 
@@ -151,8 +156,16 @@ inline float Polyval(const float (&c)[N], float x) {
 // rounding of the XLA path's (measured in tests/test_procedural_kernel.py).
 // sqrt without the C library's errno path (a branch and a call on negative inputs, which
 // keeps the loops below from vectorising); the argument is never negative here.
-__attribute__((optimize("no-math-errno"), always_inline)) inline float SqrtV(float x) {
-  return __builtin_sqrtf(x);
+// Square roots of x[0 .. n) in place: AVX's vsqrtps (correctly rounded, as sqrtss and as
+// XLA's sqrt) where the compiler targets AVX, std::sqrt otherwise. A loop calling std::sqrt
+// does not vectorise (it keeps the C library's errno path), so the transforms below take
+// their square roots a block at a time through this function, between loops that do.
+inline void SqrtArray(float* __restrict x, int64_t n) {
+  int64_t t = 0;
+#if defined(__AVX__)
+  for (; t + 8 <= n; t += 8) _mm256_storeu_ps(x + t, _mm256_sqrt_ps(_mm256_loadu_ps(x + t)));
+#endif
+  for (; t < n; ++t) x[t] = std::sqrt(x[t]);
 }
 
 inline float LogV(float x) {
@@ -192,30 +205,36 @@ inline float Log1pV(float t) {
   return d == 0.0f ? t : LogV(w) * (t / safe);
 }
 
-inline float ErfInvV(float x) {
+constexpr int64_t kBlock = 64;  // entries of a row drawn together
+
+// XLA's f32 erf_inv (Giles 2010) of x[0 .. n) into out, fused multiply-adds where XLA:CPU
+// contracts; log1p is Log1pV, not XLA's own.
+inline void ErfInvBlock(const float* __restrict x, float* __restrict out, int64_t n) {
   static const float kLow[9] = {2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
                                 -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
                                 -0.00417768164f,  0.246640727f,    1.50140941f};
   static const float kHigh[9] = {-0.000200214257f, 0.000100950558f, 0.00134934322f,
                                  -0.00367342844f,  0.00573950773f,  -0.0076224613f,
                                  0.00943887047f,   1.00167406f,     2.83297682f};
-  float w = -Log1pV(-(x * x));
-  const bool low = w < 5.0f;
-  w = low ? w - 2.5f : SqrtV(w) - 3.0f;
-  float p = low ? kLow[0] : kHigh[0];
+  float w[kBlock], root[kBlock];
+  for (int64_t t = 0; t < n; ++t) {
+    w[t] = -Log1pV(-(x[t] * x[t]));
+    root[t] = w[t];
+  }
+  SqrtArray(root, n);
+  for (int64_t t = 0; t < n; ++t) {
+    const bool low = w[t] < 5.0f;
+    const float v = low ? w[t] - 2.5f : root[t] - 3.0f;
+    float p = low ? kLow[0] : kHigh[0];
 #pragma GCC unroll 16
-  for (int i = 1; i < 9; ++i) p = std::fma(p, w, low ? kLow[i] : kHigh[i]);
-  return p * x;
+    for (int i = 1; i < 9; ++i) p = std::fma(p, v, low ? kLow[i] : kHigh[i]);
+    out[t] = std::fabs(x[t]) == 1.0f ? x[t] * INFINITY : p * x[t];
+  }
 }
 
-inline float ProbitV(float u) { return 1.41421356237309504880f * ErfInvV(std::fma(2.0f, u, -1.0f)); }
-
-template <int N>
-inline float Ratio(const float (&p)[N], const float (&q)[N], float x) {
-  return Polyval(p, x) / Polyval(q, x);
-}
-
-inline float NdtriV(float p) {
+// jax.scipy.special.ndtri (Cephes' rational approximations, as JAX writes them in float32)
+// of p[0 .. n) into out: both branches evaluated, then selected.
+inline void NdtriBlock(const float* __restrict p, float* __restrict out, int64_t n) {
   static const float p0[5] = {-5.99633501014107895267E1f, 9.80010754185999661536E1f,
                               -5.66762857469070293439E1f, 1.39312609387279679503E1f,
                               -1.23916583867381258016E0f};
@@ -241,23 +260,31 @@ inline float NdtriV(float p) {
                               1.37702099489081330271E0f, 2.16236993594496635890E-1f,
                               1.34204006088543189037E-2f, 3.28014464682127739104E-4f,
                               2.89247864745380683936E-6f, 6.79019408009981274425E-9f};
-  const float big = 0.864664716763387308f;   // 1 - exp(-2)
+  const float big = 0.864664716763387308f;    // 1 - exp(-2)
   const float small = 0.135335283236612692f;  // exp(-2)
-  float mcp = p > big ? 1.0f - p : p;
-  mcp = mcp == 0.0f ? 0.5f : mcp;
-  const float w = mcp - 0.5f;
-  const float ww = w * w;
-  float central = std::fma(w * ww, Polyval(p0, ww) / Polyval(q0, ww), w);
-  central = central * -2.50662827463100050242f;
-  const float z = SqrtV(-2.0f * LogV(mcp));
-  const float first = z - LogV(z) / z;
-  const float iz = 1.0f / z;
-  const float tail2 = Polyval(p2, iz) / Polyval(q2, iz) / z;
-  const float tail1 = Polyval(p1, iz) / Polyval(q1, iz) / z;
-  float x = mcp > small ? central : (z >= 8.0f ? first - tail2 : first - tail1);
-  x = p > big ? x : -x;
-  x = p == 0.0f ? -INFINITY : x;
-  return p == 1.0f ? INFINITY : x;
+  float mcp[kBlock], z[kBlock];
+  for (int64_t t = 0; t < n; ++t) {
+    float m = p[t] > big ? 1.0f - p[t] : p[t];
+    m = m == 0.0f ? 0.5f : m;
+    mcp[t] = m;
+    z[t] = -2.0f * LogV(m);
+  }
+  SqrtArray(z, n);
+  for (int64_t t = 0; t < n; ++t) {
+    const float w = mcp[t] - 0.5f;
+    const float ww = w * w;
+    float central = std::fma(w * ww, Polyval(p0, ww) / Polyval(q0, ww), w);
+    central = central * -2.50662827463100050242f;
+    const float zz = z[t];
+    const float first = zz - LogV(zz) / zz;
+    const float iz = 1.0f / zz;
+    const float tail2 = Polyval(p2, iz) / Polyval(q2, iz) / zz;
+    const float tail1 = Polyval(p1, iz) / Polyval(q1, iz) / zz;
+    float x = mcp[t] > small ? central : (zz >= 8.0f ? first - tail2 : first - tail1);
+    x = p[t] > big ? x : -x;
+    x = p[t] == 0.0f ? -INFINITY : x;
+    out[t] = p[t] == 1.0f ? INFINITY : x;
+  }
 }
 
 enum WeightKind : int64_t { kScalar = 0, kUniformW = 1, kNormalW = 2, kNonnegNormalW = 3 };
@@ -293,20 +320,27 @@ inline int64_t Slot(int64_t step, int64_t delay, int64_t n_slots) {
   return r < 0 ? r + n_slots : r;
 }
 
-// The weights and delays of a block of n words, one branch-free loop per kind.
+// The weights and delays of a block of n <= kBlock words.
 inline void Weights(const Proj& p, const uint32_t* __restrict words, float* __restrict out,
                     int64_t n) {
   const float* c = p.prm;
+  float a[kBlock], z[kBlock];
   switch (p.weight_kind) {
     case kUniformW:
       for (int64_t t = 0; t < n; ++t) out[t] = std::fma(Uniform(words[t]), c[1], c[0]);
       break;
-    case kNormalW:
-      for (int64_t t = 0; t < n; ++t) out[t] = std::fma(c[1], ProbitV(Uniform(words[t])), c[0]);
-      break;
-    case kNonnegNormalW:
+    case kNormalW:  // mean + std * sqrt(2) erfinv(2u - 1)
+      for (int64_t t = 0; t < n; ++t) a[t] = std::fma(2.0f, Uniform(words[t]), -1.0f);
+      ErfInvBlock(a, z, n);
       for (int64_t t = 0; t < n; ++t) {
-        const float w = std::fma(-c[1], NdtriV(Uniform(words[t]) * c[2]), c[0]);
+        out[t] = std::fma(c[1], 1.41421356237309504880f * z[t], c[0]);
+      }
+      break;
+    case kNonnegNormalW:  // max(mean - std * ndtri(u * ndtr(mean / std)), 0)
+      for (int64_t t = 0; t < n; ++t) a[t] = Uniform(words[t]) * c[2];
+      NdtriBlock(a, z, n);
+      for (int64_t t = 0; t < n; ++t) {
+        const float w = std::fma(-c[1], z[t], c[0]);
         out[t] = w > 0.0f ? w : 0.0f;
       }
       break;
@@ -320,14 +354,23 @@ inline void Delays(const Proj& p, const uint32_t* __restrict words, int32_t* __r
   const float* c = p.prm + 3;
   const float dt = p.prm[9];
   const float top = static_cast<float>(p.max_steps);
-  const bool uniform = p.delay_kind == kUniformD;
-  const float low = uniform ? c[2] : c[4], high = uniform ? c[3] : c[5];
+  float x[kBlock], a[kBlock];
+  float low, high;
+  if (p.delay_kind == kUniformD) {
+    low = c[2];
+    high = c[3];
+    for (int64_t t = 0; t < n; ++t) x[t] = std::fma(Uniform(words[t]), c[1], c[0]);
+  } else {
+    low = c[4];
+    high = c[5];
+    for (int64_t t = 0; t < n; ++t) a[t] = std::fma(Uniform(words[t]), c[3], c[2]);
+    NdtriBlock(a, x, n);
+    for (int64_t t = 0; t < n; ++t) x[t] = std::fma(c[1], x[t], c[0]);
+  }
   for (int64_t t = 0; t < n; ++t) {
-    const float u = Uniform(words[t]);
-    float x = uniform ? std::fma(u, c[1], c[0]) : std::fma(c[1], NdtriV(std::fma(u, c[3], c[2])), c[0]);
-    x = x < low ? low : x;  // jnp.clip
-    x = x > high ? high : x;
-    const float ratio = x / dt;
+    float v = x[t] < low ? low : x[t];  // jnp.clip
+    v = v > high ? high : v;
+    const float ratio = v / dt;
     const float big = ratio > 1.0f ? ratio : 1.0f;
     float steps = std::floor(std::fma(1e-6f, big, ratio + 0.5f));
     steps = steps < top ? steps : top;  // (max_steps < 2^24: exact in float32)
@@ -367,7 +410,6 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
   const uint32_t mult = p.rule == 1 ? p.mod_m.Mod(p.mod_m.Mod(65536u) * p.mod_m.Mod(65536u)) : 0u;
   float* base = rb + p.target_offset;
   const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
-  constexpr int64_t kBlock = 64;
   uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock];
   float wf[kBlock];
   int32_t ds[kBlock];
@@ -567,8 +609,8 @@ ffi::Error ProceduralDrawsImpl(ffi::Buffer<ffi::U32> words, ffi::Buffer<ffi::F32
   float* out_w = weights->typed_data();
   int32_t* out_d = steps->typed_data();
   const int64_t total = static_cast<int64_t>(words.element_count());
-  for (int64_t i = 0; i < total; i += 4096) {
-    const int64_t n = total - i < 4096 ? total - i : 4096;
+  for (int64_t i = 0; i < total; i += kBlock) {
+    const int64_t n = total - i < kBlock ? total - i : kBlock;
     Weights(p, w + i, out_w + i, n);
     if (delay_kind == kNoDelay) {
       std::memset(out_d + i, 0, n * sizeof(int32_t));

@@ -19,10 +19,25 @@ built from `Procedural.stored()` delivers the same values, bit for bit.
 **Kernel entry `procedural_deliver`.** Its reference handles at most the network's spike
 capacity per trial and step (`Delivery.capacity`) and reports what a step lacked, the
 machinery of the event layout (`nj.Network.fit_capacity`): a GPU or TPU step keeps static
-shapes and never waits on the host. Its CPU slot is an XLA implementation, not C++ (the rows
-are drawn with `jax.random`'s threefry, which a C++ copy would have to reproduce bit for bit),
-that takes every spike and never needs a larger buffer. Both add the same terms in the same
-order. GPU and TPU run the reference.
+shapes and never waits on the host. GPU and TPU run the reference. Its CPU slot is a C++
+kernel (`neurojax/kernels/procedural.cc`, FFI target `nj_procedural_deliver`) that takes
+every spike and never needs a larger buffer: one call for the consecutive projections of a
+group it supports, which regenerates each spiking neuron's row (threefry row key and words,
+Feistel permutation with cycle walking or `fixed_total`'s uniform targets, the draws) and adds
+`spike * w` into the ring in the reference's order. It supports `fixed_prob` and
+`fixed_total` descriptions on one device with scalar, uniform or normal weights and no,
+uniform or normal delays, in float32 (`_native`); a lognormal weight or delay, the distance
+rule (its `exp`), a device's share of a sharded projection (`post_start`) or float64 stay on
+the XLA walk (`_walk` over every spike), called in the group's order between the kernel's
+calls. Exactness against the XLA walk (`tests/test_procedural_kernel.py`): targets, slots and
+scalar or uniform weights are identical; normal draws go through XLA's own `log`/`log1p` on
+one side and Cephes' `log` in C++ on the other, so a normal weight may differ by float32
+rounding (a few ulps, relative to the distribution's scale) and, over all 2^24 uniforms, a
+handful of delays (14 for the microcircuit's excitatory delay distribution, 4 for its
+inhibitory one, 2 for a uniform delay) round to the neighbouring step. The entry's stated
+tolerance is therefore `rtol=1e-5`. Where every projection runs in C++, the reference that
+`lax.platform_dependent` traces but a CPU backend never runs is replaced by the CPU slot
+(`_reference`): tracing the row generators cost most of the microcircuit's compilation.
 
 **Gradients** are those of the same delivery written over every row (a `lax.scan` over
 blocks of rows, built only under differentiation): with respect to the spikes of every
