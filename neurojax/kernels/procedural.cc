@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "xla/ffi/api/ffi.h"
 
 #if defined(__AVX__)
@@ -391,13 +392,12 @@ inline uint32_t Feistel(uint32_t x, const Proj& p, const uint32_t* rk) {
 }
 
 // Row r of projection p: every synapse's s * w added into the trial's ring `rb`.
-void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_slots,
-         int64_t n_targets, Faults& bad) {
-  const int64_t count = p.counts[r];
-  if (count < 0 || count > p.fan_out) {
-    ++bad.counts;
-    return;
-  }
+// Row r of projection p (count entries, checked by the caller): for each entry, its place in
+// the trial's ring (-1 for a target outside the population, counted in `targets`) and
+// v * w, written to idx[0 .. count) and val[0 .. count).
+void RowInto(const Proj& p, int64_t r, int64_t count, float v, int64_t step, int64_t n_slots,
+             int64_t n_targets, int64_t* __restrict idx, float* __restrict val,
+             int64_t& bad_targets) {
   uint32_t r0, r1;
   Threefry(p.k0, p.k1, 0u, static_cast<uint32_t>(r), &r0, &r1);
   uint32_t rk[kRounds];
@@ -408,7 +408,6 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
     }
   }
   const uint32_t mult = p.rule == 1 ? p.mod_m.Mod(p.mod_m.Mod(65536u) * p.mod_m.Mod(65536u)) : 0u;
-  float* base = rb + p.target_offset;
   const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
   uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock];
   float wf[kBlock];
@@ -439,17 +438,19 @@ void Row(const Proj& p, int64_t r, float v, float* rb, int64_t step, int64_t n_s
       int64_t target = static_cast<int64_t>(static_cast<int32_t>(post));
       if (!p.allow_self && target >= r) ++target;
       if (target < 0 || target >= p.width) {
-        ++bad.targets;
+        ++bad_targets;
+        idx[j0 + t] = -1;
         continue;
       }
       const float w = p.weight_kind == kScalar ? p.prm[0] : wf[t];
       const int64_t slot = p.delay_kind == kNoDelay ? fixed_slot : Slot(step, ds[t], n_slots);
-      base[slot * n_targets + target] += v * w;
+      idx[j0 + t] = slot * n_targets + p.target_offset + target;
+      val[j0 + t] = v * w;
     }
   }
 }
 
-ffi::Error ProceduralDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer ring_in,
+ffi::Error ProceduralDeliverImpl(ffi::ThreadPool pool, ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer ring_in,
                                  ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> ring_out,
                                  int64_t n_source, int64_t n_slots, int64_t n_targets,
                                  int64_t overwrite, ffi::Span<const int64_t> pre_offset,
@@ -568,13 +569,54 @@ ffi::Error ProceduralDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::Any
   const float* spikes = static_cast<const float*>(s.untyped_data());
   float* ring = static_cast<float*>(ring_out->untyped_data());
   Faults bad;
+  // Per projection and trial, the spiking rows in ascending order are drawn in batches of
+  // about kBatch entries, the rows of a batch shared between the threads of XLA's pool, each
+  // row into its own stretch of (index, value) buffers; the values are then added into the
+  // ring by one thread in the rows' order (the order of the XLA walk).
+  constexpr int64_t kBatch = int64_t{1} << 17;
+  std::vector<int64_t> rows, starts;
+  std::vector<int64_t> idx;
+  std::vector<float> val;
   for (const Proj& p : projs) {
     for (int64_t b = 0; b < n_trials; ++b) {
       const float* sb = spikes + b * n_source + p.pre_offset;
       float* rb = ring + b * n_slots * n_targets;
-      for (int64_t r = 0; r < p.n_pre; ++r) {
-        const float v = sb[r];
-        if (v > 0.0f) Row(p, r, v, rb, t, n_slots, n_targets, bad);
+      int64_t r = 0;
+      while (r < p.n_pre) {
+        rows.clear();
+        starts.assign(1, 0);
+        for (; r < p.n_pre && starts.back() < kBatch; ++r) {
+          if (!(sb[r] > 0.0f)) continue;
+          const int64_t count = p.counts[r];
+          if (count < 0 || count > p.fan_out) {
+            ++bad.counts;
+            continue;
+          }
+          rows.push_back(r);
+          starts.push_back(starts.back() + count);
+        }
+        const int64_t total = starts.back();
+        if (rows.empty() || total == 0) continue;
+        idx.resize(total);
+        val.resize(total);
+        const int64_t n_rows = static_cast<int64_t>(rows.size());
+        std::vector<int64_t> bad_targets(n_rows, 0);
+        auto task = [&](int64_t k) {
+          const int64_t row = rows[k];
+          RowInto(p, row, starts[k + 1] - starts[k], sb[row], t, n_slots, n_targets,
+                  idx.data() + starts[k], val.data() + starts[k], bad_targets[k]);
+        };
+        if (total < 4096 || n_rows == 1) {
+          for (int64_t k = 0; k < n_rows; ++k) task(k);
+        } else {
+          nj_run::RunTasks(n_rows, pool, task);
+        }
+        for (int64_t k = 0; k < n_rows; ++k) bad.targets += bad_targets[k];
+        const int64_t* __restrict ix = idx.data();
+        const float* __restrict vx = val.data();
+        for (int64_t e = 0; e < total; ++e) {
+          if (ix[e] >= 0) rb[ix[e]] += vx[e];
+        }
       }
     }
   }
@@ -635,6 +677,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDraws, ProceduralDrawsImpl,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDeliver, ProceduralDeliverImpl,
                               ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // spikes (*batch, n_source)
                                   .Arg<ffi::AnyBuffer>()  // step () int32
                                   .Arg<ffi::AnyBuffer>()  // ring in (*batch, D, T)
