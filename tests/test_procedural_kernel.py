@@ -272,3 +272,22 @@ def test_a_network_run_matches_its_stored_conversion():
     assert float(ra.spikes["E"].sum()) > 20
     np.testing.assert_array_equal(np.asarray(ra.spikes["E"]), np.asarray(rb.spikes["E"]))
     np.testing.assert_allclose(np.asarray(ra.v["E"]), np.asarray(rb.v["E"]), rtol=0, atol=1e-4)
+
+
+def test_threaded_batches_keep_the_order_of_the_walk():
+    # 45 spiking rows of about 3500 entries per trial: more than one batch of 2^17 entries,
+    # each drawn on several threads, then added in row order
+    descs = [
+        proc.fixed_total(
+            _key(16),
+            150,
+            3000,
+            150 * 3500,
+            weight=nj.connect.uniform(0.1, 0.3),
+            delay=nj.connect.uniform(0.1, 1.0),
+            dt=DT,
+        ),
+        proc.fixed_prob(_key(17), 150, 500, 0.5, weight=0.2),
+    ]
+    got, want = _both(descs, trials=2)
+    np.testing.assert_array_equal(got, want)
