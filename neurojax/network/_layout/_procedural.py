@@ -69,6 +69,7 @@ from ...connectivity._procedural import Procedural, threefry_rows
 from ...connectivity._weights import Distribution, Normal, Uniform
 from ...kernels import Example, Sequential, call, implementations, register
 from ...kernels import Kernel as _Kernel
+from ...kernels._config import cross_platform_enabled
 from .._propagation import arrival_slot, capacity_for, needed
 from ._base import Delivery, Layout
 
@@ -383,9 +384,12 @@ def _reference(s, step, ring, leaves, *, specs, treedefs, fresh, capacity=None):
     projection of the group (twice) cost most of the microcircuit's compilation (20 s of a
     full-scale step's tracing); the CPU slot stands in for it there."""
     static = dict(specs=specs, treedefs=treedefs, fresh=fresh, capacity=capacity)
-    if jax.default_backend() == "cpu" and set(
-        implementations(DELIVER, s, step, ring, leaves, **static)
-    ) == {"cpu"}:
+    # (under nj.kernels.cross_platform() the default branch is lowered for GPUs and TPUs)
+    if (
+        jax.default_backend() == "cpu"
+        and not cross_platform_enabled()
+        and set(implementations(DELIVER, s, step, ring, leaves, **static)) == {"cpu"}
+    ):
         return _cpu(s, step, ring, leaves, **static)
     return _walk(
         s,
