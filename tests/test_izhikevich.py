@@ -268,15 +268,19 @@ def test_preset_firing_patterns():
 # Step semantics, state, surrogate.
 
 
-@pytest.mark.parametrize("method", ["euler", "published"])
+@pytest.mark.parametrize("method", ["euler", "published", "spnet"])
 def test_single_step_by_hand(method):
     a, b, c, d, dt, i = 0.02, 0.2, -65.0, 8.0, 0.5, 7.0
     model = Izhikevich(a, b, c, d, method=method)
     v, u = np.array([-60.0, 29.0]), np.array([-12.0, -5.0])
     state = IzhikevichState(v=jnp.asarray(v, jnp.float32), u=jnp.asarray(u, jnp.float32))
     new, s = model.step(state, i, dt)
-    v1 = v + dt * (0.04 * v * v + 5 * v + 140 - u + i)
-    u1 = u + dt * a * (b * (v1 if method == "published" else v) - u)
+    if method == "spnet":  # two half steps of v with u and i held (spnet.m, daspnet.m)
+        vh = v + dt / 2 * (0.04 * v * v + 5 * v + 140 - u + i)
+        v1 = vh + dt / 2 * (0.04 * vh * vh + 5 * vh + 140 - u + i)
+    else:
+        v1 = v + dt * (0.04 * v * v + 5 * v + 140 - u + i)
+    u1 = u + dt * a * (b * (v if method == "euler" else v1) - u)
     fired = v1 >= 30.0
     np.testing.assert_array_equal(np.asarray(s), fired.astype(np.float32))
     assert fired.tolist() == [False, True]
@@ -284,6 +288,54 @@ def test_single_step_by_hand(method):
     np.testing.assert_allclose(np.asarray(new.v), np.where(fired, c, v1), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(new.u), u1 + fired * d, rtol=1e-5)
     assert float(new.v[1]) == c  # the blend resets exactly
+
+
+def _spnet_loop(a, b, c, d, v, u, currents):
+    """The neuron update of the author's network programs (spnet.m, Izhikevich 2003;
+    daspnet.m, Izhikevich 2007) at 1 ms steps, re-written in NumPy float64: spikes where
+    `v >= 30` are recorded and reset first, then `v` is advanced in two 0.5 ms halves, then
+    `u` with the new `v`. Returns the (step, neuron) pairs, dated by the loop's step."""
+    v, u, fired = v.copy(), u.copy(), []
+    for t, i in enumerate(currents):
+        spk = v >= 30.0
+        fired += [(t, j) for j in np.flatnonzero(spk)]
+        v[spk] = c[spk]
+        u[spk] += d[spk]
+        v = v + 0.5 * ((0.04 * v + 5.0) * v + 140.0 - u + i)
+        v = v + 0.5 * ((0.04 * v + 5.0) * v + 140.0 - u + i)
+        u = u + a * (b * v - u)
+    return fired
+
+
+def test_spnet_scheme_reproduces_the_network_programs():
+    # 20 neurons of both spnet classes under a random input like spnet.m's thalamic one
+    # (5 * N(0, 1), a new draw every ms; the program gives inhibitory cells 2 * N(0, 1), too
+    # little to fire without the network), 1 s at dt = 1.
+    rng = np.random.default_rng(7)
+    n_e, n_i, steps = 16, 4, 1000
+    re, ri = rng.uniform(size=n_e), rng.uniform(size=n_i)
+    a = np.r_[0.02 * np.ones(n_e), 0.02 + 0.08 * ri]
+    b = np.r_[0.2 * np.ones(n_e), 0.25 - 0.05 * ri]
+    c = np.r_[-65 + 15 * re**2, -65 * np.ones(n_i)]
+    d = np.r_[8 - 6 * re**2, 2 * np.ones(n_i)]
+    currents = 5 * rng.standard_normal((steps, n_e + n_i))
+    v0 = -65.0 * np.ones(n_e + n_i)
+    want = _spnet_loop(a, b, c, d, v0, b * v0, currents)
+    with jax.enable_x64(True):
+        model = Izhikevich(a, b, c, d, method="spnet")
+        state = IzhikevichState(v=jnp.asarray(v0), u=jnp.asarray(b * v0))
+        _, rec = nj.simulate(model, state, jnp.asarray(currents), dt=1.0, n_steps=steps)
+        spikes = np.asarray(rec.spikes)
+    # neurojax dates a spike by the end of the step that crossed 30; the program finds it at
+    # the start of the next iteration.
+    got = [(t + 1, j) for t, j in zip(*np.nonzero(spikes))]
+    assert len(want) > 50 and {j for _, j in want} & set(range(n_e, n_e + n_i))  # E and I fire
+    assert sorted(got) == sorted(w for w in want)
+    # A single 1 ms step of v (method="published") departs from the program.
+    with jax.enable_x64(True):
+        one = Izhikevich(a, b, c, d, method="published")
+        _, rec1 = nj.simulate(one, state, jnp.asarray(currents), dt=1.0, n_steps=steps)
+    assert int(np.asarray(rec1.spikes).sum()) != len(want)
 
 
 def test_surrogate_gradient_of_one_step():
@@ -346,7 +398,7 @@ def test_stability_limit_of_euler():
 # Transformations.
 
 
-@pytest.mark.parametrize("method", ["euler", "published"])
+@pytest.mark.parametrize("method", ["euler", "published", "spnet"])
 def test_vmap_over_currents_equals_population(method):
     model = Izhikevich.preset("RS", method=method)
     currents = jnp.array([4.0, 8.0, 12.0, 16.0])
@@ -380,7 +432,7 @@ def test_per_neuron_parameters_equal_separate_models():
     assert int(counts[1]) > int(counts[0])  # faster recovery (FS-like) fires more
 
 
-@pytest.mark.parametrize("method", ["euler", "published"])
+@pytest.mark.parametrize("method", ["euler", "published", "spnet"])
 def test_grad_of_spike_count_wrt_current(method):
     model = Izhikevich.preset("RS", method=method)
 
@@ -411,7 +463,7 @@ def test_grad_of_spike_count_wrt_current(method):
         ),
         (
             dict(method="rk4"),
-            r"Izhikevich: method must be one of \('euler', 'published'\), got 'rk4'",
+            r"Izhikevich: method must be one of \('euler', 'published', 'spnet'\), got 'rk4'",
         ),
     ],
 )

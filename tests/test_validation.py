@@ -90,7 +90,7 @@ CASES = [
         "izh-unknown-method",
         lambda: nj.Izhikevich(method="rk4"),
         ValueError,
-        r"Izhikevich: method must be one of \('euler', 'published'\), got 'rk4'",
+        r"Izhikevich: method must be one of \('euler', 'published', 'spnet'\), got 'rk4'",
     ),
     (
         "izh-reset-above-peak",
