@@ -56,11 +56,19 @@ class Daspnet:
         duplicates: `"last"` (the program) or `"sum"` for repeated targets of one neuron.
         post: optional `(N, M)` targets (0-based) to use instead of random ones.
         chosen: optional `(n1, m)`: the rewarded synapse is `post[n1, m]`.
+        shift: 1 adds a ms to every delay (neurojax's delay 1 acts one step later than the
+            program's: its spike drives the target from the second step after it).
+        halves: 2: `v` advanced in two 0.5 ms halves (the program); 1: one 1 ms Euler step
+            (as `nj.Izhikevich(method="published")` at `dt = 1`).
     """
 
-    def __init__(self, seed=0, delays=1, duplicates="last", post=None, chosen=None):
+    def __init__(
+        self, seed=0, delays=1, duplicates="last", post=None, chosen=None, halves=2, shift=0
+    ):
         ok = isinstance(delays, int) and not isinstance(delays, bool) and delays >= 1
         _check("delays", delays, "a divisor of 100", ok and M % delays == 0)
+        _check("halves", halves, "1 or 2", halves in (1, 2))
+        self.halves = halves
         _check("duplicates", duplicates, "'last' or 'sum'", duplicates in ("last", "sum"))
         self.rng = np.random.default_rng(seed)
         if post is None:
@@ -69,8 +77,10 @@ class Daspnet:
             )
         post = np.asarray(post, np.int64)
         _check("post", post.shape, f"of shape {(N, M)}", post.shape == (N, M))
-        self.post, self.D, self.duplicates = post, delays, duplicates
-        self.group = np.arange(M) // (M // delays) + 1  # delay of column m [ms]
+        self.post, self.duplicates = post, duplicates
+        _check("shift", shift, "0 or 1", shift in (0, 1))
+        self.group = np.arange(M) // (M // delays) + 1 + shift  # delay of column m [ms]
+        self.D = delays = delays + shift  # the longest delay
         self.a = np.where(np.arange(N) < NE, 0.02, 0.1)
         self.d = np.where(np.arange(N) < NE, 8.0, 2.0)
         self.s = np.where(np.arange(N)[:, None] < NE, 1.0, -1.0) * np.ones((1, M))
@@ -125,8 +135,8 @@ class Daspnet:
                     np.add.at(I, tg, self.s[n, cols])
                 self.sd[n, cols] -= 1.5 * now[tg]
         v, u = self.v, self.u
-        v += 0.5 * ((0.04 * v + 5.0) * v + 140.0 - u + I)
-        v += 0.5 * ((0.04 * v + 5.0) * v + 140.0 - u + I)
+        for _ in range(self.halves):
+            v += (1.0 / self.halves) * ((0.04 * v + 5.0) * v + 140.0 - u + I)
         u += self.a * (0.2 * v - u)
         self.trace[(t + 1) % (D + 1)] = 0.95 * now
         self.DA *= 0.995
@@ -167,10 +177,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--delays", type=int, default=1)
     p.add_argument("--duplicates", default="last", choices=("last", "sum"))
+    p.add_argument("--halves", type=int, default=2, choices=(1, 2))
     p.add_argument("--every", type=int, default=300)
     p.add_argument("--save", default=None)
     a = p.parse_args(argv)
-    net = Daspnet(a.seed, a.delays, a.duplicates)
+    net = Daspnet(a.seed, a.delays, a.duplicates, halves=a.halves)
     t0, traj = time.perf_counter(), []
     for sec in range(a.seconds):
         net.run(1000)
