@@ -69,8 +69,11 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
     reaches 0.9 of the maximum weight (at 1758 s; 3.95 at 1800 s) and ends above the 95th
     percentile of the other 79 999 excitatory weights, whose median and mean stay low (0.40,
     0.77), with 104 rewards and the paper's low rates (1.45 Hz excitatory, 0.96 Hz
-    inhibitory). Unlike the paper, the others are not all low: 2.7 % of them also end
-    within 0.4 of the maximum (99th percentile 4.0), so the 99th percentile is not asserted."""
+    inhibitory). Unlike the paper's text, the others are not all low: 2.7 % of them also end
+    within 0.4 of the maximum (99th percentile 4.0). The author's program does the same (a
+    NumPy reading of daspnet.m, benchmarks/RESULTS.md, end: 2.4 % above 3.6 at 1800 s, 99th
+    percentile 3.99), so the 99th percentile is not asserted and the fraction near the maximum
+    may be at most the program's plus 1.6 points."""
     res = dr.run(1800, seed=0, every=60, verbose=False)
     chosen, others, rate = res["chosen"], res["others"], res["rate"]
     assert chosen[0] < 0.1
@@ -79,6 +82,7 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
     assert np.median(others[-1]) < 0.15 * dr.W_MAX
     assert others[-1].mean() < 0.25 * dr.W_MAX
     assert chosen[-1] > np.quantile(others[-1], 0.95) + 0.5
+    assert np.mean(others[-1] > 0.9 * dr.W_MAX) < 0.024 + 0.016
     assert len(res["rewards"]) > 60
     assert 1.0 < rate[:, 0].mean() < 2.0 and 0.5 < rate[:, 1].mean() < 1.5
 
