@@ -71,9 +71,9 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
     0.77), with 104 rewards and the paper's low rates (1.45 Hz excitatory, 0.96 Hz
     inhibitory). Unlike the paper's text, the others are not all low: 2.7 % of them also end
     within 0.4 of the maximum (99th percentile 4.0). The author's program does the same (a
-    NumPy reading of daspnet.m, benchmarks/RESULTS.md, end: 2.4 % above 3.6 at 1800 s, 99th
-    percentile 3.99), so the 99th percentile is not asserted and the fraction near the maximum
-    may be at most the program's plus 1.6 points."""
+    NumPy reading of daspnet.m, benchmarks/RESULTS.md, end: 0.7-2.4 % above 3.6 at 1800 s in
+    two readings, 99th percentile 3.39-3.99), so the 99th percentile is not asserted and the
+    fraction near the maximum may be at most the program's larger one plus 1.6 points."""
     res = dr.run(1800, seed=0, every=60, verbose=False)
     chosen, others, rate = res["chosen"], res["others"], res["rate"]
     assert chosen[0] < 0.1
