@@ -69,8 +69,11 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
     reaches 0.9 of the maximum weight (at 1758 s; 3.95 at 1800 s) and ends above the 95th
     percentile of the other 79 999 excitatory weights, whose median and mean stay low (0.40,
     0.77), with 104 rewards and the paper's low rates (1.45 Hz excitatory, 0.96 Hz
-    inhibitory). Unlike the paper, the others are not all low: 2.7 % of them also end
-    within 0.4 of the maximum (99th percentile 4.0), so the 99th percentile is not asserted."""
+    inhibitory). Unlike the paper's text, the others are not all low: 2.7 % of them also end
+    within 0.4 of the maximum (99th percentile 4.0). The author's program does the same (a
+    NumPy reading of daspnet.m, benchmarks/RESULTS.md, end: 0.7-2.4 % above 3.6 at 1800 s in
+    two readings, 99th percentile 3.39-3.99), so the 99th percentile is not asserted and the
+    fraction near the maximum may be at most the program's larger one plus 1.6 points."""
     res = dr.run(1800, seed=0, every=60, verbose=False)
     chosen, others, rate = res["chosen"], res["others"], res["rate"]
     assert chosen[0] < 0.1
@@ -79,5 +82,36 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
     assert np.median(others[-1]) < 0.15 * dr.W_MAX
     assert others[-1].mean() < 0.25 * dr.W_MAX
     assert chosen[-1] > np.quantile(others[-1], 0.95) + 0.5
+    assert np.mean(others[-1] > 0.9 * dr.W_MAX) < 0.024 + 0.016
     assert len(res["rewards"]) > 60
     assert 1.0 < rate[:, 0].mean() < 2.0 and 0.5 < rate[:, 1].mean() < 1.5
+
+
+def test_the_network_matches_a_numpy_reading_of_the_authors_program():
+    """neurojax's network against `benchmarks/peers/daspnet_numpy.py` (a NumPy re-reading of
+    daspnet.m) in neurojax's configuration: all delays 1 ms, which acts one step later than the
+    program's (`shift=1`), one 1 ms step of `v` (`halves=1`), repeated targets summed; the same
+    connectivity, input and initial state. The spike trains are identical (neurojax dates a
+    spike one step earlier) for at least the first 400 ms, until float32 rounding sends them
+    apart (near 650 ms with this seed), and the spike counts of 2 s agree within 3 %."""
+    from benchmarks.peers.daspnet_numpy import Daspnet
+
+    exp = dr.build(seed=2, max_delay=1)
+    ref = Daspnet(seed=2, delays=1, duplicates="sum", halves=1, shift=1)
+    assert (ref.n1, ref.n2) == (exp.n1, exp.n2)
+    x = (13.0 * (np.random.default_rng(5).random((2000, dr.N)) - 0.5)).astype(np.float32)
+    runner, state, got = dr.make_runner(exp), dr.init_state(exp), []
+    for sec in range(2):
+        chunk = {
+            "N": x[sec * 1000 : (sec + 1) * 1000],
+            "dopamine": dr.dopamine([], sec * 1000, 1000),
+        }
+        state, rec = runner(state, chunk)
+        got.append(np.asarray(rec.spikes["N"]))
+    got = np.concatenate(got)
+    want = ref.run(2000, x.astype(np.float64))
+    same = (got[:-1] == want[1:]).all(axis=1)
+    first_diff = int(np.argmin(same)) if not same.all() else same.size
+    assert got[:400].sum() > 100  # the early trains are not empty
+    assert first_diff >= 400
+    assert abs(got.sum() - want.sum()) <= 0.03 * want.sum()
