@@ -32,8 +32,8 @@ ms and a reward adds 0.5; rewards fall `1000 + ceil(2000 U)` ms after the reward
 the paper's description of the network instead: delays of 1-20 ms (the program uses 1 ms
 for all), and the coincidence is counted from the spike's arrival through the synapse (the
 program counts it from the spike of `n1`, one step before its arrival). The neurons use
-`nj.Izhikevich(method="published")` at `dt = 1 ms` (the program splits the `v` update into
-two 0.5 ms halves).
+`nj.Izhikevich(method="spnet")` at `dt = 1 ms`: `v` in two 0.5 ms halves, as the program
+(`--neuron published`, one 1 ms step, raises the rates by about 12 %).
 
 In neurojax. `nj.RewardSTDP(a_plus=0.1, a_minus=0.15, tau_plus=tau_minus=20, tau_c=1000,
 w_min=0, w_max=4, pairing="nearest")`, with the dopamine `d(t) = (0.002 + DA(t)) / 10` given
@@ -48,6 +48,7 @@ it always falls in a later chunk), and the rewards a chunk earns are read from i
 spikes.
 
 Run: `python -m benchmarks.distal_reward [--seconds 3600] [--seed 0] [--input noise|kick]
+[--neuron spnet|published]
 [--plot PATH] [--save NPZ]`. Prints, every `--every` seconds, the chosen synapse's weight,
 the mean and quantiles of the other excitatory weights, the number of rewards so far and the
 mean firing rate, then the wall time per second of model time.
@@ -112,11 +113,22 @@ class Experiment:
     last_arrival: float = -np.inf  # the latest arrival of n1's spike through the synapse [step]
 
 
-def build(seed: int = 0, max_delay: int = MAX_DELAY, sweep_interval: float = 1000.0) -> Experiment:
+def build(
+    seed: int = 0,
+    max_delay: int = MAX_DELAY,
+    sweep_interval: float = 1000.0,
+    neuron_method: str = "spnet",
+) -> Experiment:
     """The network of the paper's first experiment with a randomly chosen E->E synapse.
 
     `max_delay` (a divisor of 100; the paper: 20) sets the excitatory delays `1..max_delay` ms
-    and so the number of plastic projections (a smaller network to compile, for tests)."""
+    and so the number of plastic projections (a smaller network to compile, for tests).
+    `neuron_method` is `nj.Izhikevich`'s scheme: `"spnet"` (the program's two 0.5 ms halves
+    of `v`) or `"published"` (one 1 ms step, this benchmark's scheme before 2026-11-26 late)."""
+    if neuron_method not in ("spnet", "published"):
+        raise ValueError(
+            f"build: neuron_method must be 'spnet' or 'published', got {neuron_method!r}"
+        )
     ok = isinstance(max_delay, int) and not isinstance(max_delay, bool) and max_delay >= 1
     if not ok or FAN_OUT % max_delay:
         raise ValueError(f"build: max_delay must be a divisor of {FAN_OUT} (ms), got {max_delay!r}")
@@ -139,7 +151,7 @@ def build(seed: int = 0, max_delay: int = MAX_DELAY, sweep_interval: float = 100
     exc = np.arange(N) < N_EXC
     neuron = nj.Izhikevich(
         a=np.where(exc, 0.02, 0.1), b=0.2, c=-65.0, d=np.where(exc, 8.0, 2.0),
-        method="published",
+        method=neuron_method,
     )  # fmt: skip
     net = nj.Network({"N": (neuron, N)}, projections, dt=DT)
     # the chosen synapse: a random excitatory neuron's random excitatory target that it
@@ -237,15 +249,22 @@ def excitatory_weights(exp: Experiment, state) -> np.ndarray:
 
 
 def run(
-    seconds: int, seed: int = 0, every: int = 60, verbose: bool = True, save=None, input="noise"
+    seconds: int,
+    seed: int = 0,
+    every: int = 60,
+    verbose: bool = True,
+    save=None,
+    input="noise",
+    neuron="spnet",
 ):
     """Run the experiment for `seconds` of model time. Returns a dict: `t` [s] and `chosen`
     (the chosen synapse's weight at the end of every second), `others` (the other excitatory
     weights every `every` s, one row per sample, `t_others` their times), `rate` (the mean
     rate of every second [Hz], excitatory and inhibitory), `rewards` (their times [ms]),
     `wall` (seconds of wall time per chunk, compilation excluded) and the experiment. With
-    `save` (a path), the arrays so far are written there (`np.savez`) at every sample."""
-    exp = build(seed)
+    `save` (a path), the arrays so far are written there (`np.savez`) at every sample;
+    `neuron` is the Izhikevich scheme (see `build`)."""
+    exp = build(seed, neuron_method=neuron)
     if input not in ("kick", "noise"):
         raise ValueError(f"run: input must be 'kick' or 'noise', got {input!r}")
     exp.input = input
@@ -328,6 +347,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=3600, help="model time [s]")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--neuron", default="spnet", choices=("spnet", "published"), help="Izhikevich scheme"
+    )
     parser.add_argument("--every", type=int, default=60, help="print every N s")
     parser.add_argument("--plot", default=None, help="save the figure here")
     parser.add_argument("--input", default="noise", choices=("kick", "noise"), help="random input")
@@ -342,7 +364,7 @@ def main(argv=None) -> None:
     if args.seconds < 1 or args.every < 1:
         parser.error(f"--seconds and --every must be >= 1, got {args.seconds}, {args.every}")
     res = run(args.seconds, args.seed, min(args.every, args.seconds), save=args.save,
-              input=args.input)  # fmt: skip
+              input=args.input, neuron=args.neuron)  # fmt: skip
     exp = res["exp"]
     print(
         f"chosen synapse {exp.n1} -> {exp.n2} (delay {exp.delay} ms); final weight "

@@ -89,15 +89,17 @@ def test_the_rewarded_synapse_grows_to_the_maximum_in_the_network():
 
 def test_the_network_matches_a_numpy_reading_of_the_authors_program():
     """neurojax's network against `benchmarks/peers/daspnet_numpy.py` (a NumPy re-reading of
-    daspnet.m) in neurojax's configuration: all delays 1 ms, which acts one step later than the
-    program's (`shift=1`), one 1 ms step of `v` (`halves=1`), repeated targets summed; the same
-    connectivity, input and initial state. The spike trains are identical (neurojax dates a
-    spike one step earlier) for at least the first 400 ms, until float32 rounding sends them
-    apart (near 650 ms with this seed), and the spike counts of 2 s agree within 3 %."""
+    daspnet.m): all delays 1 ms, which acts one step later than the program's (`shift=1`),
+    `v` in the program's two 0.5 ms halves (`nj.Izhikevich(method="spnet")`, `halves=2`),
+    repeated targets summed; the same connectivity, input and initial state. The spike trains
+    are identical (neurojax dates a spike one step earlier) for at least the first 1000 ms,
+    until float32 rounding sends them apart (near 1840 ms with this seed), and the spike
+    counts of 2 s agree within 1 % (2437 against 2436). With one 1 ms step of `v`
+    (`method="published"`) they part near 650 ms and the network fires 12 % more."""
     from benchmarks.peers.daspnet_numpy import Daspnet
 
     exp = dr.build(seed=2, max_delay=1)
-    ref = Daspnet(seed=2, delays=1, duplicates="sum", halves=1, shift=1)
+    ref = Daspnet(seed=2, delays=1, duplicates="sum", halves=2, shift=1)
     assert (ref.n1, ref.n2) == (exp.n1, exp.n2)
     x = (13.0 * (np.random.default_rng(5).random((2000, dr.N)) - 0.5)).astype(np.float32)
     runner, state, got = dr.make_runner(exp), dr.init_state(exp), []
@@ -112,6 +114,6 @@ def test_the_network_matches_a_numpy_reading_of_the_authors_program():
     want = ref.run(2000, x.astype(np.float64))
     same = (got[:-1] == want[1:]).all(axis=1)
     first_diff = int(np.argmin(same)) if not same.all() else same.size
-    assert got[:400].sum() > 100  # the early trains are not empty
-    assert first_diff >= 400
-    assert abs(got.sum() - want.sum()) <= 0.03 * want.sum()
+    assert got[:1000].sum() > 500  # the early trains are not empty
+    assert first_diff >= 1000
+    assert abs(got.sum() - want.sum()) <= 0.01 * want.sum()
