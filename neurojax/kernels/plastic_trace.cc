@@ -174,38 +174,6 @@ void AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay, b
 }
 
 
-// The two traces of a side of the triplet rule in one pass (the same operations as two
-// AdvanceTrace calls, so the same values): the spikes are read once for both.
-template <typename F>
-void AdvanceTwoTraces(F* __restrict t0, F* __restrict t1, const F* __restrict s, int64_t n,
-                      F decay0, F decay1, bool nearest) {
-  typedef F VF __attribute__((vector_size(32)));
-  constexpr int64_t kL = kLanes<F>;
-  const VF one = VF{} + F(1), zero = VF{};
-  int64_t i = 0;
-  for (; i + kL <= n; i += kL) {
-    VF sv, av, bv;
-    std::memcpy(&sv, s + i, 32);
-    std::memcpy(&av, t0 + i, 32);
-    std::memcpy(&bv, t1 + i, 32);
-    const VF da = av * decay0, db = bv * decay1;
-    if (nearest) {
-      av = sv > zero ? one : da;
-      bv = sv > zero ? one : db;
-    } else {
-      av = da + sv;
-      bv = db + sv;
-    }
-    std::memcpy(t0 + i, &av, 32);
-    std::memcpy(t1 + i, &bv, 32);
-  }
-  for (; i < n; ++i) {
-    const F da = t0[i] * decay0, db = t1[i] * decay1;
-    t0[i] = nearest ? (s[i] > F(0) ? F(1) : da) : da + s[i];
-    t1[i] = nearest ? (s[i] > F(0) ? F(1) : db) : db + s[i];
-  }
-}
-
 struct Params {
   // The rule's amplitudes, bounds and trace decays (see the file's comment).
   double a_pre, b_pre, a_post, b_post, lo, hi, dp0, dp1, dq0, dq1;
@@ -291,11 +259,8 @@ int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_p
                        s, lo, hi);
     }
     // 2. the presynaptic traces take the arrivals.
-    if constexpr (kTwo) {
-      AdvanceTwoTraces<F>(p0b, p1b, ab, n_pre, dp0, dp1, nearest);
-    } else {
-      AdvanceTrace<F>(p0b, ab, n_pre, dp0, nearest);
-    }
+    AdvanceTrace<F>(p0b, ab, n_pre, dp0, nearest);
+    if constexpr (kTwo) AdvanceTrace<F>(p1b, ab, n_pre, dp1, nearest);
     // 3. on_post with the new presynaptic traces and the postsynaptic traces before this
     // step's spikes.
     for (int64_t q = 0; q < n_fired; ++q) {
@@ -317,11 +282,8 @@ int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_p
       }
     }
     // 4. the postsynaptic traces take the spikes.
-    if constexpr (kTwo) {
-      AdvanceTwoTraces<F>(q0b, q1b, pb, n_post, dq0, dq1, nearest);
-    } else {
-      AdvanceTrace<F>(q0b, pb, n_post, dq0, nearest);
-    }
+    AdvanceTrace<F>(q0b, pb, n_post, dq0, nearest);
+    if constexpr (kTwo) AdvanceTrace<F>(q1b, pb, n_post, dq1, nearest);
   }
   return 0;
 }
