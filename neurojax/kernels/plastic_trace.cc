@@ -69,23 +69,86 @@ namespace {
 enum Kind : int64_t { kTriplet = 0, kVogels = 1 };
 
 
-// Writes the positions of the nonzero s[i], ascending, to `list`; returns their number.
-template <typename F, typename Bits>
-int64_t ListNonzero(const F* s, int64_t n, int32_t* list) {
-  constexpr int64_t kBlock = 2 * kLanes<F>;
+#if defined(__AVX__)
+// The lanes of the 32-byte vector at s that hold a spike, as the low bits of an int: s != 0
+// (unordered compare, true for NaN as C++'s !=), or with kPositive s > 0 (ordered, false for
+// NaN as C++'s >).
+template <typename F, bool kPositive>
+inline unsigned SpikeMask(const F* s) {
+  constexpr int kCmp = kPositive ? _CMP_GT_OQ : _CMP_NEQ_UQ;
+  if constexpr (sizeof(F) == 4) {
+    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(s));
+    return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), kCmp)));
+  } else {
+    const __m256d v = _mm256_loadu_pd(reinterpret_cast<const double*>(s));
+    return static_cast<unsigned>(
+        _mm256_movemask_pd(_mm256_cmp_pd(v, _mm256_setzero_pd(), kCmp)));
+  }
+}
+#endif
+
+// Writes the positions i of this step's spikes, ascending, to `list` and returns their number:
+// s[i] != 0 or, with kPositive, s[i] > 0 or t[i] > 0 (t may be null). A block whose bits are
+// all zero holds no spike: blocks of eight 32-byte vectors are tested with one OR and skipped
+// together (a step of a network at tens of Hz leaves most of them empty), then the pairs of
+// vectors of the others (AnyBits), and the entries left one by one.
+template <typename F, typename Bits, bool kPositive>
+int64_t ListSpikes(const F* s, const F* t, int64_t n, int32_t* list) {
+  typedef Bits VB __attribute__((vector_size(32)));
+  constexpr int64_t kL = kLanes<F>;
+  constexpr int64_t kBlock = 8 * kL;
+  const auto spike = [s, t](int64_t j) {
+    if constexpr (kPositive) {
+      return s[j] > F(0) || (t != nullptr && t[j] > F(0));
+    } else {
+      return s[j] != F(0);
+    }
+  };
   int64_t count = 0, i = 0;
   for (; i + kBlock <= n; i += kBlock) {
-    if (!AnyBits<F, Bits>(s + i)) continue;
-    for (int64_t j = i; j < i + kBlock; ++j) {
-      if (s[j] != F(0)) list[count++] = static_cast<int32_t>(j);
+    VB o = VB{};
+    for (int64_t v = 0; v < 8; ++v) {
+      VB a;
+      std::memcpy(&a, s + i + v * kL, 32);
+      o |= a;
     }
+    if (kPositive && t != nullptr) {
+      for (int64_t v = 0; v < 8; ++v) {
+        VB a;
+        std::memcpy(&a, t + i + v * kL, 32);
+        o |= a;
+      }
+    }
+    uint64_t bits[4];
+    std::memcpy(bits, &o, 32);
+    if ((bits[0] | bits[1] | bits[2] | bits[3]) == 0) continue;
+#if defined(__AVX__)
+    // One compare and a bit mask per vector; the set bits, lowest first, are the spikes.
+    for (int64_t h = i; h < i + kBlock; h += kL) {
+      unsigned mask = SpikeMask<F, kPositive>(s + h);
+      if (kPositive && t != nullptr) mask |= SpikeMask<F, kPositive>(t + h);
+      while (mask) {
+        list[count++] = static_cast<int32_t>(h + __builtin_ctz(mask));
+        mask &= mask - 1;
+      }
+    }
+#else
+    for (int64_t h = i; h < i + kBlock; h += 2 * kL) {
+      if (!AnyBits<F, Bits>(s + h) &&
+          (!kPositive || t == nullptr || !AnyBits<F, Bits>(t + h))) {
+        continue;
+      }
+      for (int64_t j = h; j < h + 2 * kL; ++j) {
+        if (spike(j)) list[count++] = static_cast<int32_t>(j);
+      }
+    }
+#endif
   }
   for (; i < n; ++i) {
-    if (s[i] != F(0)) list[count++] = static_cast<int32_t>(i);
+    if (spike(i)) list[count++] = static_cast<int32_t>(i);
   }
   return count;
 }
-
 
 // One pass over a trace: tr[i] <- tr[i] * decay, then + s[i] (all-to-all) or 1 where
 // s[i] > 0 (nearest), the operations of the rules' update_*_traces. Vectorised by hand on
@@ -159,8 +222,8 @@ int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_p
     F* q1b = kTwo ? q1 + b * n_post : nullptr;
     const F* ab = s_arr + b * arr_stride;
     const F* pb = s_post + b * post_stride;
-    const int64_t n_arr = ListNonzero<F, Bits>(ab, n_pre, arrived.data());
-    const int64_t n_fired = ListNonzero<F, Bits>(pb, n_post, fired.data());
+    const int64_t n_arr = ListSpikes<F, Bits, false>(ab, nullptr, n_pre, arrived.data());
+    const int64_t n_fired = ListSpikes<F, Bits, false>(pb, nullptr, n_post, fired.data());
     // Every index of this step's rows and columns is checked before anything is written;
     // the rows' and columns' lines are asked for at the same time, so that their cache
     // misses overlap.
@@ -385,87 +448,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
 // acc, x, y, aliased to the inputs.
 
 namespace {
-
-#if defined(__AVX__)
-// The lanes of the 32-byte vector at s that hold a spike, as the low bits of an int: s != 0
-// (unordered compare, true for NaN as C++'s !=), or with kPositive s > 0 (ordered, false for
-// NaN as C++'s >).
-template <typename F, bool kPositive>
-inline unsigned SpikeMask(const F* s) {
-  constexpr int kCmp = kPositive ? _CMP_GT_OQ : _CMP_NEQ_UQ;
-  if constexpr (sizeof(F) == 4) {
-    const __m256 v = _mm256_loadu_ps(reinterpret_cast<const float*>(s));
-    return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(v, _mm256_setzero_ps(), kCmp)));
-  } else {
-    const __m256d v = _mm256_loadu_pd(reinterpret_cast<const double*>(s));
-    return static_cast<unsigned>(
-        _mm256_movemask_pd(_mm256_cmp_pd(v, _mm256_setzero_pd(), kCmp)));
-  }
-}
-#endif
-
-// Writes the positions i of this step's spikes, ascending, to `list` and returns their number:
-// s[i] != 0 or, with kPositive, s[i] > 0 or t[i] > 0 (t may be null). A block whose bits are
-// all zero holds no spike: blocks of eight 32-byte vectors are tested with one OR and skipped
-// together (a step of a network at tens of Hz leaves most of them empty), then the pairs of
-// vectors of the others (AnyBits), and the entries left one by one.
-template <typename F, typename Bits, bool kPositive>
-int64_t ListSpikes(const F* s, const F* t, int64_t n, int32_t* list) {
-  typedef Bits VB __attribute__((vector_size(32)));
-  constexpr int64_t kL = kLanes<F>;
-  constexpr int64_t kBlock = 8 * kL;
-  const auto spike = [s, t](int64_t j) {
-    if constexpr (kPositive) {
-      return s[j] > F(0) || (t != nullptr && t[j] > F(0));
-    } else {
-      return s[j] != F(0);
-    }
-  };
-  int64_t count = 0, i = 0;
-  for (; i + kBlock <= n; i += kBlock) {
-    VB o = VB{};
-    for (int64_t v = 0; v < 8; ++v) {
-      VB a;
-      std::memcpy(&a, s + i + v * kL, 32);
-      o |= a;
-    }
-    if (kPositive && t != nullptr) {
-      for (int64_t v = 0; v < 8; ++v) {
-        VB a;
-        std::memcpy(&a, t + i + v * kL, 32);
-        o |= a;
-      }
-    }
-    uint64_t bits[4];
-    std::memcpy(bits, &o, 32);
-    if ((bits[0] | bits[1] | bits[2] | bits[3]) == 0) continue;
-#if defined(__AVX__)
-    // One compare and a bit mask per vector; the set bits, lowest first, are the spikes.
-    for (int64_t h = i; h < i + kBlock; h += kL) {
-      unsigned mask = SpikeMask<F, kPositive>(s + h);
-      if (kPositive && t != nullptr) mask |= SpikeMask<F, kPositive>(t + h);
-      while (mask) {
-        list[count++] = static_cast<int32_t>(h + __builtin_ctz(mask));
-        mask &= mask - 1;
-      }
-    }
-#else
-    for (int64_t h = i; h < i + kBlock; h += 2 * kL) {
-      if (!AnyBits<F, Bits>(s + h) &&
-          (!kPositive || t == nullptr || !AnyBits<F, Bits>(t + h))) {
-        continue;
-      }
-      for (int64_t j = h; j < h + 2 * kL; ++j) {
-        if (spike(j)) list[count++] = static_cast<int32_t>(j);
-      }
-    }
-#endif
-  }
-  for (; i < n; ++i) {
-    if (spike(i)) list[count++] = static_cast<int32_t>(i);
-  }
-  return count;
-}
 
 // Asks for the lines of [p, p + count) when count is plausible (a corrupted pointer array is
 // caught by the checks that follow; this only must not loop for long).
