@@ -295,6 +295,28 @@ enum DelayKind : int64_t { kNoDelay = 0, kUniformD = 1, kNormalD = 2 };
 // high - low; normal: mean, std; non-negative normal: mean, std, ndtr(mean / std)); delay
 // [3..8] (uniform: a, b - a, low, high; normal: mean, std, A, B - A, low, high, with A, B the
 // normal CDF at the standardised bounds), [9] dt.
+// x / d and x mod d for 2 <= d < 2^16 and any uint32 x, with one 32 x 32 -> 64-bit multiply
+// and a correction, which the compiler vectorises (there is no vector integer division):
+// with M = floor(2^32 / d), q = (x M) >> 32 is the quotient or one less.
+struct SmallDivisor {
+  uint32_t d = 2, m = 0;
+  void Set(uint32_t divisor) {
+    d = divisor;
+    m = static_cast<uint32_t>((uint64_t{1} << 32) / divisor);
+  }
+};
+
+inline uint32_t SmallQuotient(uint32_t x, uint32_t d, uint32_t m) {
+  const uint32_t q = static_cast<uint32_t>((static_cast<uint64_t>(x) * m) >> 32);
+  return q + ((x - q * d) >= d ? 1u : 0u);
+}
+
+inline uint32_t SmallRemainder(uint32_t x, uint32_t d, uint32_t m) {
+  const uint32_t q = static_cast<uint32_t>((static_cast<uint64_t>(x) * m) >> 32);
+  const uint32_t r = x - q * d;
+  return r >= d ? r - d : r;
+}
+
 struct Proj {
   const int32_t* counts;
   uint32_t k0, k1;
@@ -304,6 +326,7 @@ struct Proj {
   // derived
   uint32_t m, a, b;
   Divisor mod_m, mod_a, mod_b;
+  SmallDivisor small_a, small_b;  // for FeistelBlock (a, b in [2, 2^16))
   int64_t width, off_lo, off_w, off_d;
 };
 
@@ -391,6 +414,37 @@ inline uint32_t Feistel(uint32_t x, const Proj& p, const uint32_t* rk) {
   return left * p.b + right;
 }
 
+// Feistel(start + t) for t < n into out (before cycle walking), a block at a time in a
+// branch-free loop: the same values as `Feistel`, exact integer arithmetic.
+void FeistelBlock(uint32_t start, int64_t n, const Proj& p, const uint32_t* rk,
+                  uint32_t* __restrict out) {
+  if (p.a < 2 || p.b < 2 || p.a >= 65536 || p.b >= 65536) {
+    for (int64_t t = 0; t < n; ++t) out[t] = Feistel(start + static_cast<uint32_t>(t), p, rk);
+    return;
+  }
+  const uint32_t a = p.a, b = p.b, ma = p.small_a.m, mb = p.small_b.m;
+  const uint32_t k0 = rk[0], k1 = rk[1], k2 = rk[2], k3 = rk[3];
+  static_assert(kRounds == 4, "FeistelBlock unrolls four rounds");
+  for (int64_t t = 0; t < n; ++t) {
+    const uint32_t x = start + static_cast<uint32_t>(t);
+    uint32_t left = SmallQuotient(x, b, mb);
+    uint32_t right = x - left * b;
+    uint32_t next = SmallRemainder(left + SmallRemainder(Mix(right ^ k0), a, ma), a, ma);
+    left = right;
+    right = next;
+    next = SmallRemainder(left + SmallRemainder(Mix(right ^ k1), b, mb), b, mb);
+    left = right;
+    right = next;
+    next = SmallRemainder(left + SmallRemainder(Mix(right ^ k2), a, ma), a, ma);
+    left = right;
+    right = next;
+    next = SmallRemainder(left + SmallRemainder(Mix(right ^ k3), b, mb), b, mb);
+    left = right;
+    right = next;
+    out[t] = left * b + right;
+  }
+}
+
 // Row r of projection p: every synapse's s * w added into the trial's ring `rb`.
 // Row r of projection p (count entries, checked by the caller): for each entry, its place in
 // the trial's ring (-1 for a target outside the population, counted in `targets`) and
@@ -409,7 +463,7 @@ void RowInto(const Proj& p, int64_t r, int64_t count, float v, int64_t step, int
   }
   const uint32_t mult = p.rule == 1 ? p.mod_m.Mod(p.mod_m.Mod(65536u) * p.mod_m.Mod(65536u)) : 0u;
   const int64_t fixed_slot = Slot(step, p.delay_steps, n_slots);
-  uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock];
+  uint32_t hi[kBlock], lo[kBlock], ww[kBlock], dd[kBlock], perm[kBlock];
   float wf[kBlock];
   int32_t ds[kBlock];
   for (int64_t j0 = 0; j0 < count; j0 += kBlock) {
@@ -419,6 +473,7 @@ void RowInto(const Proj& p, int64_t r, int64_t count, float v, int64_t step, int
       Words(r0, r1, s0, n, hi);
       Words(r0, r1, static_cast<uint32_t>(p.off_lo) + s0, n, lo);
     }
+    if (p.rule == 0) FeistelBlock(s0, n, p, rk, perm);
     if (p.weight_kind != kScalar) {
       Words(r0, r1, static_cast<uint32_t>(p.off_w) + s0, n, ww);
       Weights(p, ww, wf, n);
@@ -432,7 +487,7 @@ void RowInto(const Proj& p, int64_t r, int64_t count, float v, int64_t step, int
       if (p.rule == 1) {
         post = p.mod_m.Mod(p.mod_m.Mod(hi[t]) * mult + p.mod_m.Mod(lo[t]));
       } else {
-        post = Feistel(static_cast<uint32_t>(j0 + t), p, rk);
+        post = perm[t];
         while (post >= p.m) post = Feistel(post, p, rk);
       }
       int64_t target = static_cast<int64_t>(static_cast<int32_t>(post));
@@ -549,6 +604,8 @@ ffi::Error ProceduralDeliverImpl(ffi::ThreadPool pool, ffi::AnyBuffer s, ffi::An
     p.mod_m.Set(p.m);
     p.mod_a.Set(p.a);
     p.mod_b.Set(p.b);
+    if (p.a >= 2 && p.a < 65536) p.small_a.Set(p.a);
+    if (p.b >= 2 && p.b < 65536) p.small_b.Set(p.b);
     // Word offsets of the row's parts, as Procedural.rows lays them out.
     const int64_t kk = fan_out[q] < 1 ? 1 : fan_out[q];
     int64_t next = p.rule == 1 ? 2 * kk : 1;
