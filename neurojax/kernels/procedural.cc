@@ -59,13 +59,14 @@ constexpr int kRounds = 4;
 
 inline uint32_t Rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 
-// Threefry-2x32, 20 rounds (jax.random's hash; neurojax.connectivity._threefry).
-inline void Threefry(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1, uint32_t* y0,
-                     uint32_t* y1) {
-  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ kParity};
-  x0 += ks[0];
-  x1 += ks[1];
+// The 20 rounds and key injections of Threefry-2x32 on (x0, x1), the keys already added
+// once (jax.random's hash; neurojax.connectivity._threefry). Inlined and fully unrolled, so
+// that `Words` stays a flat loop the compiler vectorises across words.
+__attribute__((always_inline)) inline void ThreefryRounds(uint32_t& x0, uint32_t& x1,
+                                                           const uint32_t ks[3]) {
+#pragma GCC unroll 8
   for (int group = 0; group < 5; ++group) {
+#pragma GCC unroll 8
     for (int q = 0; q < 4; ++q) {
       x0 += x1;
       x1 = Rotl(x1, kRotations[group % 2][q]);
@@ -74,6 +75,15 @@ inline void Threefry(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1, uint32_
     x0 += ks[(group + 1) % 3];
     x1 += ks[(group + 2) % 3] + static_cast<uint32_t>(group + 1);
   }
+}
+
+// Threefry-2x32 of the counters (x0, x1) under the key (k0, k1).
+inline void Threefry(uint32_t k0, uint32_t k1, uint32_t x0, uint32_t x1, uint32_t* y0,
+                     uint32_t* y1) {
+  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ kParity};
+  x0 += ks[0];
+  x1 += ks[1];
+  ThreefryRounds(x0, x1, ks);
   *y0 = x0;
   *y1 = x1;
 }
@@ -111,17 +121,7 @@ inline void Words(uint32_t r0, uint32_t r1, uint32_t start, int64_t n, uint32_t*
   for (int64_t i = 0; i < n; ++i) {
     uint32_t x0 = r0, x1 = start + static_cast<uint32_t>(i) + r1;
     const uint32_t ks[3] = {r0, r1, ks2};
-#pragma GCC unroll 8
-    for (int group = 0; group < 5; ++group) {
-#pragma GCC unroll 8
-      for (int q = 0; q < 4; ++q) {
-        x0 += x1;
-        x1 = Rotl(x1, kRotations[group % 2][q]);
-        x1 ^= x0;
-      }
-      x0 += ks[(group + 1) % 3];
-      x1 += ks[(group + 2) % 3] + static_cast<uint32_t>(group + 1);
-    }
+    ThreefryRounds(x0, x1, ks);
     out[i] = x0 ^ x1;
   }
 }
