@@ -269,6 +269,20 @@ _MULTI_DEVICE = textwrap.dedent(
                   (mesh(8, ("a", "b"), (2, 4)), None)]
         compare("mixed", net, state, meshes, inputs={"I": jnp.linspace(10.0, 12.0, 51)},
                 via_simulate=("mixed-{'neurons': 3}-None",), n_steps=2000)
+        # The same with an E->E projection whose kinetics and output equal I->E's, sharing
+        # its ring columns and state (merge_synapses=True), on 3 devices (padding).
+        extra = nj.Projection("E", "E", nj.connect.fixed_prob(k[0], 205, 205, 0.1, weight=0.01),
+                              synapse=nj.Exponential(10.0), output=nj.ConductanceOutput(-80.0),
+                              delay=0.3, method="event")
+        pops = {"src": (nj.PoissonSource(jnp.linspace(5.0, 40.0, 301)), 301), "E": (lif, 205),
+                "I": (nj.LIF(tau_m=10.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0), 51)}
+        merged = nj.Network(populations=pops,
+                            projections=list(net.projections) + [extra],
+                            inputs={"E": jnp.linspace(5.0, 9.0, 205)}, dt=0.1,
+                            merge_synapses=True)
+        out["merged-synapse-of"] = list(merged.synapse_of)
+        compare("merged", merged, merged.init_state(jr.key(5)), [(mesh(3), None)],
+                inputs={"I": jnp.linspace(10.0, 12.0, 51)}, n_steps=2000)
 
     if opts.get("errors"):
         lif = nj.LIF()
@@ -344,6 +358,9 @@ def test_sharded_cuba_one_second_identical_on_1_2_4_8_devices():
     counts = out["mixed-counts"]
     assert min(counts.values()) > 100, counts
     _assert_identical(out, "mixed-", 4)
+    assert out["merged-synapse-of"] == [0, 1, 2, 2]  # E->E shares I->E's columns
+    assert min(out["merged-counts"].values()) > 100, out["merged-counts"]
+    _assert_identical(out, "merged-", 1)
     assert out["mixed-{'a': 2, 'b': 4}-b-run-spec"] == "P(None, 'b')"
     assert out["mixed-{'a': 2, 'b': 4}-None-run-spec"] == "P(None, ('a', 'b'))"
     assert (

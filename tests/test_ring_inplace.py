@@ -87,8 +87,15 @@ def test_ring_copies_finds_a_copied_ring():
 # ---------------------------------------------------------------- the reduced microcircuit
 
 
-def _microcircuit():
-    net, state = nj.models.microcircuit(jax.random.key(7), scale=0.02, k_scale=0.1, thalamus=True)
+def _microcircuit(merge_synapses: bool = False):
+    # The stored values come from before pathways could share ring columns: one block each.
+    net, state = nj.models.microcircuit(
+        jax.random.key(7),
+        scale=0.02,
+        k_scale=0.1,
+        thalamus=True,
+        merge_synapses=merge_synapses,
+    )
     n_total = sum(net.sizes[p] for p in POPULATIONS)
     # every spike of the pure-JAX path in one buffer: no rerun, one program
     return _SpikeIds(net.with_capacity(n_total), n_total), state
@@ -120,6 +127,23 @@ def test_microcircuit_rings_are_not_copied(microcircuit_run):
     mode, (_, _, _, text, rings) = microcircuit_run
     assert len(rings) == 3 and all(shape[0] > 1 for shape in rings)
     assert ring_copies(text, rings) == [], mode
+
+
+def test_merged_microcircuit_rings_are_not_copied():
+    """The microcircuit as built by default: the pathways onto a population share one block
+    of the recurrent and thalamic rings (one column per neuron), still updated in place."""
+    model, state = _microcircuit(merge_synapses=True)
+    rings = [b.shape for b in state.buffers]
+    net = model.net
+    # one block per population a ring reaches, whatever the number of pathways onto it
+    want = []
+    for _, idx in net.senders:
+        posts = {net.projections[i].post for i in idx}
+        want.append(sum(net.sizes[p] for p in posts))
+    assert [r[1] for r in rings] == want
+    assert want[0] == sum(net.sizes[p] for p in POPULATIONS)
+    _, text = compiled_run(model, state, 50, "auto")
+    assert ring_copies(text, rings) == []
 
 
 def test_microcircuit_values_are_those_of_the_earlier_formulation(microcircuit_run):

@@ -117,6 +117,58 @@ def _mergeable(a: Any, b: Any) -> bool:
     return all(x.ndim <= 1 for x in jtu.tree_leaves(dyn_a) + jtu.tree_leaves(dyn_b))
 
 
+def _same_synapse(a: Any, b: Any) -> bool:
+    """Whether two projections' kinetics (or outputs) are the same: one type, equal static
+    fields and equal concrete parameters (traced ones never count as equal)."""
+    if type(a) is not type(b):
+        return False
+    dyn_a, static_a = eqx.partition(a, eqx.is_array)
+    dyn_b, static_b = eqx.partition(b, eqx.is_array)
+    if jtu.tree_structure(dyn_a) != jtu.tree_structure(dyn_b):
+        return False
+    try:
+        if not eqx.tree_equal(static_a, static_b):
+            return False
+    except Exception:  # static fields that cannot be compared: keep apart
+        return False
+    for x, y in zip(jtu.tree_leaves(dyn_a), jtu.tree_leaves(dyn_b), strict=True):
+        if not (is_concrete(x) and is_concrete(y)):
+            return False
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y):
+            return False
+    return True
+
+
+def _shared_synapses(
+    projections: Sequence[Projection], senders: Mapping[int, Sequence[int]]
+) -> tuple[int, ...]:
+    """Per projection, the first projection of its sending group onto the same population
+    whose kinetics and output equal its own (itself if none): the one whose ring columns and
+    synaptic state it shares under `merge_synapses=True`. Only the built-in outputs, which
+    are linear in `g`, are merged (kinetics are linear by `SynapseDynamics`' contract)."""
+    from ..synapses import ConductanceOutput, CurrentOutput
+
+    out = list(range(len(projections)))
+    for idx in senders.values():
+        leaders: list[int] = []
+        for i in idx:
+            p = projections[i]
+            if type(p.output) in (CurrentOutput, ConductanceOutput):
+                for j in leaders:
+                    q = projections[j]
+                    if (
+                        q.post == p.post
+                        and _same_synapse(q.synapse, p.synapse)
+                        and _same_synapse(q.output, p.output)
+                    ):
+                        out[i] = j
+                        break
+            if out[i] == i:
+                leaders.append(i)
+    return tuple(out)
+
+
 def _merge(models: list[Any], sizes: list[int]) -> Any:
     """One model whose parameters are the members' parameters concatenated per neuron.
 
@@ -178,6 +230,18 @@ class Network(eqx.Module):
         gap_junctions: `{name: nj.GapJunction}` electrical coupling within a population.
         dt: step [ms]; required when a projection has a delay (it fixes the ring buffers'
             length and the delays in steps), and then every `step` must use it.
+        merge_synapses: let projections from one group of populations onto one population
+            whose kinetics and output are the same (equal type and parameters, a built-in
+            output) share their ring columns and one synaptic state, as a NEST neuron holds
+            one synaptic current per receptor type whatever the sources. Linear synapses
+            superpose, so the currents are the same up to the order of float additions,
+            while the ring and the per-step kinetics shrink from one block per projection
+            to one per target and synapse type (for the cortical microcircuit 8x smaller).
+            The first projection of a shared set then holds the sum in `state.synapses`,
+            and the others' entries stay at zero; their own kinetics and outputs must stay
+            equal to the first's (checked at each `step` outside a transformation; edit
+            the first, or build the network again). `net.synapse_of` says who shares whose.
+            Default False: every projection has its own columns and state.
         spike_capacity: the spikes per trial and step that the pure-JAX event path (what
             GPUs and TPUs run, and `nj.kernels.use("reference")`) handles for one group of
             populations; None picks `default_capacity` of the largest group. The buffer is
@@ -210,6 +274,7 @@ class Network(eqx.Module):
     senders: tuple[tuple[int, tuple[int, ...]], ...] = eqx.field(static=True)
     ring_shape: tuple[tuple[int, int], ...] = eqx.field(static=True)
     ring_of: tuple[tuple[int, int], ...] = eqx.field(static=True)
+    synapse_of: tuple[int, ...] = eqx.field(static=True)
     homogeneous_delay_steps: tuple[int | None, ...] = eqx.field(static=True)
     groups: tuple[tuple[str, ...], ...] = eqx.field(static=True)
     group_models: tuple[Any, ...]
@@ -223,9 +288,14 @@ class Network(eqx.Module):
         gap_junctions: Mapping[str, GapJunction] | None = None,
         *,
         dt: float | None = None,
+        merge_synapses: bool = False,
         spike_capacity: int | None = None,
     ):
         self.spike_capacity = _checked_capacity("Network", spike_capacity)
+        if not isinstance(merge_synapses, (bool, np.bool_)):
+            raise TypeError(
+                f"Network: merge_synapses must be True or False, got {merge_synapses!r}"
+            )
         if not isinstance(populations, Mapping) or not populations:
             raise TypeError(
                 "Network: populations must be a non-empty dict {name: (model, size)}, got "
@@ -396,14 +466,26 @@ class Network(eqx.Module):
         senders: dict[int, list[int]] = {}
         for i, proj in enumerate(projections):
             senders.setdefault(group_of[proj.pre], []).append(i)
+        # With merge_synapses, projections of one sender onto one population with the same
+        # kinetics and output share one block of columns (and one synaptic state).
+        synapse_of = (
+            _shared_synapses(projections, senders)
+            if merge_synapses
+            else tuple(range(len(projections)))
+        )
         ring_of = [None] * len(projections)
         ring_shape = []
         for si, idx in enumerate(senders.values()):
             off = 0
             for i in idx:
+                if synapse_of[i] != i:
+                    continue
                 ring_of[i] = (si, off)
                 off += projections[i].n_post
+            for i in idx:
+                ring_of[i] = ring_of[synapse_of[i]]
             ring_shape.append((max(n_slots[i] for i in idx), off))
+        self.synapse_of = synapse_of
         self.senders = tuple((gi, tuple(idx)) for gi, idx in senders.items())
         self.ring_shape = tuple(ring_shape)
         self.ring_of = tuple(ring_of)
@@ -578,6 +660,20 @@ class Network(eqx.Module):
                 f"{list(self.ring_shape)} (slots, neurons); make the state with this network's "
                 "init_state"
             )
+        for i, j in enumerate(self.synapse_of):
+            if i == j:
+                continue
+            p, q = self.projections[i], self.projections[j]
+            for part in ("synapse", "output"):
+                a, b = getattr(p, part), getattr(q, part)
+                leaves = jtu.tree_leaves(eqx.filter((a, b), eqx.is_array))
+                if all(is_concrete(x) for x in leaves) and not _same_synapse(a, b):
+                    raise ValueError(
+                        f"Network.step: projections[{i}] ({p.pre} -> {p.post}) shares the "
+                        f"synaptic state of projections[{j}] (merge_synapses=True), but its "
+                        f"{part} is now {a!r}, not {b!r}; edit projections[{j}] (whose {part} "
+                        "the shared state follows) or build the network again"
+                    )
         has_short_term = any(p.short_term is not None for p in self.projections)
         if has_short_term and len(state.short_term) != len(self.projections):
             raise ValueError(
@@ -612,6 +708,7 @@ class Network(eqx.Module):
             senders=self.senders,
             delay_steps=self.homogeneous_delay_steps,
             capacity=self.capacity,
+            synapse_of=self.synapse_of,
         )
 
     def step(

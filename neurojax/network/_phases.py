@@ -72,6 +72,11 @@ class Plan(NamedTuple):
         capacity: the spike buffer of one trial in the pure-JAX event path (spikes per step
             of a group, arrivals and postsynaptic spikes of a plastic projection), or None for
             the whole group (see `nj.Network.fit_capacity`).
+        synapse_of: per projection, the projection whose ring columns and synaptic state it
+            shares (itself when it has its own; `nj.Network(..., merge_synapses=True)`), or
+            None when every projection has its own. Only the first projection of a shared set
+            advances the kinetics and contributes a current; the state of the others stays
+            at zero.
     """
 
     groups: tuple[tuple[str, ...], ...]
@@ -82,6 +87,11 @@ class Plan(NamedTuple):
     senders: tuple[tuple[int, tuple[int, ...]], ...]
     delay_steps: tuple[int | None, ...]
     capacity: int | None = None
+    synapse_of: tuple[int, ...] | None = None
+
+    def shares(self, i: int) -> bool:
+        """Whether projection `i` delivers into another projection's columns and state."""
+        return self.synapse_of is not None and self.synapse_of[i] != i
 
     def offset(self, name: str) -> int:
         """Where population `name` starts in the spike vector of its group."""
@@ -108,7 +118,9 @@ def arrivals(
 
     Returns the rings (unchanged: `delivery` zeroes the slot read before it adds this
     step's spikes), per ring whether it has one slot (handed to delivery as "fresh": its
-    content no longer counts), the new kinetics states and `g` per projection.
+    content no longer counts), the new kinetics states and `g` per projection (None for a
+    projection that shares another's columns and state, `Plan.synapse_of`: its arrivals are
+    in the other's `g`).
     """
     rings, rows, fresh = list(buffers), [], []
     for buf in buffers:
@@ -120,6 +132,10 @@ def arrivals(
             rows.append(lax.dynamic_index_in_dim(buf, slot, axis=buf.ndim - 2, keepdims=False))
     synapses, g = [], []
     for i, (syn, syn_state) in enumerate(zip(kinetics, synapse_states, strict=True)):
+        if plan.shares(i):
+            synapses.append(syn_state)
+            g.append(None)
+            continue
         si, off = plan.ring_of[i]
         x = rows[si][..., off : off + plan.sizes[plan.post[i]]]
         syn_state, g_i = syn.step(syn_state, x, dt)
@@ -144,7 +160,9 @@ def total_current(
     external current, gap junctions. Only the terms that need it read the state's `v` (the
     network checks at construction that those populations have one)."""
     v = getattr(state, "v", None)
-    terms = [outputs[i](g[i], v) for i, post in enumerate(plan.post) if post == name]
+    terms = [
+        outputs[i](g[i], v) for i, post in enumerate(plan.post) if post == name and g[i] is not None
+    ]
     if name in inputs:
         value = inputs[name]
         terms.append(value(t) if callable(value) else value)
@@ -332,10 +350,12 @@ def delivery(
 
     Every projection delivers through its layout; the projections of one layout class in a
     group are handed to that class's `deliver_group` together (the event layout compacts the
-    spikes once for all of them). Each projection owns its columns of the ring, so the order
-    of the classes does not change any value. `pre_offsets[i]` locates projection `i`'s
-    presynaptic population in its group's spike vector; `delays[i]` and `weights[i]` are its
-    per-synapse delays in steps and its current plastic weights (or None).
+    spikes once for all of them). Each projection owns its columns of the ring unless it
+    shares another's (`Plan.synapse_of`); only then does the order of the classes change the
+    order of the additions into a column (and the last bits of its sum). `pre_offsets[i]`
+    locates projection `i`'s presynaptic population in its group's spike vector; `delays[i]`
+    and `weights[i]` are its per-synapse delays in steps and its current plastic weights (or
+    None).
 
     `releases[i]` (optional) replaces the spikes of projection `i`'s presynaptic population
     by its short-term releases: the releases are appended to the group's spike vector, as a

@@ -189,6 +189,7 @@ class ShardedNetwork(eqx.Module):
     delay_steps: tuple[int, ...] = eqx.field(static=True)
     net_ring_shape: tuple[tuple[int, int], ...] = eqx.field(static=True)
     net_ring_of: tuple[tuple[int, int], ...] = eqx.field(static=True)
+    synapse_of: tuple[int, ...] = eqx.field(static=True)  # as `nj.Network.synapse_of`
     dt: float | None = eqx.field(static=True)
 
     # ------------------------------------------------------------------ sizes
@@ -310,6 +311,8 @@ class ShardedNetwork(eqx.Module):
             d_local = self.ring_shape[si][0]
             parts = []
             for i in idx:
+                if self.synapse_of[i] != i:  # shares another projection's columns
+                    continue
                 post = self.proj_ends[i][1]
                 off = self.net_ring_of[i][1]
                 cols = _pad(buf[:, off : off + self.size(post)], self.padded_size(post))
@@ -349,6 +352,8 @@ class ShardedNetwork(eqx.Module):
             d_net, width = self.net_ring_shape[si]
             out = np.zeros((d_net, width), ring.dtype)
             for i in idx:
+                if self.synapse_of[i] != i:  # shares another projection's columns
+                    continue
                 post = self.proj_ends[i][1]
                 off_local = self.ring_of[i][1]
                 b = self.block(post)
@@ -420,6 +425,7 @@ class ShardedNetwork(eqx.Module):
             ring_of=self.ring_of,
             senders=self.senders,
             delay_steps=self.delay_steps,
+            synapse_of=self.synapse_of,
         )
 
     def _local_step(self, state: ShardedNetworkState, ext: Any, dt: float, exchange: str):
@@ -873,13 +879,19 @@ def shard_network(
         x = jnp.asarray(value)
         inputs[name] = jnp.reshape(x, ()) if x.size == 1 else _pad(x, pad_of[name])
 
-    # Local ring buffers: one per sending group, as in the network, over local targets.
+    # Local ring buffers: one per sending group, as in the network, over local targets;
+    # projections that share columns in the network share them here too.
     ring_of, ring_shape = [None] * len(network.projections), []
+    share = network.synapse_of
     for _, idx in network.senders:
         off = 0
         for i in idx:
+            if share[i] != i:
+                continue
             ring_of[i] = (len(ring_shape), off)
             off += block_of[network.projections[i].post]
+        for i in idx:
+            ring_of[i] = ring_of[share[i]]
         ring_shape.append((max(network.n_slots[i] for i in idx), off))
 
     local = _Local(
@@ -911,5 +923,6 @@ def shard_network(
         delay_steps=tuple(int(d) for d in network.homogeneous_delay_steps),
         net_ring_shape=network.ring_shape,
         net_ring_of=network.ring_of,
+        synapse_of=network.synapse_of,
         dt=network.dt,
     )
