@@ -194,3 +194,46 @@ def test_assembly_quick_prints_valid_json():
     assert 0 < proj["last_new_winner_step"] <= 40
     assert sparse["final_support"] > 1000 and sparse["capacity"] == 8000
     assert batch["batch"] == 4 and 300 <= batch["final_support_mean"] <= 450
+
+
+@pytest.mark.slow
+def test_memory_stages_reports_the_networks_own_bytes():
+    """`benchmarks.memory_stages` at a small scale: every stage is reported, the peak never
+    falls, and the network's bytes are those of `network.memory()` computed here, once with
+    shared ring blocks and once without (which plans more)."""
+    import jax
+
+    import neurojax as nj
+
+    records = {}
+    for flags in ((), ("--no-merge",)):
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.memory_stages", "--scale", "0.02", "--steps", "200"]
+            + list(flags),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (line,) = proc.stdout.splitlines()
+        records[flags] = json.loads(line)
+    for flags, r in records.items():
+        merge = not flags
+        assert r["merge_synapses"] is merge
+        net, _ = nj.models.microcircuit(
+            jax.random.key(0), scale=0.02, layout="procedural", merge_synapses=merge
+        )
+        assert r["network_mb"] == round(net.memory().total_bytes / 2**20, 1)
+        stages = r["stages_rss_peak_mb"]
+        assert list(stages) == [
+            "import",
+            "one_jit",
+            "build",
+            "compile_step",
+            "first_chunk",
+            "run",
+        ]
+        peaks = [peak for _, peak in stages.values()]
+        assert peaks == sorted(peaks) and peaks[0] > 50
+    assert records[()]["state_mb"] < records[("--no-merge",)]["state_mb"]
