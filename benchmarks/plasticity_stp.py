@@ -1,7 +1,7 @@
 """Benchmark: the cost of short-term plasticity and of learnable delays on the COBA network.
 
 The COBA network of `nj.models.coba` (4000 LIF neurons, p = 0.02, dt = 0.1 ms, seed 0), 1 s
-simulated, float32, in three configurations built from the same connectivity and started
+simulated, float32, in four configurations built from the same connectivity and started
 from the same voltages:
 
 - `static`: the network as built;
@@ -13,10 +13,25 @@ from the same voltages:
 - `learnable_delays`: projection 0 with `learnable_delays=True` and its delays (0 ms, the
   COBA delays) as a float array. Whole-step delays give the static run's spikes exactly, so
   this run measures the price of the mechanism (each spike delivered to two ring slots with
-  interpolated weights) at identical activity.
+  interpolated weights) at identical activity;
+- `stp_same_spikes`: projection 0 with `nj.TsodyksMarkram(u=1, tau_rec=0.01, tau_facil=0)`
+  (`SAME_SPIKES`). Every spike uses u+ = 1 and finds its resources recovered: R falls to 0
+  at a spike and is back to 1 - exp(-ISI / tau_rec) = 1 at the next, since the 5 ms
+  refractory period makes every interval at least 500 tau_rec and exp(-500) is 0 in
+  float32. So every release equals the static weight and the network fires the static run's
+  spikes exactly (checked: the benchmark stops if the rasters differ), while the rule does
+  all of its work for every spike (relax u and R from the neuron's last spike, release,
+  update).
+
+Why two STP configurations: the depressing preset lowers the excitatory rate about 7-fold
+(21 to 3 Hz, in Brian2 as well), so `stp / static` measures the rule's effect on the
+network's activity and on what that activity costs, which falls with the spikes in a
+simulator dominated by spike propagation (Brian2) and much less in one dominated by the
+per-step neuron update (neurojax). `stp_same_spikes / static` holds the activity fixed and
+measures what the rule itself costs.
 
 Each configuration is compiled ahead of time and timed by the harness with the default
-recording (spike rasters). Then `--pairs` (default 9) rounds run the three compiled programs
+recording (spike rasters). Then `--pairs` (default 9) rounds run the four compiled programs
 one after the other, and the interleaved record carries, per configuration, the median over
 the rounds of its time divided by the static time of the same round (`*_over_static_paired`):
 on a shared machine this ratio is steadier than a ratio of separate medians.
@@ -29,9 +44,13 @@ short-term plasticity (event-driven per-synapse variables, `u` jumping before re
     dx/dt = -x / tau_rec : 1 (event-driven)       # x = 1 - R, the depleted fraction
     on_pre:  ge_post += w U (1 - x);  x += U (1 - x)
 
-and without it. Brian2 draws its own network, so rates agree statistically. Brian2 has no
-learnable delays. This module also serves as that peer process (`python -m
-benchmarks.plasticity_stp SPEC_JSON`).
+without it, and with the `stp_same_spikes` parameters (U = 1, tau_rec = 0.01 ms: x decays to
+exp(-500), below float64's epsilon next to 1, so `w U (1 - x)` is `w` exactly and the run
+should fire the static run's spikes; Brian2 returns statistics, not rasters, so its record's
+`spikes_equal_static` compares the spike count, the rates and the ISI statistics with its
+static run's). Brian2 draws its own network, so its rates agree with neurojax's
+statistically. Brian2 has no learnable delays. This module also serves as that peer process
+(`python -m benchmarks.plasticity_stp SPEC_JSON`).
 
 `--quick` (the smoke test) simulates 100 ms. The ratios are also written to stderr.
 
@@ -50,13 +69,21 @@ DURATION = 1000.0  # ms
 QUICK_DURATION = 100.0
 SEED = 0
 PRESET = "depressing"
-CONFIGS = ("static", "stp", "learnable_delays")
+# Every spike releases exactly the static weight: u+ = U = 1 (no facilitation), and R
+# recovers from 0 to 1 - exp(-ISI / tau_rec) = 1 between spikes, since the refractory period
+# (5 ms) makes every ISI at least 500 tau_rec (exp(-500) is 0 in float32, below float64's
+# epsilon in Brian2's 1 - x).
+SAME_SPIKES = {"u": 1.0, "tau_rec": 0.01, "tau_facil": 0.0}
+CONFIGS = ("static", "stp", "learnable_delays", "stp_same_spikes")
+# Brian2 returns no raster: for stp_same_spikes these statistics of its spikes must equal its
+# static run's (the network is chaotic, so one changed spike changes them all).
+SAME_STATS = ("n_spikes", "rate_exc_hz", "rate_inh_hz", "cv_isi", "n_cv")
 
 
 def _extra(parser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="simulated ms (1000)")
     parser.add_argument(
-        "--pairs", type=int, default=None, help="interleaved rounds of the three (9; quick: 2)"
+        "--pairs", type=int, default=None, help="interleaved rounds of the four (9; quick: 2)"
     )
 
 
@@ -119,6 +146,9 @@ def main(argv: list[str] | None = None) -> None:
             static_net, static_state, short_term=nj.TsodyksMarkram(**stp_params)
         ),
         "learnable_delays": with_projection0(static_net, static_state, learnable_delays=True),
+        "stp_same_spikes": with_projection0(
+            static_net, static_state, short_term=nj.TsodyksMarkram(**SAME_SPIKES)
+        ),
     }
 
     def run(net, state):
@@ -152,10 +182,19 @@ def main(argv: list[str] | None = None) -> None:
         }
         if name != "static":
             rec[f"{name}_over_static"] = timing.run_s / results["static"]["run_s"]
-        if name == "learnable_delays":
+        if name == "stp_same_spikes":
+            rec["stp_params"] = SAME_SPIKES
+        if name in ("learnable_delays", "stp_same_spikes"):
             rec["spikes_equal_static"] = bool(np.array_equal(raster, rasters["static"]))
         results[name] = rec
         _harness.emit(rec)
+        if name == "stp_same_spikes" and not rec["spikes_equal_static"]:
+            # Its time would not be the rule's own cost at the static run's activity.
+            raise RuntimeError(
+                "plasticity_stp: the stp_same_spikes run's spikes differ from the static "
+                f"run's ({rec['n_spikes']} against {results['static']['n_spikes']} spikes); "
+                f"with {SAME_SPIKES} every release should equal the static weight"
+            )
     del rasters
     summary = [
         f"neurojax {name} / static: {results[name][f'{name}_over_static']:.2f}x"
@@ -178,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             "impl": "neurojax",
             "measure": "interleaved",
             "pairs": n_pairs,
+            "stp_same_spikes_params": SAME_SPIKES,
             **{f"{name}_times_s": times[name] for name in CONFIGS},
             **{f"{name}_run_s": float(np.median(times[name])) for name in CONFIGS},
         }
@@ -189,9 +229,15 @@ def main(argv: list[str] | None = None) -> None:
     del calls
 
     if args.peers:
-        peer: dict[bool, dict[str, Any]] = {}
-        for stp in (False, True):
-            _harness.log(f"plasticity_stp: brian2_standalone stp={stp}")
+        peer: dict[str, dict[str, Any]] = {}
+        peer_res: dict[str, dict[str, Any]] = {}
+        peer_configs = (
+            ("static", False, stp_params),
+            ("stp", True, stp_params),
+            ("stp_same_spikes", True, SAME_SPIKES),
+        )
+        for name, stp, params in peer_configs:
+            _harness.log(f"plasticity_stp: brian2_standalone {name}")
             spec = {
                 "model": "coba",
                 "mode": "standalone",
@@ -201,10 +247,12 @@ def main(argv: list[str] | None = None) -> None:
                 "repeats": args.repeats,
                 "budget_s": args.budget,
                 "stp": stp,
-                "stp_params": stp_params,
+                "stp_params": params,
             }
             res = _harness.run_peer("benchmarks.plasticity_stp", spec, threads=args.threads)
-            rec = {**base, "impl": "brian2_standalone", "config": "stp" if stp else "static"}
+            rec = {**base, "impl": "brian2_standalone", "config": name}
+            if name == "stp_same_spikes":
+                rec["stp_params"] = SAME_SPIKES
             if "error" in res:
                 rec["error"] = res["error"]
             else:
@@ -213,13 +261,19 @@ def main(argv: list[str] | None = None) -> None:
                 for key in ("build_s", "n_synapses", "rate_exc_hz", "rate_inh_hz", "n_spikes"):
                     if key in res:
                         rec[key] = res[key]
-                if stp and "error" not in peer[False]:
-                    rec["stp_over_static"] = rec["run_s"] / peer[False]["run_s"]
-                    summary.append(f"Brian2 stp / static: {rec['stp_over_static']:.2f}x")
-                name = "stp" if stp else "static"
+                if stp and "error" not in peer["static"]:
+                    rec[f"{name}_over_static"] = rec["run_s"] / peer["static"]["run_s"]
+                    summary.append(f"Brian2 {name} / static: {rec[f'{name}_over_static']:.2f}x")
+                if name == "stp_same_spikes" and "error" not in peer["static"]:
+                    static_res = peer_res["static"]
+                    same = all(res.get(k) == static_res.get(k) for k in SAME_STATS)
+                    rec["spikes_equal_static"] = same
+                    if not same:
+                        summary.append("Brian2 stp_same_spikes: SPIKES DIFFER FROM ITS STATIC RUN")
                 rec["neurojax_over_peer"] = results[name]["run_s"] / rec["run_s"]
                 summary.append(f"neurojax / Brian2 ({name}): {rec['neurojax_over_peer']:.2f}x")
-            peer[stp] = rec
+            peer[name] = rec
+            peer_res[name] = res
             _harness.emit(rec)
     _harness.log("plasticity_stp: " + "; ".join(summary))
 
