@@ -121,6 +121,7 @@ def _brian2(args) -> dict:
             "duration_ms": args.duration,
             "repeats": 1,
             "budget_s": 1e9,
+            "dtype": args.brian2_dtype,
         }
     )
     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -139,12 +140,18 @@ def _brian2(args) -> dict:
         "run_cpu_s": run_s,
         "rates_hz": out["rates_hz"],
         "version": brian2.__version__,
+        "float_dtype": args.brian2_dtype,
     }
 
 
 def _child(args) -> None:
     out = {"neurojax": _neurojax, "nest": _nest, "brian2": _brian2}[args.peer](args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if args.peer == "brian2":  # the standalone binary is a child process
+        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        out.update(
+            peak_rss_binary_bytes=child, peak_rss_binary_bytes_per_synapse=child / out["n_synapses"]
+        )
     out.update(
         peer=args.peer,
         scale=args.scale,
@@ -168,6 +175,13 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peers", default="neurojax,nest")
+    p.add_argument(
+        "--brian2-dtype",
+        default="float64",
+        choices=("float64", "float32"),
+        help="Brian2's float type (prefs.core.default_float_dtype); float32 halves its weights "
+        "and delays",
+    )
     p.add_argument("--peer", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peer is not None:
@@ -185,7 +199,7 @@ def main(argv=None) -> None:
             cmd += [
                 "--peer", peer, "--scale", str(args.scale), "--k-scale", str(args.k_scale),
                 "--duration", str(args.duration), "--threads", str(args.threads),
-                "--seed", str(args.seed),
+                "--seed", str(args.seed), "--brian2-dtype", args.brian2_dtype,
             ]  # fmt: skip
             res = subprocess.run(cmd, env=env, capture_output=True, text=True)
             lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
