@@ -101,37 +101,36 @@ def _check_state_fields(models, sizes, projections, gaps) -> None:
         check_state_fields(model, state, ("v",), needed_by=f"{who} (population {name!r})")
 
 
-def _mergeable(a: Any, b: Any) -> bool:
-    """Whether two neuron models can be stepped as one concatenated population."""
-    if type(a) is not type(b) or not isinstance(a, NeuronModel):
-        return False
+def _array_leaves_if_alike(a: Any, b: Any) -> tuple[list, list] | None:
+    """The array leaves of `a` and `b` when they are modules of one type with the same
+    structure and equal static fields, else None."""
+    if type(a) is not type(b):
+        return None
     dyn_a, static_a = eqx.partition(a, eqx.is_array)
     dyn_b, static_b = eqx.partition(b, eqx.is_array)
     if jtu.tree_structure(dyn_a) != jtu.tree_structure(dyn_b):
-        return False
+        return None
     try:
         if not eqx.tree_equal(static_a, static_b):
-            return False
+            return None
     except Exception:  # static fields that cannot be compared: keep apart
-        return False
-    return all(x.ndim <= 1 for x in jtu.tree_leaves(dyn_a) + jtu.tree_leaves(dyn_b))
+        return None
+    return jtu.tree_leaves(dyn_a), jtu.tree_leaves(dyn_b)
+
+
+def _mergeable(a: Any, b: Any) -> bool:
+    """Whether two neuron models can be stepped as one concatenated population."""
+    leaves = _array_leaves_if_alike(a, b) if isinstance(a, NeuronModel) else None
+    return leaves is not None and all(x.ndim <= 1 for x in leaves[0] + leaves[1])
 
 
 def _same_synapse(a: Any, b: Any) -> bool:
     """Whether two projections' kinetics (or outputs) are the same: one type, equal static
     fields and equal concrete parameters (traced ones never count as equal)."""
-    if type(a) is not type(b):
+    leaves = _array_leaves_if_alike(a, b)
+    if leaves is None:
         return False
-    dyn_a, static_a = eqx.partition(a, eqx.is_array)
-    dyn_b, static_b = eqx.partition(b, eqx.is_array)
-    if jtu.tree_structure(dyn_a) != jtu.tree_structure(dyn_b):
-        return False
-    try:
-        if not eqx.tree_equal(static_a, static_b):
-            return False
-    except Exception:  # static fields that cannot be compared: keep apart
-        return False
-    for x, y in zip(jtu.tree_leaves(dyn_a), jtu.tree_leaves(dyn_b), strict=True):
+    for x, y in zip(*leaves, strict=True):
         if not (is_concrete(x) and is_concrete(y)):
             return False
         x, y = np.asarray(x), np.asarray(y)
