@@ -14,7 +14,11 @@ beside its pairs, so its build time depends on the cores given (`--threads 2`: b
 
 Brian2 2.9 (`--peers ...,brian2`) runs in C++ standalone mode (`benchmarks.peers.
 brian2_microcircuit`): its build is the Python set-up, code generation and compilation, its
-run the loop time measured inside the binary.
+run the loop time measured inside the binary. `--brian2-float float32` sets Brian2's
+`prefs.core.default_float_dtype` to float32 (state, weights and delays in single precision:
+Brian2's arithmetic changes, and with it the spikes); the default is float64. Its peak RSS is
+reported for the Python process (`peak_rss_bytes`) and, separately, for the largest child
+process, the standalone binary (`peak_rss_binary_bytes`); both exist at the same time.
 
 Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
 [--threads 1] [--repeats 1] [--peers neurojax,nest,brian2]`; one JSON line per run.
@@ -121,6 +125,7 @@ def _brian2(args) -> dict:
             "duration_ms": args.duration,
             "repeats": 1,
             "budget_s": 1e9,
+            "float_dtype": args.brian2_float,
         }
     )
     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -139,6 +144,8 @@ def _brian2(args) -> dict:
         "run_cpu_s": run_s,
         "rates_hz": out["rates_hz"],
         "version": brian2.__version__,
+        "float_dtype": out["float_dtype"],
+        "peak_rss_binary_bytes": ch1.ru_maxrss * 1024,
     }
 
 
@@ -168,6 +175,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peers", default="neurojax,nest")
+    p.add_argument("--brian2-float", choices=("float64", "float32"), default="float64")
     p.add_argument("--peer", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peer is not None:
@@ -185,7 +193,7 @@ def main(argv=None) -> None:
             cmd += [
                 "--peer", peer, "--scale", str(args.scale), "--k-scale", str(args.k_scale),
                 "--duration", str(args.duration), "--threads", str(args.threads),
-                "--seed", str(args.seed),
+                "--seed", str(args.seed), "--brian2-float", args.brian2_float,
             ]  # fmt: skip
             res = subprocess.run(cmd, env=env, capture_output=True, text=True)
             lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]

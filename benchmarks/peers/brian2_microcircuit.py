@@ -54,35 +54,72 @@ def _redraw_normal(rng, n: int, mean: float, std: float, low: float, high: float
     return out
 
 
-def connectivity(scale: float, k_scale: float, seed: int, dt: float = 0.1):
-    """`(pre, post, weight [pA], delay [ms])` of every recurrent synapse, in pathway order."""
+def _fill_integers(rng, out: np.ndarray, offset: int, high: int) -> None:
+    """Fill `out` with `offset + rng.integers(0, high)`, drawn in int64 chunks.
+
+    NumPy's `Generator.integers` gives the same stream whether `n` values are drawn at once
+    or in consecutive chunks, so the result equals one int64 draw cast to `out.dtype`,
+    without its full-size int64 temporary."""
+    chunk = 1 << 22
+    for s in range(0, out.shape[0], chunk):
+        part = out[s : s + chunk]
+        part[:] = offset + rng.integers(0, high, part.shape[0], dtype=np.int64)
+
+
+def connectivity(
+    scale: float,
+    k_scale: float,
+    seed: int,
+    dt: float = 0.1,
+    *,
+    dtype: Any = np.float64,
+    si: bool = False,
+):
+    """`(pre, post, weight, delay)` of every recurrent synapse, in pathway order.
+
+    Indices are int32, weights and delays `dtype` (float64 or float32), in pA and ms, or in
+    A and s with `si=True` (the values Brian2 stores, so that they can be handed over without
+    a unit-carrying copy). Each pathway is drawn into the preallocated output arrays, so the
+    peak memory is the outputs plus one pathway's float64 draws; the random stream, and the
+    float64 values, are those of drawing each pathway's arrays whole."""
     from neurojax.models import _microcircuit as mc
 
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise ValueError(f"dtype must be float64 or float32, got {dtype}")
     c = mc.MICROCIRCUIT_PARAMS
     rng = np.random.default_rng(seed)
     sizes = np.round(np.asarray(c["full_num_neurons"]) * scale).astype(np.int64)
     start = np.concatenate([[0], np.cumsum(sizes)])
     n_syn = mc.microcircuit_synapse_numbers(scale, k_scale)
     w_mean, _ = mc.microcircuit_weights(k_scale)
-    pre, post, w, d = [], [], [], []
+    total = int(sum(int(n_syn[a, b]) for a in range(8) for b in range(8)))
+    if start[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"scale={scale} gives more neurons than int32 indices can hold")
+    w_unit, d_unit = (1e-12, 1e-3) if si else (1.0, 1.0)
+    pre = np.empty(total, np.int32)
+    post = np.empty(total, np.int32)
+    w = np.empty(total, dtype)
+    d = np.empty(total, dtype)
+    pos = 0
     for a in range(8):  # target
         for b in range(8):  # source
             n = int(n_syn[a, b])
             if n == 0:
                 continue
-            pre.append(start[b] + rng.integers(0, sizes[b], n, dtype=np.int64))
-            post.append(start[a] + rng.integers(0, sizes[a], n, dtype=np.int64))
+            sl = slice(pos, pos + n)
+            pos += n
+            _fill_integers(rng, pre[sl], int(start[b]), int(sizes[b]))
+            _fill_integers(rng, post[sl], int(start[a]), int(sizes[a]))
             mean = float(w_mean[a, b])
             low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
-            w.append(_redraw_normal(rng, n, mean, abs(mean) * c["weight_rel_std"], low, high))
+            draw = _redraw_normal(rng, n, mean, abs(mean) * c["weight_rel_std"], low, high)
+            w[sl] = draw * w_unit if si else draw
             d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
-            d.append(_redraw_normal(rng, n, d_mean, d_mean * c["delay_rel_std"], dt / 2, np.inf))
-    return (
-        np.concatenate(pre).astype(np.int32),
-        np.concatenate(post).astype(np.int32),
-        np.concatenate(w),
-        np.concatenate(d),
-    )
+            draw = _redraw_normal(rng, n, d_mean, d_mean * c["delay_rel_std"], dt / 2, np.inf)
+            d[sl] = draw * d_unit if si else draw
+            del draw
+    return pre, post, w, d
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -95,11 +132,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     background = spec.get("background", "poisson")
     if background not in ("poisson", "dc"):
         raise ValueError(f"background must be 'poisson' or 'dc', got {background!r}")
+    float_dtype = spec.get("float_dtype", "float64")
+    if float_dtype not in ("float64", "float32"):
+        raise ValueError(f"float_dtype must be 'float64' or 'float32', got {float_dtype!r}")
     duration = float(spec["duration_ms"])
     dt = 0.1
     c = mc.MICROCIRCUIT_PARAMS
     b2 = _brian2.setup(
-        mode, threads=int(spec["threads"]), dt_ms=dt, directory=spec.get("directory")
+        mode,
+        threads=int(spec["threads"]),
+        dt_ms=dt,
+        dtype=float_dtype,
+        directory=spec.get("directory"),
     )
     b2.seed(int(spec["seed"]))
     t0 = time.perf_counter()
@@ -135,11 +179,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             objects.append(
                 b2.PoissonInput(sub, "I", int(k_ext[a]), c["bg_rate"] * Hz, weight=j_ext * pA)
             )
-    pre, post, w, d = connectivity(scale, k_scale, int(spec["seed"]), dt)
+    # Weights in A and delays in s, so that `w_`/`delay_` take them without a Quantity
+    # copy; each array is dropped once Brian2 holds its own copy.
+    seed = int(spec["seed"])
+    pre, post, w, d = connectivity(scale, k_scale, seed, dt, dtype=float_dtype, si=True)
+    n_synapses = int(pre.shape[0])
     syn = b2.Synapses(group, group, model="w : amp (constant)", on_pre="I_post += w")
     syn.connect(i=pre, j=post)
-    syn.w = w * pA
-    syn.delay = d * ms
+    del pre, post
+    syn.w_ = w
+    del w
+    syn.delay_ = d
+    del d
     spikes = b2.SpikeMonitor(group)
     objects += [syn, spikes]
     net = b2.Network(*objects)
@@ -152,12 +203,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "seed": int(spec["seed"]),
         "duration_ms": duration,
         "setup_s": setup_s,
-        "n_synapses": int(pre.shape[0]),
+        "n_synapses": n_synapses,
     }
-    del pre, post, w, d
     result.update(
         _brian2.time_network(
-            b2, net, duration, mode, repeats=int(spec["repeats"]), budget_s=float(spec["budget_s"])
+            b2,
+            net,
+            duration,
+            mode,
+            repeats=int(spec["repeats"]),
+            budget_s=float(spec["budget_s"]),
+            free_static_arrays=True,
         )
     )
     idx = np.asarray(spikes.i, dtype=np.int64)
