@@ -81,6 +81,7 @@ def time_network(
             from brian2.codegen.cpp_prefs import get_compiler_and_args
 
             b2.device.build(directory=directory, compile=False, run=False, with_output=False)
+            directory = b2.device.project_dir
             b2.device.static_arrays.clear()
             cache = b2.device.array_cache
             for var, value in cache.items():
