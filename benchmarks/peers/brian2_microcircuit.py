@@ -122,6 +122,19 @@ def connectivity(
     return pre, post, w, d
 
 
+def _forget_cached_synapses(b2: Any, syn: Any) -> None:
+    """Drop the Python-side values Brian2's standalone device caches for `syn`.
+
+    The cache (`device.array_cache`) only serves reading or indexing these variables from
+    Python before the run, which this peer never does; after the run Brian2 reads them
+    from the binary's results. With `N` uncached, later `connect` calls do not cache the
+    synapses' pre- and postsynaptic indices either."""
+    cache = b2.device.array_cache
+    for var in list(cache):
+        if getattr(var.owner, "name", None) == syn.name:
+            cache[var] = None
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     import time
 
@@ -185,7 +198,15 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     pre, post, w, d = connectivity(scale, k_scale, seed, dt, dtype=float_dtype, si=True)
     n_synapses = int(pre.shape[0])
     syn = b2.Synapses(group, group, model="w : amp (constant)", on_pre="I_post += w")
-    syn.connect(i=pre, j=post)
+    # `connect` in 16 pieces: in standalone mode each call makes int32 copies of the indices
+    # it gets (a cached one and the one written to disk) and caches int64 `_synaptic_pre` /
+    # `_synaptic_post` in Python; per piece, with the cache dropped after each call, these
+    # copies stay small. The synapses keep their order.
+    piece = -(-n_synapses // 16)
+    for lo in range(0, n_synapses, piece):
+        syn.connect(i=pre[lo : lo + piece], j=post[lo : lo + piece])
+        if mode == "standalone":
+            _forget_cached_synapses(b2, syn)
     del pre, post
     syn.w_ = w
     del w
