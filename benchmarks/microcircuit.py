@@ -16,12 +16,14 @@ Brian2 2.9 (`--peers ...,brian2`) runs in C++ standalone mode (`benchmarks.peers
 brian2_microcircuit`): its build is the Python set-up, code generation and compilation, its
 run the loop time measured inside the binary. `--brian2-float float32` sets Brian2's
 `prefs.core.default_float_dtype` to float32 (state, weights and delays in single precision:
-Brian2's arithmetic changes, and with it the spikes); the default is float64. Its peak RSS is
-reported for the Python process (`peak_rss_bytes`) and, separately, for the largest child
-process, the standalone binary (`peak_rss_binary_bytes`); both exist at the same time.
+Brian2's arithmetic changes, and with it the spikes); the default is float64. Its
+`peak_rss_bytes` is the Python process's alone: the standalone binary, which runs while the
+Python process waits, is a child whose peak RSS `getrusage` cannot separate from the Python
+image it was forked from (sample `/proc/<pid>/status` for it).
 
 Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
-[--threads 1] [--repeats 1] [--peers neurojax,nest,brian2]`; one JSON line per run.
+[--threads 1] [--repeats 1] [--peers neurojax,nest,brian2] [--brian2-float float32]`; one
+JSON line per run.
 """
 
 import argparse
@@ -145,7 +147,6 @@ def _brian2(args) -> dict:
         "rates_hz": out["rates_hz"],
         "version": brian2.__version__,
         "float_dtype": out["float_dtype"],
-        "peak_rss_binary_bytes": ch1.ru_maxrss * 1024,
     }
 
 
