@@ -192,11 +192,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             objects.append(
                 b2.PoissonInput(sub, "I", int(k_ext[a]), c["bg_rate"] * Hz, weight=j_ext * pA)
             )
-    # Weights in A and delays in s, so that `w_`/`delay_` take them without a Quantity
-    # copy; each array is dropped once Brian2 holds its own copy.
+    # Weights in A and delays in s, so that `w_`/`delay_` take them without a Quantity copy.
+    # The arrays live in a dict, not in local variables, and leave it once Brian2 holds its
+    # own copy: Brian2 captures the caller's local namespace on `connect` and on assignments
+    # (for names in string expressions) and keeps it, which would keep the arrays alive.
     seed = int(spec["seed"])
-    pre, post, w, d = connectivity(scale, k_scale, seed, dt, dtype=float_dtype, si=True)
-    n_synapses = int(pre.shape[0])
+    arrays = dict(
+        zip(
+            ("pre", "post", "w", "d"),
+            connectivity(scale, k_scale, seed, dt, dtype=float_dtype, si=True),
+        )
+    )
+    n_synapses = int(arrays["pre"].shape[0])
     syn = b2.Synapses(group, group, model="w : amp (constant)", on_pre="I_post += w")
     # `connect` in 16 pieces: in standalone mode each call makes int32 copies of the indices
     # it gets (a cached one and the one written to disk) and caches int64 `_synaptic_pre` /
@@ -204,14 +211,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     # copies stay small. The synapses keep their order.
     piece = -(-n_synapses // 16)
     for lo in range(0, n_synapses, piece):
-        syn.connect(i=pre[lo : lo + piece], j=post[lo : lo + piece])
+        syn.connect(i=arrays["pre"][lo : lo + piece], j=arrays["post"][lo : lo + piece])
         if mode == "standalone":
             _forget_cached_synapses(b2, syn)
-    del pre, post
-    syn.w_ = w
-    del w
-    syn.delay_ = d
-    del d
+    del arrays["pre"], arrays["post"]
+    syn.w_ = arrays.pop("w")
+    syn.delay_ = arrays.pop("d")
     spikes = b2.SpikeMonitor(group)
     objects += [syn, spikes]
     net = b2.Network(*objects)
