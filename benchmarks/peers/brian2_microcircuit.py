@@ -23,9 +23,18 @@ The model of `nj.models.microcircuit` with the parameters of
 Connectivity, weights and delays are drawn in NumPy (seeded by `seed`), initial voltages by
 Brian2's generator (`b2.seed(seed)`).
 
+Memory (what lets the full-scale model, 3e8 synapses, run on a 24 GB machine in float32):
+the arrays are built per pathway in int32 / float, handed to Brian2 without unit-carrying
+copies, connected in pieces with the standalone device's Python cache dropped, and freed,
+with Brian2's own copies, before the compiler and the binary run. The binary itself needs
+about 66 bytes per synapse in float64 and 50 in float32 (its static copies of the arrays,
+the synapses' arrays and the spike queue), the Python set-up about 33 and 26.
+
 Usage: `python -m benchmarks.peers.brian2_microcircuit SPEC_JSON` with keys `mode`
 ('standalone' or 'cython'), `threads`, `seed`, `scale`, `k_scale`, `duration_ms`,
-`repeats`, `budget_s`, optionally `background` ('poisson' or 'dc') and `directory`.
+`repeats`, `budget_s`, optionally `background` ('poisson' or 'dc'), `float_dtype`
+('float64', the default, or 'float32': Brian2's `prefs.core.default_float_dtype`, which
+changes its arithmetic and so its spikes) and `directory`.
 """
 
 from typing import Any
