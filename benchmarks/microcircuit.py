@@ -14,10 +14,16 @@ beside its pairs, so its build time depends on the cores given (`--threads 2`: b
 
 Brian2 2.9 (`--peers ...,brian2`) runs in C++ standalone mode (`benchmarks.peers.
 brian2_microcircuit`): its build is the Python set-up, code generation and compilation, its
-run the loop time measured inside the binary.
+run the loop time measured inside the binary. `--brian2-float float32` sets Brian2's
+`prefs.core.default_float_dtype` to float32 (state, weights and delays in single precision:
+Brian2's arithmetic changes, and with it the spikes); the default is float64. Its
+`peak_rss_bytes` is the Python process's alone: the standalone binary, which runs while the
+Python process waits, is a child whose peak RSS `getrusage` cannot separate from the Python
+image it was forked from (sample `/proc/<pid>/status` for it).
 
 Run: `python -m benchmarks.microcircuit [--scale 1] [--k-scale 1] [--duration 1000]
-[--threads 1] [--repeats 1] [--peers neurojax,nest,brian2]`; one JSON line per run.
+[--threads 1] [--repeats 1] [--peers neurojax,nest,brian2] [--brian2-float float32]`; one
+JSON line per run.
 """
 
 import argparse
@@ -121,7 +127,7 @@ def _brian2(args) -> dict:
             "duration_ms": args.duration,
             "repeats": 1,
             "budget_s": 1e9,
-            "dtype": args.brian2_dtype,
+            "float_dtype": args.brian2_float,
         }
     )
     ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -140,18 +146,13 @@ def _brian2(args) -> dict:
         "run_cpu_s": run_s,
         "rates_hz": out["rates_hz"],
         "version": brian2.__version__,
-        "float_dtype": args.brian2_dtype,
+        "float_dtype": out["float_dtype"],
     }
 
 
 def _child(args) -> None:
     out = {"neurojax": _neurojax, "nest": _nest, "brian2": _brian2}[args.peer](args)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    if args.peer == "brian2":  # the standalone binary is a child process
-        child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-        out.update(
-            peak_rss_binary_bytes=child, peak_rss_binary_bytes_per_synapse=child / out["n_synapses"]
-        )
     out.update(
         peer=args.peer,
         scale=args.scale,
@@ -175,13 +176,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peers", default="neurojax,nest")
-    p.add_argument(
-        "--brian2-dtype",
-        default="float64",
-        choices=("float64", "float32"),
-        help="Brian2's float type (prefs.core.default_float_dtype); float32 halves its weights "
-        "and delays",
-    )
+    p.add_argument("--brian2-float", choices=("float64", "float32"), default="float64")
     p.add_argument("--peer", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.peer is not None:
@@ -199,7 +194,7 @@ def main(argv=None) -> None:
             cmd += [
                 "--peer", peer, "--scale", str(args.scale), "--k-scale", str(args.k_scale),
                 "--duration", str(args.duration), "--threads", str(args.threads),
-                "--seed", str(args.seed), "--brian2-dtype", args.brian2_dtype,
+                "--seed", str(args.seed), "--brian2-float", args.brian2_float,
             ]  # fmt: skip
             res = subprocess.run(cmd, env=env, capture_output=True, text=True)
             lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]

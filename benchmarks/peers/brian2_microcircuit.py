@@ -23,20 +23,18 @@ The model of `nj.models.microcircuit` with the parameters of
 Connectivity, weights and delays are drawn in NumPy (seeded by `seed`), initial voltages by
 Brian2's generator (`b2.seed(seed)`).
 
-Memory: the synapses are connected pathway by pathway (one `connect(i=..., j=...)` each, so
-Brian2's temporary copies of the indices are those of one pathway), weights and delays set
-once each in SI units through the unit-less attributes (`w_`, `delay_`: no `Quantity`
-copies), and the Python copies of the arrays Brian2 wrote for the binary are dropped before
-the binary runs (`_brian2.time_network(..., release_arrays=True)`). `dtype` (`"float64"`,
-the default, or `"float32"`, `prefs.core.default_float_dtype`) is Brian2's float type;
-float32 halves the binary's weights and delays (and changes its arithmetic). At scale 0.1
-the Python process peaks at about 58 bytes per synapse in float64 and the binary at about 63
-(48 in float32).
+Memory (what lets the full-scale model, 3e8 synapses, run on a 24 GB machine in float32):
+the arrays are built per pathway in int32 / float, handed to Brian2 without unit-carrying
+copies, connected in pieces with the standalone device's Python cache dropped, and freed,
+with Brian2's own copies, before the compiler and the binary run. The binary itself needs
+about 66 bytes per synapse in float64 and 50 in float32 (its static copies of the arrays,
+the synapses' arrays and the spike queue), the Python set-up about 33 and 26.
 
 Usage: `python -m benchmarks.peers.brian2_microcircuit SPEC_JSON` with keys `mode`
 ('standalone' or 'cython'), `threads`, `seed`, `scale`, `k_scale`, `duration_ms`,
-`repeats`, `budget_s`, optionally `background` ('poisson' or 'dc'), `dtype` ('float64' or
-'float32') and `directory`.
+`repeats`, `budget_s`, optionally `background` ('poisson' or 'dc'), `float_dtype`
+('float64', the default, or 'float32': Brian2's `prefs.core.default_float_dtype`, which
+changes its arithmetic and so its spikes) and `directory`.
 """
 
 from typing import Any
@@ -65,61 +63,85 @@ def _redraw_normal(rng, n: int, mean: float, std: float, low: float, high: float
     return out
 
 
-def pathways(scale: float, k_scale: float, seed: int, dt: float = 0.1):
-    """Per pathway (target, then source population), `(pre, post, weight [pA], delay [ms])`
-    of its synapses: int32 indices into the whole group, float64 weights and delays."""
+def _fill_integers(rng, out: np.ndarray, offset: int, high: int) -> None:
+    """Fill `out` with `offset + rng.integers(0, high)`, drawn in int64 chunks.
+
+    NumPy's `Generator.integers` gives the same stream whether `n` values are drawn at once
+    or in consecutive chunks, so the result equals one int64 draw cast to `out.dtype`,
+    without its full-size int64 temporary."""
+    chunk = 1 << 22
+    for s in range(0, out.shape[0], chunk):
+        part = out[s : s + chunk]
+        part[:] = offset + rng.integers(0, high, part.shape[0], dtype=np.int64)
+
+
+def connectivity(
+    scale: float,
+    k_scale: float,
+    seed: int,
+    dt: float = 0.1,
+    *,
+    dtype: Any = np.float64,
+    si: bool = False,
+):
+    """`(pre, post, weight, delay)` of every recurrent synapse, in pathway order.
+
+    Indices are int32, weights and delays `dtype` (float64 or float32), in pA and ms, or in
+    A and s with `si=True` (the values Brian2 stores, so that they can be handed over without
+    a unit-carrying copy). Each pathway is drawn into the preallocated output arrays, so the
+    peak memory is the outputs plus one pathway's float64 draws; the random stream, and the
+    float64 values, are those of drawing each pathway's arrays whole."""
     from neurojax.models import _microcircuit as mc
 
+    dtype = np.dtype(dtype)
+    if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
+        raise ValueError(f"dtype must be float64 or float32, got {dtype}")
     c = mc.MICROCIRCUIT_PARAMS
     rng = np.random.default_rng(seed)
     sizes = np.round(np.asarray(c["full_num_neurons"]) * scale).astype(np.int64)
     start = np.concatenate([[0], np.cumsum(sizes)])
     n_syn = mc.microcircuit_synapse_numbers(scale, k_scale)
     w_mean, _ = mc.microcircuit_weights(k_scale)
+    total = int(sum(int(n_syn[a, b]) for a in range(8) for b in range(8)))
+    if start[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"scale={scale} gives more neurons than int32 indices can hold")
+    w_unit, d_unit = (1e-12, 1e-3) if si else (1.0, 1.0)
+    pre = np.empty(total, np.int32)
+    post = np.empty(total, np.int32)
+    w = np.empty(total, dtype)
+    d = np.empty(total, dtype)
+    pos = 0
     for a in range(8):  # target
         for b in range(8):  # source
             n = int(n_syn[a, b])
             if n == 0:
                 continue
-            pre = (start[b] + rng.integers(0, sizes[b], n, dtype=np.int64)).astype(np.int32)
-            post = (start[a] + rng.integers(0, sizes[a], n, dtype=np.int64)).astype(np.int32)
+            sl = slice(pos, pos + n)
+            pos += n
+            _fill_integers(rng, pre[sl], int(start[b]), int(sizes[b]))
+            _fill_integers(rng, post[sl], int(start[a]), int(sizes[a]))
             mean = float(w_mean[a, b])
             low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
-            w = _redraw_normal(rng, n, mean, abs(mean) * c["weight_rel_std"], low, high)
+            draw = _redraw_normal(rng, n, mean, abs(mean) * c["weight_rel_std"], low, high)
+            w[sl] = draw * w_unit if si else draw
             d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
-            d = _redraw_normal(rng, n, d_mean, d_mean * c["delay_rel_std"], dt / 2, np.inf)
-            yield pre, post, w, d
-
-
-def n_synapses(scale: float, k_scale: float) -> int:
-    """The number of recurrent synapses of the model at this scale."""
-    from neurojax.models import _microcircuit as mc
-
-    return int(np.asarray(mc.microcircuit_synapse_numbers(scale, k_scale), np.int64).sum())
-
-
-def connectivity(scale: float, k_scale: float, seed: int, dt: float = 0.1, dtype: Any = np.float64):
-    """`(pre, post, weight [pA], delay [ms])` of every recurrent synapse, in pathway order
-    (`pathways` concatenated): int32 indices, `dtype` weights and delays."""
-    total = n_synapses(scale, k_scale)
-    pre, post = np.empty(total, np.int32), np.empty(total, np.int32)
-    w, d = np.empty(total, dtype), np.empty(total, dtype)
-    at = 0
-    for parts in pathways(scale, k_scale, seed, dt):
-        n = parts[0].shape[0]
-        for out, part in zip((pre, post, w, d), parts, strict=True):
-            out[at : at + n] = part
-        at += n
+            draw = _redraw_normal(rng, n, d_mean, d_mean * c["delay_rel_std"], dt / 2, np.inf)
+            d[sl] = draw * d_unit if si else draw
+            del draw
     return pre, post, w, d
 
 
-def _forget_index_copies(b2: Any) -> None:
-    """Drop the Python-side copies of `connect(i=..., j=...)`'s index arrays that Brian2's
-    standalone device caches for reading values back before a run (the copies written for
-    the binary stay in `device.static_arrays`)."""
+def _forget_cached_synapses(b2: Any, syn: Any) -> None:
+    """Drop the Python-side values Brian2's standalone device caches for `syn`.
+
+    The cache (`device.array_cache`) only serves reading or indexing these variables from
+    Python before the run, which this peer never does; after the run Brian2 reads them
+    from the binary's results. With `N` uncached, later `connect` calls do not cache the
+    synapses' pre- and postsynaptic indices either."""
     cache = b2.device.array_cache
-    for var in [v for v in cache if getattr(v, "name", None) in ("sources", "targets")]:
-        del cache[var]
+    for var in list(cache):
+        if getattr(var.owner, "name", None) == syn.name:
+            cache[var] = None
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -132,18 +154,19 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     background = spec.get("background", "poisson")
     if background not in ("poisson", "dc"):
         raise ValueError(f"background must be 'poisson' or 'dc', got {background!r}")
+    float_dtype = spec.get("float_dtype", "float64")
+    if float_dtype not in ("float64", "float32"):
+        raise ValueError(f"float_dtype must be 'float64' or 'float32', got {float_dtype!r}")
     duration = float(spec["duration_ms"])
     dt = 0.1
     c = mc.MICROCIRCUIT_PARAMS
-    dtype = spec.get("dtype", "float64")
-    if dtype not in ("float64", "float32"):
-        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     b2 = _brian2.setup(
-        mode, threads=int(spec["threads"]), dt_ms=dt, dtype=dtype, directory=spec.get("directory")
+        mode,
+        threads=int(spec["threads"]),
+        dt_ms=dt,
+        dtype=float_dtype,
+        directory=spec.get("directory"),
     )
-    # 64 connect calls make 64 code objects: compile them two at a time (Brian2's default
-    # `make -j` starts them all at once, about 100 MB of compiler each).
-    b2.prefs.devices.cpp_standalone.extra_make_args_unix = ["-j2"]
     b2.seed(int(spec["seed"]))
     t0 = time.perf_counter()
     ms, mV, pA, pF, Hz = b2.ms, b2.mV, b2.pA, b2.pF, b2.Hz
@@ -178,24 +201,31 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             objects.append(
                 b2.PoissonInput(sub, "I", int(k_ext[a]), c["bg_rate"] * Hz, weight=j_ext * pA)
             )
-    # One connect call per pathway, so that Brian2's copies of one pathway's indices are the
-    # only temporaries; weights and delays gathered in SI units for one assignment each
-    # (through the unit-less attributes: no Quantity copies).
+    # Weights in A and delays in s, so that `w_`/`delay_` take them without a Quantity copy.
+    # The arrays live in a dict, not in local variables, and leave it once Brian2 holds its
+    # own copy: Brian2 captures the caller's local namespace on `connect` and on assignments
+    # (for names in string expressions) and keeps it, which would keep the arrays alive.
+    seed = int(spec["seed"])
+    arrays = dict(
+        zip(
+            ("pre", "post", "w", "d"),
+            connectivity(scale, k_scale, seed, dt, dtype=float_dtype, si=True),
+        )
+    )
+    n_synapses = int(arrays["pre"].shape[0])
     syn = b2.Synapses(group, group, model="w : amp (constant)", on_pre="I_post += w")
-    total = n_synapses(scale, k_scale)
-    w_all, d_all = np.empty(total, dtype), np.empty(total, dtype)
-    at = 0
-    for pre, post, w, d in pathways(scale, k_scale, int(spec["seed"]), dt):
-        syn.connect(i=pre, j=post)
-        _forget_index_copies(b2)
-        n = pre.shape[0]
-        w_all[at : at + n] = w * 1e-12  # pA -> A
-        d_all[at : at + n] = d * 1e-3  # ms -> s
-        at += n
-    syn.w_ = w_all
-    del w_all
-    syn.delay_ = d_all
-    del d_all
+    # `connect` in 16 pieces: in standalone mode each call makes int32 copies of the indices
+    # it gets (a cached one and the one written to disk) and caches int64 `_synaptic_pre` /
+    # `_synaptic_post` in Python; per piece, with the cache dropped after each call, these
+    # copies stay small. The synapses keep their order.
+    piece = -(-n_synapses // 16)
+    for lo in range(0, n_synapses, piece):
+        syn.connect(i=arrays["pre"][lo : lo + piece], j=arrays["post"][lo : lo + piece])
+        if mode == "standalone":
+            _forget_cached_synapses(b2, syn)
+    del arrays["pre"], arrays["post"]
+    syn.w_ = arrays.pop("w")
+    syn.delay_ = arrays.pop("d")
     spikes = b2.SpikeMonitor(group)
     objects += [syn, spikes]
     net = b2.Network(*objects)
@@ -208,8 +238,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "seed": int(spec["seed"]),
         "duration_ms": duration,
         "setup_s": setup_s,
-        "n_synapses": total,
-        "float_dtype": dtype,
+        "n_synapses": n_synapses,
     }
     result.update(
         _brian2.time_network(
@@ -219,7 +248,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             mode,
             repeats=int(spec["repeats"]),
             budget_s=float(spec["budget_s"]),
-            release_arrays=mode == "standalone",
+            free_static_arrays=True,
         )
     )
     idx = np.asarray(spikes.i, dtype=np.int64)
