@@ -253,6 +253,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     )
     idx = np.asarray(spikes.i, dtype=np.int64)
     counts = np.bincount(idx, minlength=int(start[-1]))
+    if mode == "standalone" and spec.get("directory") is None:
+        # The project folder made for this run (static arrays and results: 6-12 GB at
+        # full scale); a folder the caller named is kept.
+        import shutil
+
+        shutil.rmtree(b2.device.project_dir, ignore_errors=True)
     result["rates_hz"] = {
         p: float(counts[start[a] : start[a + 1]].mean() / (duration * 1e-3))
         for a, p in enumerate(POPS)
