@@ -155,12 +155,25 @@ def test_jit_vmap_and_grad_through_shared_columns():
 def test_editing_a_sharing_projections_kinetics_is_refused():
     net = build(True)
     state = net.init_state(jr.key(0))
-    edited = eqx.tree_at(lambda n: n.projections[2].synapse, net, nj.Exponential(7.0))
-    with pytest.raises(ValueError, match=r"projections\[2\].*shares the synaptic state of "):
-        edited.step(state, None, DT)
-    # editing the first projection of the set moves the shared kinetics: allowed
-    same = eqx.tree_at(lambda n: n.projections[0].synapse, net, nj.Exponential(5.0))
-    same.step(state, None, DT)
+    for i in (2, 0):  # either side of the shared pair alone
+        edited = eqx.tree_at(lambda n, i=i: n.projections[i].synapse, net, nj.Exponential(7.0))
+        with pytest.raises(ValueError, match=r"projections\[2\].*shares the synaptic state of "):
+            edited.step(state, None, DT)
+
+    # both edited alike: the shared state follows the new kinetics, as the separate ones do
+    def slower(n):
+        return eqx.tree_at(
+            lambda m: (m.projections[0].synapse, m.projections[2].synapse),
+            n,
+            (nj.Exponential(7.0), nj.Exponential(7.0)),
+        )
+
+    final_m, _ = nj.simulate(slower(net), state, dt=DT, n_steps=100)
+    sep = build(False)
+    final_s, _ = nj.simulate(slower(sep), sep.init_state(jr.key(0)), dt=DT, n_steps=100)
+    g_s = np.asarray(final_s.synapses[0].g) + np.asarray(final_s.synapses[2].g)
+    assert np.abs(g_s).max() > 0.1
+    np.testing.assert_allclose(np.asarray(final_m.synapses[0].g), g_s, rtol=1e-5, atol=1e-5)
 
 
 def test_merge_synapses_argument_is_checked():

@@ -291,20 +291,12 @@ inline void NdtriBlock(const float* __restrict p, float* __restrict out, int64_t
 enum WeightKind : int64_t { kScalar = 0, kUniformW = 1, kNormalW = 2, kNonnegNormalW = 3 };
 enum DelayKind : int64_t { kNoDelay = 0, kUniformD = 1, kNormalD = 2 };
 
-// A projection's description. Params (float32): weight [0..2] (scalar: w; uniform: low,
-// high - low; normal: mean, std; non-negative normal: mean, std, ndtr(mean / std)); delay
-// [3..8] (uniform: a, b - a, low, high; normal: mean, std, A, B - A, low, high, with A, B the
-// normal CDF at the standardised bounds), [9] dt.
 // x / d and x mod d for 2 <= d < 2^16 and any uint32 x, with one 32 x 32 -> 64-bit multiply
 // and a correction, which the compiler vectorises (there is no vector integer division):
-// with M = floor(2^32 / d), q = (x M) >> 32 is the quotient or one less.
-struct SmallDivisor {
-  uint32_t d = 2, m = 0;
-  void Set(uint32_t divisor) {
-    d = divisor;
-    m = static_cast<uint32_t>((uint64_t{1} << 32) / divisor);
-  }
-};
+// with M = floor(2^32 / d) (`SmallReciprocal`), q = (x M) >> 32 is the quotient or one less.
+inline uint32_t SmallReciprocal(uint32_t d) {
+  return static_cast<uint32_t>((uint64_t{1} << 32) / d);
+}
 
 inline uint32_t SmallQuotient(uint32_t x, uint32_t d, uint32_t m) {
   const uint32_t q = static_cast<uint32_t>((static_cast<uint64_t>(x) * m) >> 32);
@@ -317,6 +309,10 @@ inline uint32_t SmallRemainder(uint32_t x, uint32_t d, uint32_t m) {
   return r >= d ? r - d : r;
 }
 
+// A projection's description. Params (float32): weight [0..2] (scalar: w; uniform: low,
+// high - low; normal: mean, std; non-negative normal: mean, std, ndtr(mean / std)); delay
+// [3..8] (uniform: a, b - a, low, high; normal: mean, std, A, B - A, low, high, with A, B the
+// normal CDF at the standardised bounds), [9] dt.
 struct Proj {
   const int32_t* counts;
   uint32_t k0, k1;
@@ -326,7 +322,7 @@ struct Proj {
   // derived
   uint32_t m, a, b;
   Divisor mod_m, mod_a, mod_b;
-  SmallDivisor small_a, small_b;  // for FeistelBlock (a, b in [2, 2^16))
+  uint32_t recip_a = 0, recip_b = 0;  // SmallReciprocal of a and b, for FeistelBlock
   int64_t width, off_lo, off_w, off_d;
 };
 
@@ -422,7 +418,7 @@ void FeistelBlock(uint32_t start, int64_t n, const Proj& p, const uint32_t* rk,
     for (int64_t t = 0; t < n; ++t) out[t] = Feistel(start + static_cast<uint32_t>(t), p, rk);
     return;
   }
-  const uint32_t a = p.a, b = p.b, ma = p.small_a.m, mb = p.small_b.m;
+  const uint32_t a = p.a, b = p.b, ma = p.recip_a, mb = p.recip_b;
   const uint32_t k0 = rk[0], k1 = rk[1], k2 = rk[2], k3 = rk[3];
   static_assert(kRounds == 4, "FeistelBlock unrolls four rounds");
   for (int64_t t = 0; t < n; ++t) {
@@ -445,7 +441,6 @@ void FeistelBlock(uint32_t start, int64_t n, const Proj& p, const uint32_t* rk,
   }
 }
 
-// Row r of projection p: every synapse's s * w added into the trial's ring `rb`.
 // Row r of projection p (count entries, checked by the caller): for each entry, its place in
 // the trial's ring (-1 for a target outside the population, counted in `targets`) and
 // v * w, written to idx[0 .. count) and val[0 .. count).
@@ -604,8 +599,10 @@ ffi::Error ProceduralDeliverImpl(ffi::ThreadPool pool, ffi::AnyBuffer s, ffi::An
     p.mod_m.Set(p.m);
     p.mod_a.Set(p.a);
     p.mod_b.Set(p.b);
-    if (p.a >= 2 && p.a < 65536) p.small_a.Set(p.a);
-    if (p.b >= 2 && p.b < 65536) p.small_b.Set(p.b);
+    if (p.a >= 2 && p.a < 65536 && p.b >= 2 && p.b < 65536) {
+      p.recip_a = SmallReciprocal(p.a);
+      p.recip_b = SmallReciprocal(p.b);
+    }
     // Word offsets of the row's parts, as Procedural.rows lays them out.
     const int64_t kk = fan_out[q] < 1 ? 1 : fan_out[q];
     int64_t next = p.rule == 1 ? 2 * kk : 1;

@@ -124,19 +124,20 @@ def _mergeable(a: Any, b: Any) -> bool:
     return leaves is not None and all(x.ndim <= 1 for x in leaves[0] + leaves[1])
 
 
-def _same_synapse(a: Any, b: Any) -> bool:
+def _same_synapse(a: Any, b: Any) -> bool | None:
     """Whether two projections' kinetics (or outputs) are the same: one type, equal static
-    fields and equal concrete parameters (traced ones never count as equal)."""
+    fields and equal parameters; None when that depends on traced parameters."""
     leaves = _array_leaves_if_alike(a, b)
     if leaves is None:
         return False
-    for x, y in zip(*leaves, strict=True):
-        if not (is_concrete(x) and is_concrete(y)):
-            return False
-        x, y = np.asarray(x), np.asarray(y)
-        if x.shape != y.shape or x.dtype != y.dtype or not np.array_equal(x, y):
-            return False
-    return True
+    if not all(is_concrete(x) for x in leaves[0] + leaves[1]):
+        return None
+    return all(
+        np.shape(x) == np.shape(y)
+        and np.asarray(x).dtype == np.asarray(y).dtype
+        and np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(*leaves, strict=True)
+    )
 
 
 def _shared_synapses(
@@ -158,8 +159,8 @@ def _shared_synapses(
                     q = projections[j]
                     if (
                         q.post == p.post
-                        and _same_synapse(q.synapse, p.synapse)
-                        and _same_synapse(q.output, p.output)
+                        and _same_synapse(q.synapse, p.synapse) is True
+                        and _same_synapse(q.output, p.output) is True
                     ):
                         out[i] = j
                         break
@@ -235,11 +236,12 @@ class Network(eqx.Module):
             one synaptic current per receptor type whatever the sources. Linear synapses
             superpose, so the currents are the same up to the order of float additions,
             while the ring and the per-step kinetics shrink from one block per projection
-            to one per target and synapse type (for the cortical microcircuit 8x smaller).
+            to one per target and synapse type (for the cortical microcircuit about 7x smaller).
             The first projection of a shared set then holds the sum in `state.synapses`,
-            and the others' entries stay at zero; their own kinetics and outputs must stay
-            equal to the first's (checked at each `step` outside a transformation; edit
-            the first, or build the network again). `net.synapse_of` says who shares whose.
+            and the others' entries stay at zero; their kinetics and outputs must stay equal
+            to the first's (checked at each `step` outside a transformation: edit all the
+            projections of a set alike, or build the network again). `net.synapse_of` says
+            who shares whose.
             Default False: every projection has its own columns and state.
         spike_capacity: the spikes per trial and step that the pure-JAX event path (what
             GPUs and TPUs run, and `nj.kernels.use("reference")`) handles for one group of
@@ -665,13 +667,12 @@ class Network(eqx.Module):
             p, q = self.projections[i], self.projections[j]
             for part in ("synapse", "output"):
                 a, b = getattr(p, part), getattr(q, part)
-                leaves = jtu.tree_leaves(eqx.filter((a, b), eqx.is_array))
-                if all(is_concrete(x) for x in leaves) and not _same_synapse(a, b):
+                if _same_synapse(a, b) is False:  # traced parameters cannot be compared
                     raise ValueError(
                         f"Network.step: projections[{i}] ({p.pre} -> {p.post}) shares the "
                         f"synaptic state of projections[{j}] (merge_synapses=True), but its "
-                        f"{part} is now {a!r}, not {b!r}; edit projections[{j}] (whose {part} "
-                        "the shared state follows) or build the network again"
+                        f"{part} is now {a!r}, not {b!r}; give every projection that shares "
+                        f"it the same {part}, or build the network again"
                     )
         has_short_term = any(p.short_term is not None for p in self.projections)
         if has_short_term and len(state.short_term) != len(self.projections):

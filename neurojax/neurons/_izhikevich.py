@@ -196,12 +196,15 @@ class Izhikevich(NeuronModel):
         """
         i = input_current(current, state.v)
         v, u = state.v, state.u
+
+        def dv(x):
+            return 0.04 * x * x + 5.0 * x + 140.0 - u + i
+
         if self.method == "spnet":
-            half = 0.5 * dt
-            v_half = v + half * (0.04 * v * v + 5.0 * v + 140.0 - u + i)
-            v_new = v_half + half * (0.04 * v_half * v_half + 5.0 * v_half + 140.0 - u + i)
+            v_half = v + 0.5 * dt * dv(v)
+            v_new = v_half + 0.5 * dt * dv(v_half)
         else:
-            v_new = v + dt * (0.04 * v * v + 5.0 * v + 140.0 - u + i)
+            v_new = v + dt * dv(v)
         # Which v drives the recovery update: the new one except in forward Euler.
         v_u = v if self.method == "euler" else v_new
         u_new = u + dt * self.a * (self.b * v_u - u)
