@@ -123,10 +123,10 @@ def connectivity(
             mean = float(w_mean[a, b])
             low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
             draw = _redraw_normal(rng, n, mean, abs(mean) * c["weight_rel_std"], low, high)
-            w[sl] = draw * w_unit if si else draw
+            w[sl] = draw * w_unit  # exact for a unit of 1.0
             d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
             draw = _redraw_normal(rng, n, d_mean, d_mean * c["delay_rel_std"], dt / 2, np.inf)
-            d[sl] = draw * d_unit if si else draw
+            d[sl] = draw * d_unit  # exact for a unit of 1.0
             del draw
     return pre, post, w, d
 
