@@ -27,6 +27,8 @@ from . import validation as validation
 from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._simulate import Recording as Recording
+from ._simulate import RunInfo as RunInfo
+from ._simulate import SpikeTimes as SpikeTimes
 from ._simulate import simulate as simulate
 from .io import load as load
 from .io import save as save
