@@ -1,7 +1,6 @@
 """`simulate`: step any neurojax model with `jax.lax.scan` under `jit`."""
 
 import math
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -1084,7 +1083,9 @@ def _run_blocked_chunk(model, state, inputs, start, diag, *, block, **options):
             p if b else (jax.random.fold_in(x, index) if _is_key(x) else x)
             for p, x, b in zip(parts, leaves, batched)
         ]
-        return _run_chunk(model, jtu.tree_unflatten(treedef, rebuilt), inputs, start, diag, **options)
+        return _run_chunk(
+            model, jtu.tree_unflatten(treedef, rebuilt), inputs, start, diag, **options
+        )
 
     finals, spikes, values, diags = jax.lax.map(one, (jnp.arange(n_blocks), split))
     final_leaves = [

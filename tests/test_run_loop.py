@@ -65,11 +65,10 @@ def test_spike_ids_of_a_batch_name_the_trial():
 def test_spike_ids_are_refused_where_they_cannot_be_built():
     lif = nj.LIF()
     with pytest.raises(ValueError, match="spike_dtype='ids' records every spike"):
-        nj.simulate(lif, lif.init_state(5), 20.0, dt=0.1, n_steps=10, spike_dtype="ids",
-                    record_every=2)
-    f = jax.jit(
-        lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, spike_dtype="ids")[0]
-    )
+        nj.simulate(
+            lif, lif.init_state(5), 20.0, dt=0.1, n_steps=10, spike_dtype="ids", record_every=2
+        )
+    f = jax.jit(lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, spike_dtype="ids")[0])
     with pytest.raises(ValueError, match="as spike_dtype='ids' does"):
         f(lif.init_state(5))
     with pytest.raises(ValueError, match="spike_dtype must be 'bool', 'ids' or None"):
