@@ -95,7 +95,6 @@ Population names: `"L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"`; sp
 """
 
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
@@ -973,22 +972,19 @@ def microcircuit(
 
 
 class _SpikeIds(eqx.Module):
-    """The network stepped with, as its output, the ids of this step's spiking neurons of the
-    eight populations (concatenated in their order; `cap` entries, -1 past the last) and
-    their number, so that a run stores `cap` ints per step instead of a raster of every
-    population and source."""
+    """The network stepped with, as its one output, the spikes of the eight populations
+    concatenated in their order (the background source left out), so that a run recorded
+    with `spike_dtype="ids"` finds the step's spiking neurons in one pass and gives global
+    ids."""
 
     net: Network
-    cap: int = eqx.field(static=True)
 
     def init_state(self, *args, **kwargs):
         return self.net.init_state(*args, **kwargs)
 
     def step(self, state, inputs, dt):
         state, out = self.net.step(state, inputs, dt)
-        x = jnp.concatenate([out[p] for p in POPULATIONS], axis=-1) > 0
-        (ids,) = jnp.nonzero(x, size=self.cap, fill_value=-1)
-        return state, (ids.astype(jnp.int32), jnp.sum(x, dtype=jnp.int32))
+        return state, jnp.concatenate([out[p] for p in POPULATIONS], axis=-1) > 0
 
 
 def run_spike_ids(
@@ -999,61 +995,33 @@ def run_spike_ids(
     progress: bool = False,
     cpu: dict | None = None,
 ):
-    """Run `n_steps` of the (unbatched) microcircuit in compiled chunks, recording the spikes
-    of the eight populations as per-step neuron ids; a chunk in which a step had more spikes
-    than the buffer is rerun with a 4x larger one, so no spike is dropped.
+    """Run `n_steps` of the (unbatched) microcircuit through `nj.simulate` with
+    `spike_dtype="ids"` in chunks of 2 000 steps, recording the spikes of the eight
+    populations as global neuron ids (populations concatenated in `POPULATIONS` order).
 
-    Returns `(final_state, ids, counts, compile_s, run_s)`: `ids` the global ids
-    (populations concatenated in `POPULATIONS` order) of all spikes in step order, `counts`
-    the number of spikes of each step; `compile_s` and `run_s` are wall-clock seconds. A
-    dict `cpu` receives the process CPU seconds (all threads) of compiling and running
-    (`"compile_s"`, `"run_s"`), the fair measure on a shared machine.
+    The public way to the same record is `nj.simulate(net, state, dt=dt, n_steps=n,
+    spike_dtype="ids")`, which gives one `nj.SpikeTimes` per population (and one for the
+    background source).
+
+    Returns `(final_state, ids, counts, compile_s, run_s)`: `ids` the global ids of all
+    spikes in step order, `counts` the number of spikes of each step; `compile_s` and
+    `run_s` are wall-clock seconds (`recording.info`). A dict `cpu` receives the process CPU
+    seconds of the whole call (`"s"`).
     """
     from .._simulate import simulate
 
-    n_total = sum(net.sizes[p] for p in POPULATIONS)
-    cap = min(n_total, max(256, n_total // 64))
-    chunk = min(n_steps, 2000)
-    compiled: dict[tuple[int, int], Any] = {}
-    st, ids_all, counts_all = state, [], []
-    compile_s = run_s = compile_cpu = run_cpu = 0.0
-    done = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_steps, unit="step", desc="run", dynamic_ncols=True)
-    try:
-        while done < n_steps:
-            length = min(chunk, n_steps - done)
-            model = _SpikeIds(net, cap)
-            if (length, cap) not in compiled:
-                t0, c0 = time.perf_counter(), time.process_time()
-
-                def run(m, s, length=length):
-                    return simulate(m, s, dt=dt, n_steps=length, spike_dtype=None)
-
-                compiled[(length, cap)] = jax.jit(run).lower(model, st).compile()
-                compile_s += time.perf_counter() - t0
-                compile_cpu += time.process_time() - c0
-            t0, c0 = time.perf_counter(), time.process_time()
-            new, rec = compiled[(length, cap)](model, st)
-            jax.block_until_ready(rec)
-            run_s += time.perf_counter() - t0
-            run_cpu += time.process_time() - c0
-            ids, counts = (np.asarray(x) for x in rec.spikes)
-            if counts.max(initial=0) > cap:
-                cap = min(n_total, 4 * cap)  # rerun this chunk with a larger buffer
-                continue
-            st = new
-            ids_all.append(ids[ids >= 0])
-            counts_all.append(counts)
-            done += length
-            if bar is not None:
-                bar.update(length)
-    finally:
-        if bar is not None:
-            bar.close()
+    final, rec = simulate(
+        _SpikeIds(net),
+        state,
+        dt=dt,
+        n_steps=n_steps,
+        spike_dtype="ids",
+        chunk_size=min(n_steps, 2000),
+        progress=progress,
+    )
+    times = rec.spikes
+    first = int(state.step) if np.ndim(state.step) == 0 else 0
+    counts = np.bincount(times.step - first, minlength=n_steps).astype(np.int32)
     if cpu is not None:
-        cpu.update(compile_s=compile_cpu, run_s=run_cpu)
-    return st, np.concatenate(ids_all), np.concatenate(counts_all), compile_s, run_s
+        cpu.update(s=rec.info.cpu_s)
+    return final, times.i, counts, rec.info.compile_s, rec.info.run_s
