@@ -986,16 +986,21 @@ def _available_bytes(on_host: bool) -> int | None:
     return None
 
 
+def _step_outputs(model: Any, state: Any, inputs: Any, kind: str, dt: float) -> Any:
+    """The abstract outputs (shapes and dtypes) of one step with one step's input."""
+    if kind == "fn":
+        inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
+    elif kind == "series":
+        inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
+    else:
+        inp = inputs
+    return _step_abstract(model, state, inp, dt)[1]
+
+
 def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dtype) -> int:
     """Bytes of one recorded step: the step outputs as `simulate` keeps them, and the fields."""
     try:
-        if kind == "fn":
-            inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
-        elif kind == "series":
-            inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
-        else:
-            inp = inputs
-        _, out = _step_abstract(model, state, inp, dt)
+        out = _step_outputs(model, state, inputs, kind, dt)
     except Exception:  # noqa: BLE001  (the run itself will report it)
         return 0
     if record_every > 1:
@@ -1157,13 +1162,7 @@ class _SpikeIdBuffer:
     chunk's step had more spikes, and the assembly of the chunks into `SpikeTimes`."""
 
     def __init__(self, state: Any, model: Any, inputs: Any, kind: str, dt: float) -> None:
-        if kind == "fn":
-            inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
-        elif kind == "series":
-            inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
-        else:
-            inp = inputs
-        _, out = _step_abstract(model, state, inp, dt)
+        out = _step_outputs(model, state, inputs, kind, dt)
         self.shapes = jtu.tree_map(lambda o: tuple(o.shape), out)
         self.treedef = jtu.tree_structure(out)
         self.dt_ms = float(dt)
