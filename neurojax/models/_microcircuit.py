@@ -96,7 +96,7 @@ Population names: `"L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"`; sp
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -109,9 +109,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import connectivity as connect
 from .._validation import as_float, default_float, normalize_shape
-from ..connectivity._fixed_total import aligned_empty, fixed_total_csr, fixed_total_pairs
+from ..connectivity._fixed_total import aligned_empty, fixed_total_csr
 from ..network import Layout, Network, NetworkState, Projection, SpikeSource
-from ..network._layout import EventLayout, layout_class
+from ..network._layout import layout_class
 from ..network._projection import steps_dtype
 from ..neurons import LIF
 from ..synapses import CurrentOutput, Exponential
@@ -429,29 +429,28 @@ class InputLayout(Layout):
 # ---------------------------------------------------------------------- the builder
 
 
-def _procedural(
-    key, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn, *, delay_rel_std=None
-):
-    """A pathway of `n` synapses in the procedural layout: the same laws as the stored
+def _procedural(pw: "_Pathway", to_na, dt, syn):
+    """A pathway of `pw.n` synapses in the procedural layout: the same laws as the stored
     pathway (fixed total number with multapses and autapses, normal weights, normal delays
     conditioned on >= dt/2 and rounded to steps), regenerated at every spike.
 
     Excitatory weights are truncated at 0 as in the stored layout; inhibitory ones are drawn
     untruncated (the procedural normal truncates only below 0): at the published spread of
     10 % of the mean, a draw of the other sign has probability about 1e-23."""
-    rel = c["delay_rel_std"] if delay_rel_std is None else delay_rel_std
+    mean, std = pw.weight[:2]
+    d_mean, rel = pw.delay
     weight = connect.normal(mean * to_na, std * to_na, nonnegative=bool(mean > 0))
     desc = connect.procedural.fixed_total(
-        key,
-        sizes[pre],
-        sizes[post],
-        n,
+        pw.keys[0],
+        pw.n_pre,
+        pw.n_post,
+        pw.n,
         weight=weight,
         delay=connect.normal(d_mean, d_mean * rel),
         dt=dt,
         delay_range=(0.5 * dt, d_mean * (1.0 + 40.0 * rel)),
     )
-    return Projection(pre, post, desc, synapse=syn, output=CurrentOutput())
+    return Projection(pw.pre, pw.post, desc, synapse=syn, output=CurrentOutput())
 
 
 _BLOCK = 1 << 18  # values per block of the host-side draws (2 MB of float64)
@@ -599,26 +598,41 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
     return state["out"], state["top"]
 
 
+class _Pathway(NamedTuple):
+    """One pathway of the model as data: who connects to whom, how many synapses, the
+    weight and delay laws (before the pA -> nA conversion) and the three keys of its pairs,
+    weights and delays."""
+
+    pre: str
+    post: str
+    n_pre: int
+    n_post: int
+    n: int
+    weight: tuple[float, float, float, float]  # mean, std, low, high [pA]
+    delay: tuple[float, float]  # mean [ms], standard deviation relative to the mean
+    keys: tuple[jax.Array, jax.Array, jax.Array]
+
+
 def _stored_pathway(
-    pool, keys, pre, post, n_pre, n_post, n, weight, delay, to_na, dt, syn
+    pool, pw: _Pathway, layout_cls: type[Layout], to_na, d_min, dt, syn
 ) -> Projection:
-    """One fixed-total pathway in the event layout, built directly as compressed rows: the
-    pairs drawn and sorted on this thread while the weights and the delay steps are drawn on
-    the two of `pool` (NumPy's generators and sort release the GIL; each has its own key's
-    stream, so the synapses are those of `_bcoo` + `nj.Projection`, bit for bit)."""
-    k_pairs, k_w, k_d = keys
-    mean, std, low, high = weight
-    d_mean, d_std, d_min = delay
-    fw = pool.submit(_weights_f32, k_w, n, mean, std, low, high, to_na)
-    fd = pool.submit(_delay_steps, k_d, n, d_mean, d_std, d_min, dt)
-    indptr, indices = fixed_total_csr(k_pairs, n_pre, n_post, n, True)
+    """One fixed-total pathway stored in `layout_cls`, built from compressed rows
+    (`Layout.from_csr`): the pairs drawn and sorted on this thread while the weights and the
+    delay steps are drawn on the two of `pool` (NumPy's generators and sort release the GIL;
+    each has its own key's stream, so the synapses are those of `_bcoo` + `nj.Projection`,
+    bit for bit)."""
+    k_pairs, k_w, k_d = pw.keys
+    fw = pool.submit(_weights_f32, k_w, pw.n, *pw.weight, to_na)
+    d_mean, rel = pw.delay
+    fd = pool.submit(_delay_steps, k_d, pw.n, d_mean, d_mean * rel, d_min, dt)
+    indptr, indices = fixed_total_csr(k_pairs, pw.n_pre, pw.n_post, pw.n, True)
     w = fw.result()
     steps, d_max = fd.result()
-    layout = EventLayout._from_csr(n_pre, n_post, indptr, indices, w)
+    layout, steps = layout_cls.from_csr(pw.n_pre, pw.n_post, indptr, indices, w, delay=steps)
     del w, indices
     return Projection._trusted(
-        pre,
-        post,
+        pw.pre,
+        pw.post,
         layout,
         synapse=syn,
         output=CurrentOutput(),
@@ -626,6 +640,60 @@ def _stored_pathway(
         max_delay=d_max,
         dt=dt,
     )
+
+
+def _pathways(c, sizes, n_syn, w_mean, keys, thalamus, scale, k_scale) -> list[_Pathway]:
+    """Every pathway of the model, recurrent then thalamic, in the order of the
+    projections."""
+    k_conn, k_w, k_d, k_th = keys
+    out = []
+    for a, post in enumerate(POPULATIONS):
+        for b, pre in enumerate(POPULATIONS):
+            n = int(n_syn[a, b])
+            if n == 0:
+                continue
+            mean = float(w_mean[a, b])
+            low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
+            d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
+            i = 8 * a + b
+            out.append(
+                _Pathway(
+                    pre,
+                    post,
+                    sizes[pre],
+                    sizes[post],
+                    n,
+                    (mean, abs(mean) * c["weight_rel_std"], low, high),
+                    (d_mean, c["delay_rel_std"]),
+                    (jr.fold_in(k_conn, i), jr.fold_in(k_w, i), jr.fold_in(k_d, i)),
+                )
+            )
+    if not thalamus:
+        return out
+    n_th = int(c["num_th_neurons"])
+    p_th = np.asarray(c["conn_probs_th"], np.float64)
+    full = _full_synapses(p_th[None, :], np.asarray([n_th]), np.asarray(c["full_num_neurons"]))
+    n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
+    j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
+    j_th /= math.sqrt(k_scale)
+    d_mean = c["delay_th_mean"]
+    for a, post in enumerate(POPULATIONS):
+        n = int(n_th_syn[a])
+        if n == 0:
+            continue
+        out.append(
+            _Pathway(
+                "thalamus",
+                post,
+                n_th,
+                sizes[post],
+                n,
+                (j_th, j_th * c["weight_rel_std"], 0.0, np.inf),
+                (d_mean, c["delay_th_rel_std"]),
+                tuple(jr.fold_in(k_th, 3 * a + i) for i in range(3)),
+            )
+        )
+    return out
 
 
 def _check_real(name: str, value: Any, *, positive: bool = True) -> float:
@@ -664,9 +732,10 @@ def microcircuit(
         background: `"poisson"` (independent Poisson input per neuron) or `"dc"` (its mean
             as a constant current).
         thalamus: add the 902 thalamic neurons firing at 120 Hz from 700 to 710 ms.
-        layout: the storage of the recurrent and thalamic projections, passed to every
-            `nj.Projection` as `method` (default `"event"`, the stored layout; a
-            `nj.network.Layout` subclass plugs in another), or `"procedural"`: no synapse
+        layout: the storage of the recurrent and thalamic projections (default `"event"`,
+            the stored layout; a `nj.network.Layout` subclass that supports per-synapse
+            delays plugs in another, built from each pathway's compressed rows by its
+            `from_csr`), or `"procedural"`: no synapse
             is stored, each pathway is a `nj.connect.procedural.fixed_total` description
             with the same laws (inhibitory weights drawn untruncated, see `_procedural`),
             its synapses regenerated at every spike.
@@ -760,74 +829,21 @@ def microcircuit(
         method="exact",
     )
     syn = Exponential(c["tau_syn"])
-    projections = []
-    d_min = 0.5 * dt
-    # the built-in stored layout is built directly as compressed rows (`_stored_pathway`);
-    # another Layout class gets the synapses as a BCOO through `nj.Projection`
-    direct = not procedural and (
-        layout_class(layout, n_pre=2**16, n_post=2**16, per_synapse_delays=True, plastic=False)
-        is EventLayout
+    pathways = _pathways(
+        c, sizes, n_syn, w_mean, (k_conn, k_w, k_d, k_th), thalamus, scale, k_scale
     )
+    d_min = 0.5 * dt  # delays are drawn conditioned on at least half a step
+    projections = []
     # weights and delays on two threads while the pairs are drawn (see `_stored_pathway`)
     with ThreadPoolExecutor(2) as pool:
-        for a, post in enumerate(POPULATIONS):
-            for b, pre in enumerate(POPULATIONS):
-                n = int(n_syn[a, b])
-                if n == 0:
-                    continue
-                kk = jr.fold_in(k_conn, 8 * a + b)
-                mean = w_mean[a, b]
-                std = abs(mean) * c["weight_rel_std"]
-                d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
-                if procedural:
-                    projections.append(
-                        _procedural(kk, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn)
-                    )
-                    continue
-                low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
-                if direct:
-                    projections.append(
-                        _stored_pathway(
-                            pool,
-                            (kk, jr.fold_in(k_w, 8 * a + b), jr.fold_in(k_d, 8 * a + b)),
-                            pre,
-                            post,
-                            sizes[pre],
-                            sizes[post],
-                            n,
-                            (mean, std, low, high),
-                            (d_mean, d_mean * c["delay_rel_std"], d_min),
-                            to_na,
-                            dt,
-                            syn,
-                        )
-                    )
-                    continue
-                idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
-                w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
-                w *= to_na
-                conn = _bcoo(idx, w, sizes[pre], sizes[post])
-                delay = _truncated_normal(
-                    jr.fold_in(k_d, 8 * a + b),
-                    n,
-                    d_mean,
-                    d_mean * c["delay_rel_std"],
-                    d_min,
-                    np.inf,
-                )
-                projections.append(
-                    Projection(
-                        pre,
-                        post,
-                        conn,
-                        synapse=syn,
-                        output=CurrentOutput(),
-                        delay=delay,
-                        method=layout,
-                        dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
-                    )
-                )
-                del conn, w, delay, idx
+        for pw in pathways:
+            if procedural:
+                projections.append(_procedural(pw, to_na, dt, syn))
+                continue
+            cls = layout_class(
+                layout, n_pre=pw.n_pre, n_post=pw.n_post, per_synapse_delays=True, plastic=False
+            )
+            projections.append(_stored_pathway(pool, pw, cls, to_na, d_min, dt, syn))
         populations = {p: (lif, sizes[p]) for p in POPULATIONS}
         n_total = int(n_of.sum())
         offsets = np.concatenate([[0], np.cumsum(n_of)])
@@ -864,88 +880,15 @@ def microcircuit(
                     )
                 )
         if thalamus:
-            n_th = int(c["num_th_neurons"])
-            p_th = np.asarray(c["conn_probs_th"], np.float64)
-            n_full = np.asarray(c["full_num_neurons"])
-            full = _full_synapses(p_th[None, :], np.asarray([n_th]), n_full)
-            n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
-            j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
-            j_th /= math.sqrt(k_scale)
             populations["thalamus"] = (
                 PoissonWindow(c["th_rate"], c["th_start"], c["th_duration"]),
-                n_th,
+                int(c["num_th_neurons"]),
             )
-            for a, post in enumerate(POPULATIONS):
-                n = int(n_th_syn[a])
-                if n == 0:
-                    continue
-                if procedural:
-                    projections.append(
-                        _procedural(
-                            jr.fold_in(k_th, 3 * a),
-                            "thalamus",
-                            post,
-                            {"thalamus": n_th, **sizes},
-                            n,
-                            j_th,
-                            j_th * c["weight_rel_std"],
-                            to_na,
-                            c["delay_th_mean"],
-                            c,
-                            dt,
-                            syn,
-                            delay_rel_std=c["delay_th_rel_std"],
-                        )
-                    )
-                    continue
-                if direct:
-                    th_std = j_th * c["weight_rel_std"]
-                    d_mean = c["delay_th_mean"]
-                    projections.append(
-                        _stored_pathway(
-                            pool,
-                            tuple(jr.fold_in(k_th, 3 * a + i) for i in range(3)),
-                            "thalamus",
-                            post,
-                            n_th,
-                            sizes[post],
-                            n,
-                            (j_th, th_std, 0.0, np.inf),
-                            (d_mean, d_mean * c["delay_th_rel_std"], d_min),
-                            to_na,
-                            dt,
-                            syn,
-                        )
-                    )
-                    continue
-                idx = fixed_total_pairs(jr.fold_in(k_th, 3 * a), n_th, sizes[post], n, True, True)
-                w = _truncated_normal(
-                    jr.fold_in(k_th, 3 * a + 1), n, j_th, j_th * c["weight_rel_std"], 0.0, np.inf
-                )
-                w *= to_na
-                conn = _bcoo(idx, w, n_th, sizes[post])
-                d_mean = c["delay_th_mean"]
-                delay = _truncated_normal(
-                    jr.fold_in(k_th, 3 * a + 2),
-                    n,
-                    d_mean,
-                    d_mean * c["delay_th_rel_std"],
-                    d_min,
-                    np.inf,
-                )
-                projections.append(
-                    Projection(
-                        "thalamus",
-                        post,
-                        conn,
-                        synapse=syn,
-                        output=CurrentOutput(),
-                        delay=delay,
-                        method=layout,
-                        dt=dt,
-                    )
-                )
     inputs = {p: float(dc[a] * 1e-3) for a, p in enumerate(POPULATIONS) if dc[a] != 0.0}
+    # in the order of the reference: recurrent, background, thalamic
+    n_recurrent = sum(pw.pre != "thalamus" for pw in pathways)
+    thalamic = projections[n_recurrent : len(pathways)]
+    projections = projections[:n_recurrent] + projections[len(pathways) :] + thalamic
     net = Network(populations, projections, inputs=inputs, dt=dt, merge_synapses=merge_synapses)
 
     # one program for the whole initial state (per-population draws would compile one each)

@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int
 
 from ..._validation import as_float
 from .._propagation import EventArrays, EventSpec, deliver
-from ._base import Delivery, Layout
+from ._base import Delivery, Layout, check_csr
 
 __all__ = ["EventLayout"]
 
@@ -104,29 +104,32 @@ class EventLayout(Layout):
         return (layout.with_columns() if plastic else layout), delay
 
     @classmethod
-    def _from_csr(
-        cls, n_pre: int, n_post: int, indptr: np.ndarray, indices: np.ndarray, weights
-    ) -> "EventLayout":
-        """The layout of compressed rows built by a trusted internal builder (the
-        microcircuit's fixed-total pathways), without `from_bcoo`'s sort and checks: `indptr`
-        (`n_pre + 1`, from 0 to `nnz`, non-decreasing), `indices` (int32, in `[0, n_post)`)
-        and `weights` (float32, finite) are the caller's guarantee. User-given arrays go
-        through `nj.Projection` and `from_bcoo`, which check them."""
-        if indptr[-1] >= 2**31:
-            raise ValueError(
-                f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
-                "projection); split the projection"
-            )
+    def from_csr(
+        cls,
+        n_pre: int,
+        n_post: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        weights: np.ndarray,
+        *,
+        delay: np.ndarray | None = None,
+    ) -> tuple["EventLayout", np.ndarray | None]:
+        """The compressed rows as they are (see `Layout.from_csr`; checked, no sort), and
+        `delay` unchanged: this layout's synapse order is the row order."""
+        indptr, indices, weights, delay = check_csr(
+            "EventLayout.from_csr", n_pre, n_post, indptr, indices, weights, delay
+        )
         counts = np.diff(indptr)
-        return cls(
-            n_pre=n_pre,
-            n_post=n_post,
+        layout = cls(
+            n_pre=int(n_pre),
+            n_post=int(n_post),
             max_fan_out=int(counts.max()) if counts.size else 0,
             # device_put, not jnp.asarray: no program compiled per array shape.
             indptr=jax.device_put(indptr.astype(np.int32)),
             indices=jax.device_put(indices),
             weights=as_float(weights),
         )
+        return layout, delay
 
     def with_columns(self) -> "EventLayout":
         """The same layout plus the synapse ids grouped by postsynaptic neuron (for STDP)."""
