@@ -10,6 +10,7 @@ from jaxtyping import Array, Float, Int
 
 from .._validation import _fmt, as_float, check_nonnegative, check_positive, is_concrete
 from ..kernels import Example, Fold, Kernel, call, register
+from ._base import ShortTermRule
 
 __all__ = ["TsodyksMarkram", "TsodyksMarkramState"]
 
@@ -27,7 +28,7 @@ class TsodyksMarkramState(eqx.Module):
     last: Int[Array, "*batch n_pre"]  # time of the last event in steps (time = last * dt)
 
 
-class TsodyksMarkram(eqx.Module):
+class TsodyksMarkram(ShortTermRule):
     r"""Tsodyks-Markram short-term depression and facilitation of a projection.
 
     Given to a projection as `nj.Projection(..., short_term=nj.TsodyksMarkram(...))`. Every
