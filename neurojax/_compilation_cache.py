@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jax
 
-from ._reliability import check_private_path
+from ._system import cache_dir, check_private_path
 
 __all__ = ["enable_compilation_cache", "compilation_cache_dir"]
 
@@ -26,9 +26,7 @@ def compilation_cache_dir() -> Path:
     explicit = os.environ.get(_ENV_DIR)
     if explicit:
         return Path(explicit)
-    from .kernels._build import _cache_dir
-
-    return _cache_dir() / "xla"
+    return cache_dir() / "xla"
 
 
 def enable_compilation_cache(

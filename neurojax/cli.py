@@ -598,7 +598,8 @@ def _check_raster(args: argparse.Namespace, size: int) -> None:
     """The raster of a run comes back to the host whole (one byte per neuron and step):
     refuse, before anything is built or compiled, one that cannot fit in the memory
     available (exit code 2, as for any argument that asks too much)."""
-    from ._simulate import RecordingTooLarge, _available_bytes
+    from ._simulate import RecordingTooLarge
+    from ._system import available_bytes as _available_bytes
 
     n_steps = _steps(args.duration, args.dt)
     need = n_steps * size
