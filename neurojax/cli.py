@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._system import env_flag
+
 __all__ = ["main", "build_parser", "RUN_MODELS", "RunModel"]
 
 PROG = "neurojax"
@@ -789,7 +791,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(msg)
         _restrict_threads(args.threads)
         _request_devices(args.devices, argv)
-        if args.compilation_cache and os.environ.get("NEUROJAX_COMPILATION_CACHE", "1") != "0":
+        try:
+            cache = env_flag("NEUROJAX_COMPILATION_CACHE", True)
+        except ValueError as err:
+            p.error(str(err))
+        if args.compilation_cache and cache:
             _enable_cache()
     try:
         return args.handler(args)

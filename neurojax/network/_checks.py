@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from .._validation import check_module, leaf_text, modules
+from .._validation import check_module, eager, leaf_text, modules
 
 __all__ = ["check_run"]
 
@@ -43,6 +43,11 @@ def check_run(model: Any, state: Any, *, owner: str = "simulate") -> Any:
     or a delay that would make a delivery read outside its arrays or at another step, shared
     synapses that differ, a NaN in the state), naming `owner`, the class and the field.
     """
+    if state is None and callable(getattr(model, "init_state", None)):
+        raise TypeError(
+            f"{owner}: state is None; pass the initial state, made with "
+            f"{type(model).__name__}.init_state(...)"
+        )
     leaves = jtu.tree_leaves((model, state))
     concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
     key = _structure(model, state) if concrete else None
@@ -68,16 +73,13 @@ def check_run(model: Any, state: Any, *, owner: str = "simulate") -> Any:
     if not flags:
         return state
     bad = jnp.stack([jnp.asarray(b, bool).reshape(()) for b, _ in flags])
-    # On the array leaves of the state: its PRNG keys cannot pass through the check.
+    # On every array leaf of the state (its PRNG keys cannot pass through the check): the
+    # check runs whichever part of the run's result the caller keeps.
     dynamic, static = eqx.partition(state, _checkable)
-    first = next(iter(jtu.tree_leaves(dynamic)), None)
-    if first is None:
+    if not jtu.tree_leaves(dynamic):
         return state
-    checked = eqx.branched_error_if(
-        first, jnp.any(bad), jnp.argmax(bad).astype(jnp.int32), [m for _, m in flags]
-    )
-    dynamic = jtu.tree_unflatten(
-        jtu.tree_structure(dynamic), [checked] + jtu.tree_leaves(dynamic)[1:]
+    dynamic = eqx.branched_error_if(
+        dynamic, jnp.any(bad), jnp.argmax(bad).astype(jnp.int32), [m for _, m in flags]
     )
     return eqx.combine(dynamic, static)
 
@@ -190,7 +192,10 @@ def _nan_problem(state: Any) -> str | None:
     ]
     if not named:
         return None
-    counts = jax.device_get(jnp.stack([jnp.sum(jnp.isnan(x)) for _, x in named]))
+    if eager():
+        counts = jax.device_get(jnp.stack([jnp.sum(jnp.isnan(x)) for _, x in named]))
+    else:  # concrete values closed over by the caller's jit: read on the host, stage nothing
+        counts = [int(np.isnan(np.asarray(x)).sum()) for _, x in named]
     for (name, x), c in zip(named, counts, strict=True):
         if c:
             first = np.unravel_index(int(np.argmax(np.isnan(np.asarray(x)).reshape(-1))), x.shape)

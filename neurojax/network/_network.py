@@ -650,7 +650,10 @@ class Network(eqx.Module):
         trial dimensions of `state`, or None when `state` gives none. `ValueError` when
         `state` holds other populations than this network's (a state of another network).
         `nj.simulate` compares a state with it before anything is compiled."""
-        pops = getattr(state, "populations", None)
+        if not isinstance(state, NetworkState):
+            # a state of another kind (a population's): the type alone tells
+            return eqx.filter_eval_shape(lambda k: self.init_state(k), jr.key(0))
+        pops = state.populations
         if not isinstance(pops, dict):
             return None
         if set(pops) != set(self.sizes):
