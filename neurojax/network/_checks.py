@@ -2,16 +2,18 @@
 
 A model reaches `simulate` built by its constructors, edited (`eqx.tree_at`, an optimiser
 step, a sweep) or rebuilt by `nj.load`; only the first passed through the constructors'
-checks. `check_run` runs, once per model and state, the checks each class declares
-(`__check_init__` along its hierarchy, `check_invariants` of layouts and networks: parameter
-ranges, layout invariants, delays inside the ring, shared synapses equal) and compares the
-state with the one the model expects (`expected_state`). Values traced by the caller's
+checks. `check_run` runs the checks each class declares (`__check_init__` along its
+hierarchy, `check_invariants` of layouts and networks: parameter ranges, layout invariants,
+delays inside the ring, shared synapses equal), compares the state with the one the model
+expects (`expected_state`) and refuses a NaN in the state. Values traced by the caller's
 transformation cannot be read: their checks become one `equinox.branched_error_if` on the
 state, which names the field when the run executes.
 
-Cheap where it matters: the result is cached by the model's and the state's structure and
-the identity of their array leaves, so a loop that calls `simulate` again on the same
-objects pays a dictionary lookup; an edited leaf is a new array and is checked again.
+Cheap where it matters: the classes' checks are cached by the model's structure and the
+identity of its leaves (a loop that calls `simulate` again on the same model pays a lookup;
+an edited leaf is a new array and is checked again), the state comparison by the structures,
+shapes and dtypes of both (it traces `init_state`); the NaN check is one reduction per state
+field.
 """
 
 import weakref
@@ -27,8 +29,8 @@ from .._validation import check_module, eager, leaf_text, modules
 
 __all__ = ["check_run"]
 
-# (structure of the model, structure of the state) -> [(weak references to the model's and
-# the state's leaves, problem or None)]: a few recent entries per structure.
+# structure of the model -> [(weak references to its leaves, problem or None)]: a few recent
+# entries per structure.
 _CACHE: dict[Any, list[tuple[tuple[Any, ...], str | None]]] = {}
 _PER_STRUCTURE = 4
 _MAX_STRUCTURES = 256
@@ -48,28 +50,9 @@ def check_run(model: Any, state: Any, *, owner: str = "simulate") -> Any:
             f"{owner}: state is None; pass the initial state, made with "
             f"{type(model).__name__}.init_state(...)"
         )
-    leaves = jtu.tree_leaves((model, state))
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
-    key = _structure(model, state) if concrete else None
-    if key is not None:
-        hit = _lookup(key, leaves)
-        if hit is not None:
-            _raise(owner, hit[0])
-            return state
-    flags: list[tuple[Any, str]] = []
-    try:
-        for module in modules(model):
-            flags.extend(check_module(owner, module, thorough=False))
-        problem = _state_problem(model, state)
-        if problem is None:
-            problem = _nan_problem(state)
-    except ValueError as err:
-        problem = str(err)
-    if problem is not None and not problem.startswith(owner + ":"):
-        problem = f"{owner}: {problem}"
-    if key is not None and not flags:
-        _store(key, leaves, problem)
-    _raise(owner, problem)
+    flags = _model_flags(owner, model)
+    _raise(owner, _prefixed(owner, _cached_state_problem(model, state)))
+    _raise(owner, _prefixed(owner, _nan_problem(state)))
     if not flags:
         return state
     bad = jnp.stack([jnp.asarray(b, bool).reshape(()) for b, _ in flags])
@@ -84,6 +67,83 @@ def check_run(model: Any, state: Any, *, owner: str = "simulate") -> Any:
     return eqx.combine(dynamic, static)
 
 
+def _prefixed(owner: str, problem: str | None) -> str | None:
+    if problem is not None and not problem.startswith(owner + ":"):
+        return f"{owner}: {problem}"
+    return problem
+
+
+def _model_flags(owner: str, model: Any) -> list[tuple[Any, str]]:
+    """Run the classes' checks over every module of `model`: raise for concrete values,
+    return the flags of traced ones. Cached by the model's structure and the identity of
+    its leaves (only when every leaf is concrete and nothing is flagged)."""
+    leaves = jtu.tree_leaves(model)
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
+    key = _structure(model) if concrete else None
+    if key is not None:
+        hit = _lookup(key, leaves)
+        if hit is not None:
+            _raise(owner, hit[0])
+            return []
+    flags: list[tuple[Any, str]] = []
+    problem = None
+    try:
+        for module in modules(model):
+            flags.extend(check_module(owner, module, thorough=False))
+    except ValueError as err:
+        problem = _prefixed(owner, str(err))
+    if key is not None and not flags:
+        _store(key, leaves, problem)
+    _raise(owner, problem)
+    return flags
+
+
+# (abstract model, abstract state) -> problem or None: comparing a state with the one the
+# model expects traces `init_state`, which costs milliseconds to seconds (a large network's
+# memory plan), and depends only on structures, shapes and dtypes.
+_STATE_CACHE: dict[Any, str | None] = {}
+
+
+def _cached_state_problem(model: Any, state: Any) -> str | None:
+    key = (_abstract(model), _abstract(state))
+    if key[0] is None or key[1] is None:
+        key = None
+    if key is not None and key in _STATE_CACHE:
+        return _STATE_CACHE[key]
+    try:
+        problem = _state_problem(model, state)
+    except ValueError as err:
+        problem = str(err)
+    if key is not None:
+        if len(_STATE_CACHE) >= _MAX_STRUCTURES:
+            _STATE_CACHE.pop(next(iter(_STATE_CACHE)))
+        _STATE_CACHE[key] = problem
+    return problem
+
+
+def _abstract(tree: Any) -> Any:
+    """A hashable description of a PyTree's structure, shapes and dtypes (None if one of
+    its leaves cannot be hashed)."""
+    leaves, treedef = jtu.tree_flatten(tree)
+    sig = []
+    for x in leaves:
+        if hasattr(x, "shape") and hasattr(x, "dtype"):
+            sig.append((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))))
+        elif isinstance(x, (bool, int, float, complex)):
+            sig.append((type(x).__name__,))
+        else:
+            try:
+                hash(x)
+            except TypeError:
+                return None
+            sig.append(("object", x))
+    try:
+        hash(treedef)
+    except TypeError:
+        return None
+    return treedef, tuple(sig)
+
+
 def _checkable(x: Any) -> bool:
     return eqx.is_array(x) and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
@@ -94,9 +154,9 @@ def _raise(owner: str, problem: str | None) -> None:
         raise kind(problem)
 
 
-def _structure(model: Any, state: Any) -> Any:
+def _structure(model: Any) -> Any:
     try:
-        key = (jtu.tree_structure(model), jtu.tree_structure(state))
+        key = jtu.tree_structure(model)
         hash(key)
     except TypeError:  # a static field that cannot be hashed: no caching
         return None
