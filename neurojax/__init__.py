@@ -78,3 +78,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+# The kernel registry lists the kernels of the subpackages imported on first use too.
+kernels._registry.add_provider(lambda: [__getattr__(name) for name in ("assembly", "training")])

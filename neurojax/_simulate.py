@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _reliability as _rel
+from . import _validation
 from ._recording import count_dtype
 from ._run_loop import RunInfo, run_chunks
+from ._system import available_bytes as _available_bytes
 from ._validation import check_dt, check_positive_int
+from .network import _checks as _network_checks
 
 __all__ = ["simulate", "Recording", "RunInfo", "SpikeTimes"]
 
@@ -785,12 +787,12 @@ def simulate(
     record = _record_spec(record, state)
     # The state against the model's own init_state (type, field shapes, dtypes) and the
     # inputs' values, before any input is matched to the state or anything compiled.
-    _rel.check_state("simulate", model, state, (_signature(model), _signature(state)))
+    state = _network_checks.check_run(model, state)
     if inputs is not None and not callable(inputs):
-        _rel.check_input_values("simulate", inputs)
+        _validation.check_input_values("simulate", inputs)
     kind, n_steps = _classify_inputs(model, state, inputs, n_steps, dt)
     if not _is_tracer(first):
-        _rel.check_run_length("simulate", first, n_steps, record_every)
+        _validation.check_run_length("simulate", first, n_steps, record_every)
     if n_steps % record_every:
         raise ValueError(f"simulate: record_every={record_every} must divide n_steps={n_steps}")
     if chunk_size is not None and chunk_size % record_every:
@@ -915,7 +917,7 @@ def simulate(
         state = model.check_capacity(state)
 
     if not check and not traced:
-        bad = _rel.nonfinite_fields(state)
+        bad = _validation.nonfinite_fields(state)
         if bad:
             fields = ", ".join(f"{name!r} ({n} of {size} entries)" for name, n, size in bad)
             warnings.warn(
@@ -966,26 +968,6 @@ class RecordingTooLarge(ValueError):
     """The recording a `simulate` call asks for cannot fit in the memory available."""
 
 
-def _available_bytes(on_host: bool) -> int | None:
-    """Memory a recording may use: the device's limit where JAX reports one (GPU, TPU), else
-    the host's available memory (Linux `MemAvailable`); None when unknown."""
-    if not on_host:
-        try:
-            stats = jax.devices()[0].memory_stats() or {}
-        except Exception:  # noqa: BLE001  (backends without memory statistics)
-            stats = {}
-        if "bytes_limit" in stats:
-            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def _step_outputs(model: Any, state: Any, inputs: Any, kind: str, dt: float) -> Any:
     """The abstract outputs (shapes and dtypes) of one step with one step's input."""
     if kind == "fn":
@@ -1017,7 +999,7 @@ def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dt
             values = eqx.filter_eval_shape(record, state, out)
         except Exception:  # noqa: BLE001
             return size
-        _rel.check_record_values("simulate", values)
+        _validation.check_record_values("simulate", values)
     else:
         values = jax.eval_shape(lambda st: _recorded_values(record, st, None), state)
     return size + sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jtu.tree_leaves(values))

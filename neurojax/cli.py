@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._system import env_flag
+
 __all__ = ["main", "build_parser", "RUN_MODELS", "RunModel"]
 
 PROG = "neurojax"
@@ -598,7 +600,8 @@ def _check_raster(args: argparse.Namespace, size: int) -> None:
     """The raster of a run comes back to the host whole (one byte per neuron and step):
     refuse, before anything is built or compiled, one that cannot fit in the memory
     available (exit code 2, as for any argument that asks too much)."""
-    from ._simulate import RecordingTooLarge, _available_bytes
+    from ._simulate import RecordingTooLarge
+    from ._system import available_bytes as _available_bytes
 
     n_steps = _steps(args.duration, args.dt)
     need = n_steps * size
@@ -788,7 +791,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(msg)
         _restrict_threads(args.threads)
         _request_devices(args.devices, argv)
-        if args.compilation_cache and os.environ.get("NEUROJAX_COMPILATION_CACHE", "1") != "0":
+        try:
+            cache = env_flag("NEUROJAX_COMPILATION_CACHE", True)
+        except ValueError as err:
+            p.error(str(err))
+        if args.compilation_cache and cache:
             _enable_cache()
     try:
         return args.handler(args)

@@ -77,6 +77,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import ArrayLike, PyTree, Shaped
 
+from . import _validation
 from ._formats import from_sonata as from_sonata
 from ._formats import to_neo as to_neo
 from ._formats import to_nwb as to_nwb
@@ -896,17 +897,22 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
         for spec, value, x in zip(header["leaves"], values, like_leaves, strict=True)
     ]
     out = jtu.tree_unflatten(treedef, leaves)
-    # The values did not pass through the constructors: check what they would have checked
-    # (a projection's compressed rows inside its populations, finite weights, parameters in
-    # range), so that a forged file with a valid checksum cannot make a kernel read or write
-    # outside its arrays.
-    from ._reliability import revalidate
+    _revalidate(f"load: checkpoint {where}", out)
+    return out
 
+
+def _revalidate(owner: str, tree: Any) -> None:
+    """Run, on a tree whose values did not pass through the constructors, the checks each
+    class declares (`__check_init__` along its hierarchy, a layout's or a network's
+    `check_invariants`): a projection's compressed rows inside its populations, per-synapse
+    delays inside the ring, finite weights, parameters in range. A forged file with a valid
+    checksum then cannot make a kernel read or write outside its arrays, nor the pure-JAX
+    path drop a synapse. `ValueError` naming `owner`, the class and the field."""
     try:
-        revalidate(f"load: checkpoint {where}", out)
+        for module in _validation.modules(tree):
+            _validation.check_module(owner, module)
     except (ValueError, TypeError) as err:
         raise ValueError(str(err)) from None
-    return out
 
 
 # ----------------------------------------------------------------------------- recordings

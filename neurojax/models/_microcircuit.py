@@ -769,7 +769,10 @@ def microcircuit(
         T. C. Potjans and M. Diesmann (2014), The cell-type specific cortical microcircuit,
         Cereb Cortex 24:785-806. INM-6 `microcircuit-PD14-model` (reference implementation).
     """
+    from .._validation import check_key  # (a separate hunk from the builder's imports)
+
     owner = "microcircuit"
+    key = None if key is None else check_key(owner, key)
     scale = _check_real("scale", scale)
     k_scale = _check_real("k_scale", k_scale)
     dt = _check_real("dt", dt)

@@ -10,8 +10,8 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
-from .._reliability import checked_conn
 from .._validation import _fmt, check_dt
+from ..connectivity._checks import checked_conn
 from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput

@@ -182,6 +182,23 @@ class Layout(eqx.Module):
     def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
         """`s @ W`: the weight each postsynaptic neuron receives from the spikes `s`."""
 
+    def check_invariants(
+        self, owner: str = "Layout.check_invariants", *, thorough: bool = True
+    ) -> list[tuple[jax.Array, str]]:
+        """Check what `from_bcoo` establishes, on a layout that may not have been built by it
+        (edited with `eqx.tree_at`, rebuilt by `nj.load` from a file's values).
+
+        Concrete arrays that break an invariant raise `ValueError` naming `owner`, the layout
+        and the field. Traced arrays (a layout inside the caller's `jit`) cannot be read: the
+        checks a delivery needs to stay inside its arrays come back as `(bad, message)`
+        pairs, `bad` a boolean scalar that is True where the invariant fails, for one
+        `equinox.error_if` after the run. `thorough=False` (what `nj.simulate` asks at the
+        start of a run) may skip what costs more than a pass over the arrays (a sort), as
+        long as what a delivery reads stays checked; `nj.load` asks `thorough=True`. A
+        layout of your own overrides it (the default checks nothing).
+        """
+        return []
+
     @classmethod
     def deliver_group(
         cls,
