@@ -68,14 +68,28 @@ class RunInfo:
 
 
 class _CompileClock:
-    """Sums the compile durations JAX reports while the clock is active."""
+    """The wall time JAX spent compiling while the clock is active.
+
+    JAX reports each trace, lowering and compilation with its duration when it ends; traces
+    nest (a jitted function traced inside another), so the durations overlap. The clock
+    keeps each as the interval that ends when it is reported and sums their union."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self._intervals: list[tuple[float, float]] = []
 
     def _listener(self, event: str, duration: float, **_: Any) -> None:
         if event in _COMPILE_EVENTS:
-            self.seconds += duration
+            end = time.perf_counter()
+            self._intervals.append((end - duration, end))
+
+    @property
+    def seconds(self) -> float:
+        total, reach = 0.0, float("-inf")
+        for start, end in sorted(self._intervals):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
 
     def __enter__(self) -> "_CompileClock":
         jax.monitoring.register_event_duration_secs_listener(self._listener)
