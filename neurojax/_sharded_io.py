@@ -35,7 +35,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import multihost_utils
 
-from .io import (
+from ._checkpoint import (
     _HEADER,
     FORMAT,
     FORMAT_VERSION,
