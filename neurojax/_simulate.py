@@ -13,8 +13,9 @@ import jax.tree_util as jtu
 import numpy as np
 
 from . import _reliability as _rel
-from ._recording import count_dtype
+from ._recording import count_dtype, most_spikes, recorded_spikes
 from ._validation import check_dt, check_positive_int
+from .network._sources import SpikeSource
 
 __all__ = ["simulate", "Recording"]
 
@@ -30,11 +31,16 @@ class Recording(eqx.Module):
             is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
         values: the recorded state fields (`{name: array}`) or the PyTree returned by a
             `record` function. State fields are also attributes: `recording.v`.
+        sources: the names of a network's populations that are spike sources (inputs such
+            as `nj.PoissonSource`, not neurons), which `nj.io`'s writers leave out unless
+            asked. A source that emits several spikes per step (`max_spikes_per_step > 1`)
+            is recorded as counts, never cut to 0/1.
     """
 
     t: Any
     spikes: Any
     values: Any
+    sources: tuple[str, ...] = eqx.field(static=True, default=())
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: expose recorded fields as attributes.
@@ -45,6 +51,14 @@ class Recording(eqx.Module):
             f"Recording has no attribute {name!r}; recorded fields: "
             f"{sorted(values) if isinstance(values, dict) else 'none (custom record function)'}"
         )
+
+
+def _sources(model: Any) -> tuple[str, ...]:
+    """The populations of a network (`groups`, `group_models`) that are spike sources."""
+    groups, models = getattr(model, "groups", None), getattr(model, "group_models", None)
+    if groups is None or models is None:
+        return ()
+    return tuple(n for names, m in zip(groups, models) if isinstance(m, SpikeSource) for n in names)
 
 
 def _is_tracer(x: Any) -> bool:
@@ -535,11 +549,7 @@ def _run_chunk(
         return (st, i + 1, dg), out
 
     def to_record(out):
-        if spike_dtype is None:
-            return out
-        return jtu.tree_map(
-            lambda o: o > 0 if jnp.issubdtype(o.dtype, jnp.floating) else o.astype(bool), out
-        )
+        return out if spike_dtype is None else recorded_spikes(out, most_spikes(model, out))
 
     def window(carry, xs):
         if record_every == 1:
@@ -551,12 +561,12 @@ def _run_chunk(
             shapes = jax.eval_shape(
                 one_step, carry, None if xs is None else jtu.tree_map(lambda x: x[0], xs)
             )[1]
-            counts = count_dtype(record_every)
+            most = most_spikes(model, shapes)
 
-            def acc_dtype(o):
-                return o.dtype if spike_dtype is None else counts
+            def acc_dtype(o, k):
+                return o.dtype if spike_dtype is None else count_dtype(record_every * k)
 
-            acc0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, acc_dtype(o)), shapes)
+            acc0 = jtu.tree_map(lambda o, k: jnp.zeros(o.shape, acc_dtype(o, k)), shapes, most)
             last0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
 
             def inner(c, x):
@@ -565,7 +575,13 @@ def _run_chunk(
                 if spike_dtype is None:
                     acc = jtu.tree_map(jnp.add, acc, out_)
                 else:
-                    acc = jtu.tree_map(lambda a, o: a + (o > 0).astype(a.dtype), acc, out_)
+                    # Counts of multi-spike sources are added as they are (`most_spikes`).
+                    acc = jtu.tree_map(
+                        lambda a, o, k: a + (o if k > 1 else o > 0).astype(a.dtype),
+                        acc,
+                        out_,
+                        most,
+                    )
                 return (carry_, acc, out_), None
 
             (carry, spikes, out), _ = jax.lax.scan(
@@ -928,7 +944,7 @@ def simulate(
         t = ((int(first) + np.arange(1, n_rec_total + 1) * record_every) * dt).astype(np.float64)
         if not to_host:
             t = jnp.asarray(t, dtype=jnp.result_type(float))
-    return state, Recording(t=t, spikes=spikes, values=values)
+    return state, Recording(t=t, spikes=spikes, values=values, sources=_sources(model))
 
 
 def _is_key(x: Any) -> bool:
@@ -1074,5 +1090,6 @@ def _simulate_blocked(model, state, inputs, block, **kwargs):
         t=recs.t[0],
         spikes=jtu.tree_map(merge, recs.spikes),
         values=jtu.tree_map(merge, recs.values),
+        sources=recs.sources,
     )
     return jtu.tree_unflatten(treedef, final_leaves), rec
