@@ -94,6 +94,7 @@ from ._checkpoint import (
     _statics,
 )
 from ._checkpoint import _HOST as _HOST  # noqa: F401  (tests read nj.io._HOST)
+from ._formats import _chosen
 from ._formats import from_sonata as from_sonata
 from ._formats import to_neo as to_neo
 from ._formats import to_nwb as to_nwb
@@ -435,7 +436,13 @@ def _flatten_named(owner: str, prefix: str, tree: Any, out: dict[str, np.ndarray
         out[name] = arr
 
 
-def save_recording(path: str | os.PathLike, recording: Recording, *, compress: bool = True) -> None:
+def save_recording(
+    path: str | os.PathLike,
+    recording: Recording,
+    *,
+    compress: bool = True,
+    populations: str | list[str] | None = None,
+) -> None:
     """Export a `nj.Recording` to a NumPy `.npz` file.
 
     The keys of the archive are `t` (time [ms] at the end of each recorded step), `spikes`
@@ -451,6 +458,10 @@ def save_recording(path: str | os.PathLike, recording: Recording, *, compress: b
         recording: the `Recording` returned by `nj.simulate`.
         compress: compress the arrays (zlib; spike rasters shrink many times). Read either
             way with `numpy.load`.
+        populations: which of a network's populations to write, as for `to_sonata`: `None`
+            (default) every neuron population, leaving out the inputs (spike sources,
+            `recording.sources`) with their recorded values; `"all"` every population; or
+            a list of names.
 
     Example:
     ```python
@@ -471,9 +482,23 @@ def save_recording(path: str | os.PathLike, recording: Recording, *, compress: b
     if not isinstance(compress, bool):
         raise TypeError(f"{owner}: compress must be a bool, got {compress!r}")
     arrays: dict[str, np.ndarray] = {}
+    spikes, left_out = recording.spikes, set()
+    if isinstance(spikes, Mapping) and spikes:
+        keep = _chosen(owner, recording, list(spikes), populations)
+        left_out = set(spikes) - set(keep)
+        spikes = {name: spikes[name] for name in keep}
+    elif populations not in (None, "all"):
+        raise ValueError(
+            f"{owner}: populations chooses among a network's populations; this recording is "
+            f"of a single population (got populations={populations!r})"
+        )
     _flatten_named(owner, "t", recording.t, arrays)
-    _flatten_named(owner, "spikes", recording.spikes, arrays)
-    _flatten_named(owner, "values", recording.values, arrays)
+    _flatten_named(owner, "spikes", spikes, arrays)
+    values: dict[str, np.ndarray] = {}
+    _flatten_named(owner, "values", recording.values, values)
+    for name, arr in values.items():
+        if not left_out.intersection(name.split("/")[1:]):
+            arrays[name] = arr
     writer = np.savez_compressed if compress else np.savez
     _atomic_write(owner, p, lambda f: writer(f, **arrays))
 

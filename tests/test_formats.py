@@ -172,6 +172,7 @@ def microcircuit_run():
     return net, rec, raw
 
 
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
 def test_recording_keeps_counts_of_a_multi_spike_source(microcircuit_run):
     """With the default spike_dtype="bool" a source of counts is recorded as counts: the
     recorded spikes equal the emitted ones, step by step, and more than one per step occurs."""
@@ -182,16 +183,59 @@ def test_recording_keeps_counts_of_a_multi_spike_source(microcircuit_run):
     assert background.dtype == np.uint8 and emitted.max() > 1
     np.testing.assert_array_equal(background, emitted)
     assert rec.spikes["L4E"].dtype == np.bool_  # neurons: 0/1, as before
-    # Windows of record_every steps add the counts, not the steps with a spike.
-    _, windows = nj.simulate(net, net.init_state(jr.key(0)), dt=DT, n_steps=200, record_every=10)
-    _, raw_w = nj.simulate(
-        net, net.init_state(jr.key(0)), dt=DT, n_steps=200, record_every=10, spike_dtype=None
+
+
+def test_writers_leave_a_poisson_source_out_unless_asked(tmp_path):
+    """A small network with a PoissonSource input: the default export holds the neurons
+    only, populations="all" the source too, every spike of both."""
+    net = nj.Network(
+        {"ext": (nj.PoissonSource(200.0), 20), "E": (nj.LIF(), 10)},
+        [nj.Projection("ext", "E", nj.connect.fixed_prob(jr.key(1), 20, 10, 0.5, weight=8.0))],
     )
-    np.testing.assert_array_equal(
-        np.asarray(windows.spikes["background"]), np.asarray(raw_w.spikes["background"])
+    _, rec = nj.simulate(net, net.init_state(jr.key(2)), dt=DT, n_steps=500)
+    assert rec.sources == ("ext",)
+    n_ext, n_e = int(rec.spikes["ext"].sum()), int(rec.spikes["E"].sum())
+    assert n_ext > 100 and n_e > 10
+    nj.io.to_sonata(rec, tmp_path / "default.h5")
+    assert list(nj.io.from_sonata(tmp_path / "default.h5")) == ["E"]
+    nj.io.to_sonata(rec, tmp_path / "all.h5", populations="all")
+    back = nj.io.from_sonata(tmp_path / "all.h5")
+    assert [back[k]["node_ids"].size for k in ("E", "ext")] == [n_e, n_ext]
+    assert [g.name for g in nj.io.to_neo(rec, dt=DT).groups] == ["E"]
+    assert [g.name for g in nj.io.to_neo(rec, dt=DT, populations=["ext"]).groups] == ["ext"]
+    nj.io.to_nwb(rec, tmp_path / "all.nwb", dt=DT, populations="all")
+    with pynwb.NWBHDF5IO(str(tmp_path / "all.nwb"), "r") as io:
+        units = io.read().units.to_dataframe()
+    assert sorted(set(units["population"])) == ["E", "ext"]
+    assert sum(len(x) for x in units["spike_times"]) == n_e + n_ext
+    nj.io.save_recording(tmp_path / "default.npz", rec)
+    with np.load(tmp_path / "default.npz") as data:
+        assert sorted(data.files) == ["spikes/E", "t"]
+
+
+def test_recording_keeps_counts_of_a_source_run_alone():
+    """The source stepped alone, every step and in windows of record_every steps (the counts
+    are added, not the steps with a spike), against its float outputs."""
+    from neurojax.models._microcircuit import PoissonCounts
+
+    source = PoissonCounts(levels=jnp.array([8000.0, 2000.0]), level=jnp.arange(40) % 2, n_terms=17)
+    state = source.init_state(40, key=jr.key(3))
+    for every in (1, 10):
+        _, rec = nj.simulate(source, state, dt=DT, n_steps=300, record_every=every)
+        _, raw = nj.simulate(
+            source, state, dt=DT, n_steps=300, record_every=every, spike_dtype=None
+        )
+        assert rec.spikes.dtype == np.uint8 and np.asarray(raw.spikes).max() > 1
+        np.testing.assert_array_equal(np.asarray(rec.spikes), np.asarray(raw.spikes))
+    # The mean count per step is lambda = rate * dt: 0.8 and 0.2 (300 steps x 20 sources,
+    # standard error about 0.012 and 0.006).
+    per_step = np.asarray(rec.spikes, np.float64).sum(0) / 300
+    np.testing.assert_allclose(
+        [per_step[0::2].mean(), per_step[1::2].mean()], [0.8, 0.2], atol=0.05
     )
 
 
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
 def test_exports_leave_inputs_out_unless_asked(microcircuit_run, tmp_path):
     """Every writer writes the neuron populations by default; populations="all" adds the
     Poisson background with every spike it emitted; a list chooses."""
@@ -235,6 +279,19 @@ def test_exports_leave_inputs_out_unless_asked(microcircuit_run, tmp_path):
     with pytest.raises(ValueError, match=r"to_sonata: every population .* is an input"):
         nj.io.to_sonata(only_bg, tmp_path / "x.h5")
     assert not (tmp_path / "x.h5").exists() and not (tmp_path / "x.nwb").exists()
+
+
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
+def test_save_recording_leaves_inputs_out_unless_asked(microcircuit_run, tmp_path):
+    _, rec, raw = microcircuit_run
+    nj.io.save_recording(tmp_path / "default.npz", rec)
+    with np.load(tmp_path / "default.npz") as data:
+        assert "spikes/background" not in data.files and "spikes/L4E" in data.files
+    nj.io.save_recording(tmp_path / "all.npz", rec, populations="all")
+    with np.load(tmp_path / "all.npz") as data:
+        np.testing.assert_array_equal(data["spikes/background"], raw.spikes["background"])
+    with pytest.raises(ValueError, match=r"save_recording: populations names \['E'\]"):
+        nj.io.save_recording(tmp_path / "x.npz", rec, populations=["E"])
 
 
 def _with_spikes(rec, spikes):
