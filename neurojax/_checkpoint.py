@@ -10,10 +10,12 @@ described in `neurojax.io`.
 
 import contextlib
 import hashlib
+import json
 import os
 import pathlib
 import secrets
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -196,12 +198,25 @@ def _statics(tree: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _match_statics(where: str, header: dict, like: Any) -> None:
-    """Refuse a `like` whose static configuration differs from the one saved."""
+def _match_statics(where: str, header: dict, like: Any, owner: str = "load") -> None:
+    """Refuse a `like` whose static configuration differs from the one saved; warn, naming
+    what comes from `like` unchecked, when the header has no `static` section."""
     saved = header.get("static")
-    if saved is None:  # written before static fields were stored
-        return
     mine = _statics(like)
+    if saved is None:
+        # Written before static fields were stored, or the section was removed: the sizes,
+        # delays in steps and method names of like are taken as they are.
+        if mine:
+            parts = [f"{_show(path)} ({', '.join(fields)})" for path, fields in mine.items()]
+            warnings.warn(
+                f"{owner}: checkpoint {where} has no 'static' section (written by an older "
+                "neurojax, or edited), so the static configuration of like is used unchecked: "
+                f"{'; '.join(parts[:5])}{'; ...' if len(parts) > 5 else ''}. Build like with "
+                "the configuration that was saved",
+                UserWarning,
+                stacklevel=3,
+            )
+        return
     for path, fields in saved.items():
         ours = mine.get(path, {})
         for name, value in fields.items():
@@ -213,6 +228,121 @@ def _match_statics(where: str, header: dict, like: Any) -> None:
                     f"{_show_static(ours[name])} in like; build like with the configuration "
                     "that was saved",
                 )
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or inside it (paths as written by `jtu.keystr`)."""
+    return not root or path == root or (path.startswith(root) and path[len(root)] in ".[")
+
+
+def _structure(tree: Any) -> dict[str, dict[str, str]]:
+    """A fingerprint of the structure of every module of `tree`, by node path: its type, its
+    role (`"model"` for an object with `init_state` and `step`, such as a network, else
+    `"state"`) and a 64-bit hash of what `load` compares (the node types, the kind, shape,
+    dtype and key implementation of every leaf, and the static fields) within it. Two modules
+    with the same fingerprint differ at most in their values."""
+    import equinox as eqx
+
+    nodes = _nodes(tree)
+    flat = jtu.tree_flatten_with_path(tree)[0]
+    leaves = []
+    for key_path, x in flat:
+        spec = _leaf_spec("save", jtu.keystr(key_path), x)
+        leaves.append(
+            [spec["path"], spec["kind"], spec.get("shape"), spec.get("dtype"), spec.get("impl")]
+        )
+    statics = _statics(tree)
+    modules: dict[str, Any] = {}
+
+    def visit(x: Any, path: str) -> None:
+        def one_level(y: Any) -> bool:
+            return y is not x
+
+        if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
+            return
+        if isinstance(x, eqx.Module):
+            modules[path] = x
+        for key_path, child in jtu.tree_flatten_with_path(x, is_leaf=one_level)[0]:
+            visit(child, path + jtu.keystr(key_path))
+
+    visit(tree, "")
+    out = {}
+    for path, module in modules.items():
+        n = len(path)
+        part = [
+            [[p[n:], t] for p, t in nodes if _within(p, path)],
+            [[leaf[0][n:], *leaf[1:]] for leaf in leaves if _within(leaf[0], path)],
+            [[p[n:], f] for p, f in statics.items() if _within(p, path)],
+        ]
+        text = json.dumps(part, separators=(",", ":"), sort_keys=True)
+        role = (
+            "model"
+            if callable(getattr(module, "init_state", None))
+            and callable(getattr(module, "step", None))
+            else "state"
+        )
+        out[path] = {
+            "type": type(module).__qualname__,
+            "role": role,
+            "fingerprint": hashlib.sha256(text.encode()).hexdigest()[:16],
+        }
+    return out
+
+
+def _structure_note(header: dict, like: Any) -> str:
+    """What the structure fingerprints of the header and of `like` say about a mismatch:
+    which modules differ, and whether a model (a network) or only a state does. Empty for
+    files written before fingerprints were stored."""
+    saved = header.get("structure")
+    if not isinstance(saved, dict):
+        return ""
+    try:
+        mine = _structure(like)
+    except Exception:  # noqa: BLE001  (the mismatch itself is the error to report)
+        return ""
+
+    def fingerprint(table: dict, path: str) -> Any:
+        entry = table.get(path)
+        return entry.get("fingerprint") if isinstance(entry, dict) else None
+
+    differ = sorted(
+        p for p in set(saved) | set(mine) if fingerprint(saved, p) != fingerprint(mine, p)
+    )
+    # The shallowest differing modules below the root, then, inside each, the deepest.
+    tops = [p for p in differ if p and not any(q and q != p and _within(p, q) for q in differ)]
+    if not tops:
+        tops = [p for p in differ if not p]
+    if not tops:
+        return ""
+
+    def describe(path: str) -> str:
+        entry = mine.get(path) or saved.get(path) or {}
+        inner = [
+            q
+            for q in differ
+            if q != path and _within(q, path) and not any(r != q and _within(r, q) for r in differ)
+        ]
+        where = f"; inside it {', '.join(_show(q) for q in inner[:3])}" if inner else ""
+        return f"{_show(path)} (a {entry.get('type', '?')}, {entry.get('role', '?')}{where})"
+
+    def role(path: str) -> str:
+        return (mine.get(path) or saved.get(path) or {}).get("role", "state")
+
+    models = [p for p in tops if role(p) == "model"]
+    listed = "; ".join(describe(p) for p in tops[:4])
+    if models:
+        return (
+            f". The structure fingerprints stored in the checkpoint show that the model "
+            f"itself differs, not only a state: {listed}. like was built with another "
+            "structure (for a network: connectivity drawn from another key, or other "
+            "arguments); build it as the saved one was (the same key and arguments)"
+        )
+    return (
+        f". The structure fingerprints stored in the checkpoint show that a state differs: "
+        f"{listed}. A state's shapes come from the model that made it (a network drawn from "
+        "another key has other ring buffers and synapse states): make like with the "
+        "init_state of the model that was saved (the same key and arguments)"
+    )
 
 
 def _neurojax_version() -> str:
@@ -401,6 +531,11 @@ def _check_header(header: Any, members: set[str]) -> None:
         "nodes must be a list of [path, type] pairs",
     )
     need(isinstance(leaves, list), "leaves must be a list")
+    structure = header.get("structure", {})
+    need(
+        isinstance(structure, dict) and all(isinstance(f, dict) for f in structure.values()),
+        "structure must map node paths to objects",
+    )
     static = header.get("static", {})
     need(
         isinstance(static, dict) and all(isinstance(f, dict) for f in static.values()),

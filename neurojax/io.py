@@ -31,7 +31,12 @@ state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
   of its bytes; Python scalars and strings are stored in the header itself) and `static`
   (per module node path, its static fields that have an exact JSON form: floats as
   `["float", hex]`, tuples as `["tuple", [...]]`; absent from files of older versions, which
-  are then loaded without this comparison);
+  are then loaded without this comparison and with a `UserWarning` naming the static fields
+  taken from `like` unchecked) and `structure` (per module node path, its type, its role,
+  `"model"` for an object with `init_state` and `step` such as a network or `"state"`, and a
+  64-bit fingerprint of its structure: node types, leaf shapes and dtypes, static fields;
+  when `like` does not match, `load` compares them to say which modules differ and whether
+  a model, not only a state, was built differently; absent from older files);
 - `leaves/00000.npy`, ...: one `.npy` file per array leaf. Typed PRNG keys are stored as
   their `jax.random.key_data` (uint32); dtypes that `.npy` cannot describe (`bfloat16`,
   `float8_*`, ...) as their raw bytes, a `uint8` array with a trailing axis of the item size.
@@ -92,6 +97,8 @@ from ._checkpoint import (
     _sha256,
     _show,
     _statics,
+    _structure,
+    _structure_note,
 )
 from ._checkpoint import _HOST as _HOST  # noqa: F401  (tests read nj.io._HOST)
 from ._formats import _chosen
@@ -213,6 +220,7 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
         "nodes": [list(node) for node in _nodes(tree)],
         "leaves": specs,
         "static": _statics(tree),
+        "structure": _structure(tree),
     }
     header_bytes = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -372,8 +380,11 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
                 except RecursionError:
                     raise _Corrupt("its header is damaged (nested too deeply)") from None
                 _check_header(header, members)
-                _match(where, header, like_nodes, like_specs)
-                _match_statics(where, header, like)
+                try:
+                    _match(where, header, like_nodes, like_specs)
+                    _match_statics(where, header, like)
+                except ValueError as err:
+                    raise ValueError(str(err) + _structure_note(header, like)) from None
                 values = [
                     _read_array(zf, spec) if spec["kind"] in ("array", "key") else None
                     for spec in header["leaves"]
