@@ -528,7 +528,8 @@ def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
             if not np.isfinite(times).all():
                 i = int(np.argmin(np.isfinite(times)))
                 raise ValueError(
-                    f"{owner}: {where}: timestamps must be finite, got {float(times[i])!r} at index {i}"
+                    f"{owner}: {where}: timestamps must be finite, got {float(times[i])!r} at "
+                    f"index {i}"
                 )
             if raw_ids.dtype.kind == "i" and (raw_ids < 0).any():
                 i = int(np.argmax(raw_ids < 0))
