@@ -516,7 +516,11 @@ def test_save_recording_round_trip(tmp_path):
         n_steps=60,
         record=lambda s, out: {"v": s.populations["E"].v, "w": s.plastic[0].weights},
     )
-    save_recording(tmp_path / "net.npz", rec)
+    # The input population (a spike source) is left out unless asked, as by every writer.
+    save_recording(tmp_path / "neurons.npz", rec)
+    with np.load(tmp_path / "neurons.npz", allow_pickle=False) as data:
+        assert sorted(data.files) == ["spikes/E", "t", "values/v", "values/w"]
+    save_recording(tmp_path / "net.npz", rec, populations="all")
     with np.load(tmp_path / "net.npz", allow_pickle=False) as data:
         assert sorted(data.files) == ["spikes/E", "spikes/src", "t", "values/v", "values/w"]
         np.testing.assert_array_equal(data["t"], np.asarray(rec.t))
