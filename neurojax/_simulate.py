@@ -675,8 +675,10 @@ def simulate(
             naming the first step and state field that became NaN or infinite. Costs one
             reduction per state leaf per step; free when off.
         spike_dtype: `"bool"` (default) stores spikes as booleans (counts with
-            `record_every > 1`); `None` keeps the model's float outputs, for example to
-            differentiate through the recorded spikes.
+            `record_every > 1`), and the outputs of a source that emits several spikes per
+            step (`max_spikes_per_step > 1`, such as the microcircuit's Poisson background)
+            as integer counts, so that none is lost; `None` keeps the model's float outputs,
+            for example to differentiate through the recorded spikes.
         unroll: steps per iteration of the compiled loop (`lax.scan`'s `unroll`); larger
             values cut per-step loop overhead for small models at the cost of compile time.
         batch_block: for a state with a leading batch axis of `B` independent trials, run
