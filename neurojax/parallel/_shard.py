@@ -635,7 +635,8 @@ class ShardedNetwork(eqx.Module):
         else:
             first = int(state.step)
             t = jnp.asarray((first + np.arange(1, n_steps + 1)) * dt, default_float())
-        return final, Recording(t=t, spikes=spikes, values={})
+        sources = tuple(n for n, m in self.models.items() if isinstance(m, SpikeSource))
+        return final, Recording(t=t, spikes=spikes, values={}, sources=sources)
 
 
 def _exchange(s: Bool[Array, " m"], net: ShardedNetwork, how: str) -> Bool[Array, "dev m"]:
