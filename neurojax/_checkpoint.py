@@ -180,14 +180,7 @@ def _statics(tree: Any) -> dict[str, dict[str, Any]]:
         if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
             return
         if isinstance(x, eqx.Module) and dataclasses.is_dataclass(x):
-            fields = {}
-            for field in dataclasses.fields(x):
-                if not field.metadata.get("static", False):
-                    continue
-                try:
-                    fields[field.name] = _static_value(getattr(x, field.name))
-                except (_NotStored, AttributeError):
-                    continue
+            fields = _static_fields(x)
             if fields:
                 out[path] = fields
         children, _ = jtu.tree_flatten_with_path(x, is_leaf=one_level)
@@ -235,57 +228,62 @@ def _within(path: str, root: str) -> bool:
     return not root or path == root or (path.startswith(root) and path[len(root)] in ".[")
 
 
+def _static_fields(x: Any) -> dict[str, Any]:
+    """The static fields of module `x` that have an exact JSON form (see `_statics`)."""
+    import dataclasses
+
+    fields = {}
+    for field in dataclasses.fields(x):
+        if not field.metadata.get("static", False):
+            continue
+        try:
+            fields[field.name] = _static_value(getattr(x, field.name))
+        except (_NotStored, AttributeError):
+            continue
+    return fields
+
+
 def _structure(tree: Any) -> dict[str, dict[str, str]]:
     """A fingerprint of the structure of every module of `tree`, by node path: its type, its
     role (`"model"` for an object with `init_state` and `step`, such as a network, else
     `"state"`) and a 64-bit hash of what `load` compares (the node types, the kind, shape,
     dtype and key implementation of every leaf, and the static fields) within it. Two modules
-    with the same fingerprint differ at most in their values."""
+    with the same fingerprint differ at most in their values. One pass over the tree, each
+    node's hash made from its children's."""
+    import dataclasses
+
     import equinox as eqx
 
-    nodes = _nodes(tree)
-    flat = jtu.tree_flatten_with_path(tree)[0]
-    leaves = []
-    for key_path, x in flat:
-        spec = _leaf_spec("save", jtu.keystr(key_path), x)
-        leaves.append(
-            [spec["path"], spec["kind"], spec.get("shape"), spec.get("dtype"), spec.get("impl")]
-        )
-    statics = _statics(tree)
-    modules: dict[str, Any] = {}
+    out: dict[str, dict[str, str]] = {}
 
-    def visit(x: Any, path: str) -> None:
+    def digest(item: Any) -> str:
+        text = json.dumps(item, separators=(",", ":"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def visit(x: Any, path: str) -> str:
         def one_level(y: Any) -> bool:
             return y is not x
 
         if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
-            return
-        if isinstance(x, eqx.Module):
-            modules[path] = x
-        for key_path, child in jtu.tree_flatten_with_path(x, is_leaf=one_level)[0]:
-            visit(child, path + jtu.keystr(key_path))
+            spec = _leaf_spec("save", path, x)
+            return digest([spec["kind"], spec.get("shape"), spec.get("dtype"), spec.get("impl")])
+        children = [
+            [jtu.keystr(key_path), visit(child, path + jtu.keystr(key_path))]
+            for key_path, child in jtu.tree_flatten_with_path(x, is_leaf=one_level)[0]
+        ]
+        module = isinstance(x, eqx.Module) and dataclasses.is_dataclass(x)
+        statics = _static_fields(x) if module else {}
+        mine = digest([type(x).__qualname__, statics, children])
+        if module:
+            model = callable(getattr(x, "init_state", None)) and callable(getattr(x, "step", None))
+            out[path] = {
+                "type": type(x).__qualname__,
+                "role": "model" if model else "state",
+                "fingerprint": mine,
+            }
+        return mine
 
     visit(tree, "")
-    out = {}
-    for path, module in modules.items():
-        n = len(path)
-        part = [
-            [[p[n:], t] for p, t in nodes if _within(p, path)],
-            [[leaf[0][n:], *leaf[1:]] for leaf in leaves if _within(leaf[0], path)],
-            [[p[n:], f] for p, f in statics.items() if _within(p, path)],
-        ]
-        text = json.dumps(part, separators=(",", ":"), sort_keys=True)
-        role = (
-            "model"
-            if callable(getattr(module, "init_state", None))
-            and callable(getattr(module, "step", None))
-            else "state"
-        )
-        out[path] = {
-            "type": type(module).__qualname__,
-            "role": role,
-            "fingerprint": hashlib.sha256(text.encode()).hexdigest()[:16],
-        }
     return out
 
 
