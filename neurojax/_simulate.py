@@ -12,11 +12,12 @@ import jax.tree_util as jtu
 import numpy as np
 
 from . import _validation
-from ._recording import count_dtype
+from ._recording import count_dtype, most_spikes, recorded_spikes
 from ._run_loop import RunInfo, run_chunks
 from ._system import available_bytes as _available_bytes
 from ._validation import check_dt, check_positive_int
 from .network import _checks as _network_checks
+from .network._sources import SpikeSource
 
 __all__ = ["simulate", "Recording", "RunInfo", "SpikeTimes"]
 
@@ -32,6 +33,10 @@ class Recording(eqx.Module):
             is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
         values: the recorded state fields (`{name: array}`) or the PyTree returned by a
             `record` function. State fields are also attributes: `recording.v`.
+        sources: the names of a network's populations that are spike sources (inputs such
+            as `nj.PoissonSource`, not neurons), which `nj.io`'s writers leave out unless
+            asked. A source that emits several spikes per step (`max_spikes_per_step > 1`)
+            is recorded as counts, never cut to 0/1.
         info: how the `simulate` call that returned this recording spent its time
             (`nj.RunInfo`: compile and run seconds, chunks, reruns); `None` when the call
             ran under a transformation (`jit`, `vmap`, `grad`). It belongs to the returned
@@ -41,6 +46,7 @@ class Recording(eqx.Module):
     t: Any
     spikes: Any
     values: Any
+    sources: tuple[str, ...] = eqx.field(static=True, default=())
 
     # Not a field: timing of the call is no data of the recording, and as a static field it
     # would make every recording a new compiled-program key when passed into `jit`.
@@ -55,6 +61,14 @@ class Recording(eqx.Module):
             f"Recording has no attribute {name!r}; recorded fields: "
             f"{sorted(values) if isinstance(values, dict) else 'none (custom record function)'}"
         )
+
+
+def _sources(model: Any) -> tuple[str, ...]:
+    """The populations of a network (`groups`, `group_models`) that are spike sources."""
+    groups, models = getattr(model, "groups", None), getattr(model, "group_models", None)
+    if groups is None or models is None:
+        return ()
+    return tuple(n for names, m in zip(groups, models) if isinstance(m, SpikeSource) for n in names)
 
 
 def _is_tracer(x: Any) -> bool:
@@ -546,13 +560,9 @@ def _run_chunk(
         return (st, i + 1, dg), out
 
     def to_record(out):
-        if spike_dtype is None:
-            return out
         if spike_dtype == "ids":
             return jtu.tree_map(lambda o: _spike_ids(o, ids_cap), out)
-        return jtu.tree_map(
-            lambda o: o > 0 if jnp.issubdtype(o.dtype, jnp.floating) else o.astype(bool), out
-        )
+        return out if spike_dtype is None else recorded_spikes(out, most_spikes(model, out))
 
     def window(carry, xs):
         if record_every == 1:
@@ -564,12 +574,12 @@ def _run_chunk(
             shapes = jax.eval_shape(
                 one_step, carry, None if xs is None else jtu.tree_map(lambda x: x[0], xs)
             )[1]
-            counts = count_dtype(record_every)
+            most = most_spikes(model, shapes)
 
-            def acc_dtype(o):
-                return o.dtype if spike_dtype is None else counts
+            def acc_dtype(o, k):
+                return o.dtype if spike_dtype is None else count_dtype(record_every * k)
 
-            acc0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, acc_dtype(o)), shapes)
+            acc0 = jtu.tree_map(lambda o, k: jnp.zeros(o.shape, acc_dtype(o, k)), shapes, most)
             last0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
 
             def inner(c, x):
@@ -578,7 +588,13 @@ def _run_chunk(
                 if spike_dtype is None:
                     acc = jtu.tree_map(jnp.add, acc, out_)
                 else:
-                    acc = jtu.tree_map(lambda a, o: a + (o > 0).astype(a.dtype), acc, out_)
+                    # Counts of multi-spike sources are added as they are (`most_spikes`).
+                    acc = jtu.tree_map(
+                        lambda a, o, k: a + (o if k > 1 else o > 0).astype(a.dtype),
+                        acc,
+                        out_,
+                        most,
+                    )
                 return (carry_, acc, out_), None
 
             (carry, spikes, out), _ = jax.lax.scan(
@@ -674,10 +690,13 @@ def simulate(
             naming the first step and state field that became NaN or infinite. Costs one
             reduction per state leaf per step; free when off.
         spike_dtype: how spikes are recorded: `"bool"` (default) stores them as booleans
-            (counts with `record_every > 1`); `"ids"` stores only the spikes, as lists of
-            events (`nj.SpikeTimes`: time, neuron index, step and, for a batched state, the
-            trial; one per population for a network), which takes memory in proportion to
-            the spikes, not to neurons x steps: the way to record a large network's spikes.
+            (counts with `record_every > 1`), and the outputs of a source that emits several
+            spikes per step (`max_spikes_per_step > 1`, such as the microcircuit's Poisson
+            background) as integer counts, so that none is lost; `"ids"` stores only the
+            spikes, as lists of events (`nj.SpikeTimes`: time, neuron index, step and, for a
+            batched state, the trial; one per population for a network), which takes memory
+            in proportion to the spikes, not to neurons x steps: the way to record a large
+            network's spikes (a source's several spikes in one step are one event there).
             Each step keeps a buffer of spike ids that grows, with the chunk rerun, when a
             step has more spikes, so none is lost. It needs `record_every=1`, runs outside
             transformations (the lists are built on the host) and not with `batch_block`.
@@ -954,7 +973,7 @@ def simulate(
         t = ((int(first) + np.arange(1, n_rec_total + 1) * record_every) * dt).astype(np.float64)
         if not to_host and ids is None:
             t = jnp.asarray(t, dtype=jnp.result_type(float))
-    rec = Recording(t=t, spikes=spikes, values=values)
+    rec = Recording(t=t, spikes=spikes, values=values, sources=_sources(model))
     if info is not None:
         object.__setattr__(rec, "info", info)
     return state, rec

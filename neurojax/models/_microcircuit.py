@@ -278,6 +278,11 @@ class PoissonCounts(SpikeSource):
     level: Int[Array, " n"]  # which rate each source has
     n_terms: int = eqx.field(static=True)
 
+    @property
+    def max_spikes_per_step(self) -> int:  # type: ignore[override]
+        """A count is at most `n_terms`; `nj.simulate` records the counts, not 0/1."""
+        return self.n_terms
+
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> PoissonCountState:
         """A state for `shape` sources (batch dimensions first); `key` is required."""
         shape = normalize_shape("PoissonCounts.init_state", shape)

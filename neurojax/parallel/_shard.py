@@ -629,7 +629,8 @@ class ShardedNetwork(eqx.Module):
         # neurojax's one run loop; it takes `fused_run` below: the whole scan in one
         # shard_map. The clock continues from the state's step count.
         final, rec = simulate(self, state, inputs, dt=dt, n_steps=n_steps)
-        return final, Recording(t=rec.t, spikes=rec.spikes, values={})
+        sources = tuple(n for n, m in self.models.items() if isinstance(m, SpikeSource))
+        return final, Recording(t=rec.t, spikes=rec.spikes, values={}, sources=sources)
 
     def fused_run(
         self,
