@@ -152,9 +152,16 @@ def test_forward_mode_and_jacobians_are_masked_too():
     np.testing.assert_allclose(dy, np.asarray(s) @ mask.astype(np.float32), rtol=1e-6)
     jac = np.asarray(jax.jacrev(f)(lay.matrix))  # (3, n_post, n_pre, n_post)
     assert np.all(jac[..., ~mask] == 0.0)
-    # under vmap over trials and jit the product is the plain one
-    y = jax.jit(jax.vmap(f, in_axes=None, out_axes=0, axis_size=2))(lay.matrix)
-    np.testing.assert_allclose(y[0], np.asarray(s) @ np.asarray(lay.matrix), rtol=1e-6)
+    # grad under vmap over a stack of matrices and jit: the analytic gradient of
+    # sum(s @ m), sum_b s[b, i] at every synapse (i, j) and 0 elsewhere
+    stack = jnp.stack([lay.matrix, 2.0 * lay.matrix])
+    g = jax.jit(jax.vmap(jax.grad(lambda m: f(m).sum())))(stack)
+    want = np.asarray(s).sum(axis=0)[:, None] * mask
+    np.testing.assert_allclose(g[0], want, rtol=1e-6)
+    np.testing.assert_allclose(g[1], want, rtol=1e-6)
+    # and the forward product is the plain one
+    y = jax.jit(jax.vmap(f))(stack)
+    np.testing.assert_allclose(y[1], 2.0 * np.asarray(s) @ np.asarray(lay.matrix), rtol=1e-6)
 
 
 def test_dense_layout_keeps_its_synapses_in_bits():
