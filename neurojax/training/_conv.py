@@ -29,8 +29,8 @@ from ._layers import (
     _check_neuron,
     _check_scale,
     _Layer,
-    time_back,
-    time_first,
+    _time_back,
+    _time_first,
 )
 
 __all__ = [
@@ -387,7 +387,7 @@ class SpikingConv(_Layer):
         The convolutions of all steps are one call; the neurons then run under `simulate`.
         """
         owner = type(self).__name__
-        x, axis = time_first(owner, x_seq, self.in_shape, time_axis)
+        x, axis = _time_first(owner, x_seq, self.in_shape, time_axis)
         dt = check_dt(owner, dt)
         currents = self.current(x)
         neuron = self._neuron()
@@ -402,7 +402,7 @@ class SpikingConv(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return time_back(rec.spikes, axis)
+        return _time_back(rec.spikes, axis)
 
 
 class SpikingConv1d(SpikingConv):
@@ -539,8 +539,8 @@ class StatelessLayer(eqx.Module):
         says otherwise; time stays on the input's axis)."""
         owner = type(self).__name__
         check_dt(owner, dt)
-        x, axis = time_first(owner, x_seq, self.in_shape, time_axis)
-        return time_back(self.apply(x), axis)
+        x, axis = _time_first(owner, x_seq, self.in_shape, time_axis)
+        return _time_back(self.apply(x), axis)
 
     @property
     def n_in(self) -> tuple[int, ...]:

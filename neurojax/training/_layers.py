@@ -101,7 +101,7 @@ def _check_neuron(owner: str, neuron, learn_tau: bool) -> NeuronModel:
     return neuron
 
 
-def check_time_axis(owner: str, time_axis) -> int:
+def _check_time_axis(owner: str, time_axis) -> int:
     """`time_axis` as an int (checked before any work; its range is checked at the call,
     against the input's shape)."""
     if isinstance(time_axis, bool) or not isinstance(time_axis, (int, np.integer)):
@@ -116,7 +116,7 @@ def _example_text(example: tuple[int, ...]) -> str:
     return ", ".join(map(str, example))
 
 
-def time_first(
+def _time_first(
     owner: str, x_seq: ArrayLike, example: tuple[int, ...], time_axis: int
 ) -> tuple[Float[Array, "t ..."], int]:
     """The input sequence `x_seq` with its time axis `time_axis` moved to the front, as a
@@ -129,7 +129,7 @@ def time_first(
     x = jnp.asarray(x_seq)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(default_float())
-    time_axis = check_time_axis(owner, time_axis)
+    time_axis = _check_time_axis(owner, time_axis)
     k = len(example)
     text = _example_text(example)
     if x.ndim < k + 1 or tuple(x.shape[x.ndim - k :]) != tuple(example):
@@ -155,7 +155,7 @@ def time_first(
     return (jnp.moveaxis(x, axis, 0) if axis else x), axis
 
 
-def time_back(y: jax.Array, axis: int) -> jax.Array:
+def _time_back(y: jax.Array, axis: int) -> jax.Array:
     """Outputs `(t, *batch, ...)` with time moved back to the input's `axis`."""
     return jnp.moveaxis(y, 0, axis) if axis else y
 
@@ -288,7 +288,7 @@ class SpikingDense(_Layer):
         matrix product; the neurons then run under `simulate` (`checkpoint` and
         `truncate_backprop` as there). `state` defaults to rest.
         """
-        x, axis = time_first("SpikingDense", x_seq, (self.n_in,), time_axis)
+        x, axis = _time_first("SpikingDense", x_seq, (self.n_in,), time_axis)
         dt = check_dt("SpikingDense", dt)
         currents = self.current(x)
         neuron = self._neuron()
@@ -303,7 +303,7 @@ class SpikingDense(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return time_back(rec.spikes, axis)
+        return _time_back(rec.spikes, axis)
 
 
 class RecurrentState(eqx.Module):
@@ -418,7 +418,7 @@ class SpikingRecurrent(_Layer):
     ) -> Float[Array, "t ... n_out"]:
         """Run the layer over an input sequence (time-major unless `time_axis` says
         otherwise, as `SpikingDense`); return its spikes, time on the input's time axis."""
-        x, axis = time_first("SpikingRecurrent", x_seq, (self.n_in,), time_axis)
+        x, axis = _time_first("SpikingRecurrent", x_seq, (self.n_in,), time_axis)
         dt = check_dt("SpikingRecurrent", dt)
         currents = self.current(x)
         if state is None:
@@ -432,7 +432,7 @@ class SpikingRecurrent(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return time_back(rec.spikes, axis)
+        return _time_back(rec.spikes, axis)
 
 
 class ReadoutState(eqx.Module):
@@ -534,7 +534,7 @@ class LeakyReadout(eqx.Module):
     ) -> Float[Array, "t ... n_out"]:
         """Membrane potentials `(t, ..., n_out)` over an input sequence (time-major unless
         `time_axis` says otherwise, as `SpikingDense`; time stays on the input's axis)."""
-        x, axis = time_first("LeakyReadout", x_seq, (self.n_in,), time_axis)
+        x, axis = _time_first("LeakyReadout", x_seq, (self.n_in,), time_axis)
         dt = check_dt("LeakyReadout", dt)
         currents = self.current(x)
         if state is None:
@@ -548,7 +548,7 @@ class LeakyReadout(eqx.Module):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return time_back(rec.spikes, axis)
+        return _time_back(rec.spikes, axis)
 
 
 class _ReadoutCore(eqx.Module):
@@ -596,7 +596,7 @@ class Sequential(eqx.Module):
     time_axis: int = eqx.field(static=True, default=0)
 
     def __init__(self, layers: Sequence, *, time_axis: int = 0):
-        self.time_axis = check_time_axis("Sequential", time_axis)
+        self.time_axis = _check_time_axis("Sequential", time_axis)
         layers = tuple(layers)
         if not layers:
             raise ValueError("Sequential: layers must contain at least one layer, got none")
@@ -652,12 +652,12 @@ class Sequential(eqx.Module):
         n_in = getattr(self.layers[0], "n_in", None)
         # the axes of one example; none known for a first layer of the user's without n_in
         example = () if n_in is None else n_in if isinstance(n_in, tuple) else (n_in,)
-        x, axis = time_first("Sequential", x_seq, example, time_axis)
+        x, axis = _time_first("Sequential", x_seq, example, time_axis)
         outputs = []
         for layer in self.layers:
             x = layer(x, dt=dt, checkpoint=checkpoint, truncate_backprop=truncate_backprop)
             outputs.append(x)
-        outputs = [time_back(y, axis) for y in outputs]
+        outputs = [_time_back(y, axis) for y in outputs]
         return outputs if return_all else outputs[-1]
 
 
