@@ -13,7 +13,13 @@ accuracy is measured on one fixed spike encoding of the test set.
 Run: `python examples/train_digits.py [--epochs N] [--steps T] [--hidden H] [--seed S]
 [--quick] [--plot FILE] [--json]`.
 
-`--quick` trains 3 epochs (about 10 s; test accuracy 0.92-0.94 over seeds 0-3). `--plot FILE`
+`--quick` trains 3 epochs, a smoke test (test accuracy 0.92-0.94 over seeds 0-3). Its time
+is mostly imports and compilation (the training step and the evaluation compile once, however
+many epochs run), which a loaded machine stretches: measured from command to prompt, 62 s on
+the 2 shared CPU cores at load average 15 (imports 12 s, the first epoch with the training
+step's compilation 26 s, epochs 2 and 3 1 s each; the reported wall time 52.8 s), where an
+idle machine takes a fraction of that (the 30-epoch run below spent 4.8 s in its first
+epoch and 0.2 s in each other). `--plot FILE`
 draws test and train accuracy and loss per epoch and the input, hidden and output rasters of
 one test digit (docs/images/train_digits.png); `--json` prints one JSON object instead of the
 table (final accuracies, per-epoch history, wall time).
@@ -97,7 +103,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=0, help="split, weights, spikes, shuffling")
     parser.add_argument("--lr", type=float, default=5e-3, help="peak Adam rate (cosine decay)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--quick", action="store_true", help="3 epochs (a test run, ~10 s)")
+    parser.add_argument("--quick", action="store_true", help="3 epochs (a smoke test)")
     parser.add_argument("--plot", metavar="FILE", help="save a figure to FILE")
     parser.add_argument("--json", action="store_true", help="print only one JSON object")
     args = parser.parse_args(argv)

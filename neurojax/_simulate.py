@@ -1021,7 +1021,12 @@ def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dt
         _validation.check_record_values("simulate", values)
     else:
         values = jax.eval_shape(lambda st: _recorded_values(record, st, None), state)
-    return size + sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jtu.tree_leaves(values))
+    # a `record` function may return Python numbers (one value each; eval_shape keeps them)
+    return size + sum(
+        int(np.prod(getattr(v, "shape", ())))
+        * np.dtype(getattr(v, "dtype", None) or jnp.result_type(v)).itemsize
+        for v in jtu.tree_leaves(values)
+    )
 
 
 def _gb(n: float) -> str:

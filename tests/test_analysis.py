@@ -674,3 +674,69 @@ def test_plots_never_show(monkeypatch):
     ]
     for ax in axes:  # each one renders with Agg
         ax.figure.savefig(io.BytesIO(), format="png")
+
+
+# ------------------------------------------------------------- network recordings (issue 41)
+
+
+def _two_population_recording():
+    lif = nj.LIF(tau_m=10.0, v_rest=-65.0, v_reset=-65.0, v_th=-50.0)
+    conn = nj.connect.fixed_prob(jax.random.key(0), 6, 4, 0.5, weight=3.0)
+    net = nj.Network(
+        populations={"E": (lif, 6), "I": (lif, 4)},
+        projections=[nj.Projection("E", "I", conn, synapse=nj.Exponential(5.0))],
+        inputs={"E": jnp.linspace(14.0, 20.0, 6, dtype=jnp.float32)},
+    )
+    _, rec = nj.simulate(
+        net,
+        net.init_state(jax.random.key(1)),
+        dt=DT,
+        n_steps=400,
+        record={"E": ("v",), "I": ("v",)},
+    )
+    return rec
+
+
+def test_voltage_traces_take_a_network_recordings_dict():
+    """`rec.v` of a network is `{population: (t, n)}`: drawn as it is, every population's
+    lines labelled with its name (before: "v must be a real array, got dtype object")."""
+    rec = _two_population_recording()
+    assert isinstance(rec.v, dict) and set(rec.v) == {"E", "I"}
+    ax = na.voltage_traces(rec.t, rec.v)
+    assert len(ax.lines) == 10
+    assert [ln.get_label() for ln in ax.lines[5:7]] == ["E neuron 5", "I neuron 0"]
+    np.testing.assert_allclose(ax.lines[6].get_ydata(), np.asarray(rec.v["I"])[:, 0])
+    ax = na.voltage_traces(rec.t, rec.v, neurons={"I": [3, 1]})
+    assert [ln.get_label() for ln in ax.lines] == ["I neuron 3", "I neuron 1"]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), np.asarray(rec.v["I"])[:, 3])
+    ax = na.voltage_traces(rec.t, rec.v, neurons=0)  # the same index in every population
+    assert [ln.get_label() for ln in ax.lines] == ["E neuron 0", "I neuron 0"]
+    with pytest.raises(ValueError, match=r"neurons names population\(s\) \['L4E'\] that v does"):
+        na.voltage_traces(rec.t, rec.v, neurons={"L4E": None})
+    with pytest.raises(ValueError, match=r"in \[-4, 4\) for v\['I'\] with 4 neuron\(s\), got 4"):
+        na.voltage_traces(rec.t, rec.v, neurons={"I": 4})
+    with pytest.raises(TypeError, match=r"neurons is a dict of populations but v is a single"):
+        na.voltage_traces(rec.t, rec.v["E"], neurons={"E": 0})
+    batched = {"E": np.zeros((400, 2, 6))}
+    with pytest.raises(ValueError, match=r"v\['E'\] must be 1-D or 2-D.*rec.v\['E'\]\[:, 0\]"):
+        na.voltage_traces(rec.t, batched)
+    # the statistics already take the spikes dict; the two agree on the same recording
+    rates = na.firing_rates(rec.spikes, dt=DT)
+    assert set(rates) == {"E", "I"} and rates["E"].shape == (6,) and rates["E"].max() > 0
+
+
+def test_record_function_may_return_python_numbers():
+    """A `record` function returning a Python number (to discard what a step gives) runs; the
+    recording-size estimate used to fail with "'int' object has no attribute 'shape'"."""
+    lif = nj.LIF()
+    state = lif.init_state(3)
+    _, rec = nj.simulate(lif, state, 20.0, dt=DT, n_steps=50, record=lambda s, o: 0)
+    assert np.asarray(rec.values).shape == (50,) and not np.asarray(rec.values).any()
+    # numbers beside arrays, in a chunked run (the host-side recording) too
+    fn = lambda s, o: {"one": 1.5, "v0": s.v[..., 0]}  # noqa: E731
+    _, whole = nj.simulate(lif, state, 20.0, dt=DT, n_steps=60, record=fn)
+    _, chunked = nj.simulate(lif, state, 20.0, dt=DT, n_steps=60, record=fn, chunk_size=25)
+    np.testing.assert_array_equal(np.asarray(whole.values["one"]), np.full(60, 1.5))
+    np.testing.assert_array_equal(np.asarray(chunked.values["v0"]), np.asarray(whole.values["v0"]))
+    _, ref = nj.simulate(lif, state, 20.0, dt=DT, n_steps=60, record=("v",))
+    np.testing.assert_array_equal(np.asarray(whole.values["v0"]), np.asarray(ref.v)[:, 0])

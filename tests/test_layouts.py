@@ -132,7 +132,7 @@ def test_nbytes():
     plastic, _ = EventLayout.from_bcoo(conn, plastic=True)
     assert event.nbytes() == 8 * nnz + 4 * 31
     assert plastic.nbytes() == 16 * nnz + 4 * 31 + 4 * 21
-    assert DenseLayout.from_bcoo(conn)[0].nbytes() == 4 * 30 * 20
+    assert DenseLayout.from_bcoo(conn)[0].nbytes() == 4 * 30 * 20 + 30 * 3  # + synapse bits
     assert BCOOLayout.from_bcoo(conn)[0].nbytes() == 12 * nnz
     assert Transposed.from_bcoo(conn)[0].nbytes() == 4 * 30 * 20
     # A projection adds its per-synapse delays to its layout's bytes.
@@ -206,8 +206,9 @@ def test_custom_layout_runs_in_a_network(delay):
     chex.assert_trees_all_equal(rec_c.spikes, rec_d.spikes)
     neurons = [{n: fin.populations[n] for n in ("E", "I")} for fin in (fin_c, fin_d)]
     chex.assert_trees_all_close(*neurons, rtol=1e-5, atol=1e-4)
-    # Gradients reach the custom layout's own arrays.
-    grad = jax.grad(
+    # Gradients reach the custom layout's own arrays (filter_grad: the dense layout keeps
+    # the bits of its synapses as integers).
+    grad = eqx.filter_grad(
         lambda n: jnp.sum(nj.simulate(n, state, dt=DT, n_steps=50)[0].populations["I"].v)
     )(custom)
     assert float(jnp.abs(grad.projections[2].layout.w_t).sum()) > 0

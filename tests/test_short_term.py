@@ -550,3 +550,33 @@ def test_a_rule_of_your_own_runs_in_a_network():
     assert sums[0] > sums[1]  # faster recovery leaves more to release
     with pytest.raises(TypeError, match="another nj.synapses.ShortTermRule, got Delta"):
         nj.Projection("S", "P", np.eye(n, dtype=np.float32), short_term=nj.Delta())
+
+
+def test_steady_state_names_its_quantities():
+    """Issue 41: `steady_state(T)` reads as the release on the page; it returns the named
+    pair (u_plus, r_minus), unpacking as before, and their product as `.release` (the
+    closed form recomputed in float64; figures of docs/concepts/short-term-plasticity.md)."""
+    for name, release in (("depressing", 0.030), ("facilitating", 0.139)):
+        stp = nj.TsodyksMarkram.preset(name)
+        u_par, tau_rec, tau_facil = nj.TsodyksMarkram.PRESETS[name]
+        e_f = np.exp(-25.0 / tau_facil) if tau_facil > 0 else 0.0
+        e_r = np.exp(-25.0 / tau_rec)
+        u_inf = u_par / (1 - (1 - u_par) * e_f)
+        r_inf = (1 - e_r) / (1 - (1 - u_inf) * e_r)
+        ss = stp.steady_state(25.0)
+        np.testing.assert_allclose([ss.u_plus, ss.r_minus], [u_inf, r_inf], rtol=1e-6)
+        np.testing.assert_allclose(ss.release, u_inf * r_inf, rtol=1e-6)
+        assert round(float(ss.release), 3) == release
+        u_plus, r_minus = ss  # still the pair it was
+        assert (u_plus, r_minus) == (ss.u_plus, ss.r_minus) and len(ss) == 2
+    # under jit and grad, as any method of the model
+    stp = nj.TsodyksMarkram.preset("depressing")
+    g = jax.jit(jax.grad(lambda t: stp.steady_state(t).release))(25.0)
+
+    def release64(t):
+        e_r = np.exp(-t / nj.TsodyksMarkram.PRESETS["depressing"][1])
+        return 0.5 * (1 - e_r) / (1 - 0.5 * e_r)  # U = 0.5, no facilitation
+
+    fd = (release64(25.0 + 1e-4) - release64(25.0 - 1e-4)) / 2e-4
+    assert float(g) > 0  # a slower train releases more per spike
+    np.testing.assert_allclose(float(g), fd, rtol=1e-4)

@@ -271,7 +271,8 @@ def test_sequential_call_equals_stepwise():
         (lambda: tr.Sequential([]), r"at least one layer"),
         (
             lambda: tr.SpikingDense(2, 3, key=jr.key(0))(jnp.ones((5, 4), F32)),
-            r"inputs must be time-major with shape \(t, \*batch, 2\), got shape \(5, 4\)",
+            r"SpikingDense: the input must end with the axes of one example \(2\), after time "
+            r"and any batch axes; got shape \(5, 4\), read with time on axis 0 \(length 5\)",
         ),
     ],
 )
@@ -575,3 +576,89 @@ def test_layers_jit_vmap_grad_contract():
     )
     g = eqx.filter_grad(lambda m: m(x).sum())(layer)
     assert bool(jnp.all(jnp.isfinite(g.weight))) and float(jnp.abs(g.weight).sum()) > 0
+
+
+def _stack(time_axis=0):
+    k1, k2, k3 = jr.split(jr.key(9), 3)
+    return tr.Sequential(
+        [
+            tr.SpikingDense(8, 12, key=k1, weight_scale=5.0),
+            tr.SpikingRecurrent(12, 7, key=k2, weight_scale=12.0),
+            tr.LeakyReadout(7, 3, key=k3),
+        ],
+        time_axis=time_axis,
+    )
+
+
+def test_batch_first_input_with_time_axis_equals_vmap_of_single_examples():
+    """A snnTorch-style (batch, time, features) input, told `time_axis=1`, gives per example
+    what the time-major single example gives (the reference: vmap over examples of the
+    default time-major call), and its outputs keep the batch-first order."""
+    x_tm = tr.rate_encode(jr.uniform(jr.key(3), (4, 8), F32), 30, key=jr.key(1))  # (30, 4, 8)
+    x_bf = jnp.moveaxis(x_tm, 1, 0)  # (4, 30, 8)
+    ref = jax.vmap(_stack())(x_bf)  # each example (30, 8), time-major
+    assert float(jnp.abs(ref).sum()) > 0
+    for net, kw in ((_stack(time_axis=1), {}), (_stack(), {"time_axis": 1})):
+        out = net(x_bf, **kw)
+        assert out.shape == (4, 30, 3)
+        np.testing.assert_allclose(np.asarray(out), np.asarray(ref), rtol=1e-6, atol=1e-6)
+        hidden = net(x_bf, return_all=True, **kw)
+        assert [h.shape for h in hidden] == [(4, 30, 12), (4, 30, 7), (4, 30, 3)]
+    # negative axes count from the end of the leading axes, as numpy's do
+    np.testing.assert_allclose(np.asarray(_stack()(x_bf, time_axis=-1)), np.asarray(ref))
+    # each layer takes the same argument
+    layer = _stack().layers[0]
+    np.testing.assert_array_equal(
+        np.asarray(layer(x_bf, time_axis=1)), np.asarray(jnp.moveaxis(layer(x_tm), 0, 1))
+    )
+    # and the result differs from reading the batch as time: the check matters
+    assert not np.allclose(np.asarray(_stack()(x_bf)), np.asarray(ref))
+
+
+def test_time_axis_under_jit_and_grad():
+    x_bf = jnp.moveaxis(tr.rate_encode(jnp.full((2, 8), 0.5, F32), 20, key=jr.key(4)), 1, 0)
+    net = _stack(time_axis=1)
+    np.testing.assert_array_equal(np.asarray(eqx.filter_jit(net)(x_bf)), np.asarray(net(x_bf)))
+    g = eqx.filter_grad(lambda m: m(x_bf).sum())(net)
+    g_ref = eqx.filter_grad(lambda m: jax.vmap(m)(x_bf).sum())(_stack())
+    np.testing.assert_allclose(
+        np.asarray(g.layers[0].weight), np.asarray(g_ref.layers[0].weight), rtol=1e-5, atol=1e-7
+    )
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: _stack(time_axis=1.0), TypeError, r"Sequential: time_axis must be an int.*1.0"),
+        (lambda: _stack(time_axis=True), TypeError, r"Sequential: time_axis must be an int"),
+        (
+            lambda: _stack()(jnp.zeros((5, 4, 8), F32), time_axis=2),
+            ValueError,
+            r"Sequential: time_axis=2 must name one of the 2 leading axes of the input \(time "
+            r"and batch, before the axes of one example \(8\)\), i.e. be in \[-2, 1\]; got "
+            r"shape \(5, 4, 8\)",
+        ),
+        (
+            # (batch, features, time): the features are not last, whatever the time axis
+            lambda: _stack(time_axis=1)(jnp.zeros((4, 8, 30), F32)),
+            ValueError,
+            r"Sequential: the input must end with the axes of one example \(8\), after time and "
+            r"any batch axes; got shape \(4, 8, 30\), read with time on axis 1 \(length 8\)\. "
+            r"Time-major inputs are \(t, \*batch, 8\) \(time_axis=0, the default\); a "
+            r"batch-first input \(batch, t, 8\) as snnTorch or tonic give it needs time_axis=1",
+        ),
+        (
+            lambda: tr.LeakyReadout(3, 2, key=jr.key(0))(jnp.zeros((5, 3), F32), time_axis=1),
+            ValueError,
+            r"LeakyReadout: time_axis=1 must name one of the 1 leading axes",
+        ),
+        (
+            lambda: tr.SpikingRecurrent(3, 2, key=jr.key(0))(jnp.zeros((5, 3), F32), time_axis="t"),
+            TypeError,
+            r"SpikingRecurrent: time_axis must be an int",
+        ),
+    ],
+)
+def test_time_axis_errors(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

@@ -113,10 +113,28 @@ def test_bad_input_shapes_are_refused():
     layer = T.SpikingConv2d((2, 6, 6), 3, 3, key=jr.key(0))
     with pytest.raises(
         ValueError,
-        match=r"SpikingConv2d: inputs must be time-major with shape \(t, \*batch, 2, 6, 6\), got shape \(5, 2, 5, 6\)",
+        match=r"SpikingConv2d: the input must end with the axes of one example \(2, 6, 6\).*"
+        r"got shape \(5, 2, 5, 6\), read with time on axis 0 \(length 5\).*time_axis=1",
     ):
         layer(jnp.zeros((5, 2, 5, 6)))
     with pytest.raises(
         ValueError, match=r"conv2d: input must have shape \(\*batch, 2, \*spatial\)"
     ):
         T.conv2d(jnp.zeros((3, 6, 6)), layer.weight)
+
+
+def test_batch_first_sequences_with_time_axis():
+    """Convolution, pooling and flattening read a batch-first (batch, t, c, h, w) input when
+    told `time_axis=1`, and give per example what the time-major call gives."""
+    conv = T.SpikingConv2d((2, 6, 6), 3, 3, key=jr.key(0), padding=1, weight_scale=4.0)
+    pool = T.SumPool2d((3, 6, 6), 2)
+    flat = T.Flatten((3, 3, 3))
+    x_tm = (jr.uniform(jr.key(1), (12, 4, 2, 6, 6)) < 0.3).astype(jnp.float32)
+    x_bf = jnp.moveaxis(x_tm, 1, 0)
+    for layer, x_ref in ((conv, x_tm), (pool, conv(x_tm)), (flat, pool(conv(x_tm)))):
+        want = jnp.moveaxis(layer(x_ref), 0, 1)
+        got = layer(jnp.moveaxis(x_ref, 1, 0), time_axis=1)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert float(conv(x_tm).sum()) > 0
+    with pytest.raises(ValueError, match=r"SpikingConv2d: time_axis=2 must name one of the 2"):
+        conv(x_bf, time_axis=2)

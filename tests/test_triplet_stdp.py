@@ -356,6 +356,31 @@ def test_bad_parameters_are_rejected():
         nj.TripletSTDP.preset("cortex")
 
 
+def test_bounds_errors_say_that_preset_takes_overrides():
+    """Issue 41: a preset's bounds are the defaults [0, 1]; both errors a user meets with them
+    (bounds that contradict, weights outside them) say how to pass others."""
+    with pytest.raises(
+        ValueError,
+        match=r"TripletSTDP.preset\('hippocampal_all_to_all'\): TripletSTDP: w_min must be < "
+        r"w_max.*\[2.0, 1.0\].*preset\(name, w_min=\.\.\., w_max=\.\.\.\) takes both",
+    ):
+        nj.TripletSTDP.preset("hippocampal_all_to_all", w_min=2.0)
+    with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['wmax'\].*'w_max'"):
+        nj.TripletSTDP.preset("hippocampal_all_to_all", wmax=2.0)
+    conn = nj.connect.fixed_prob(jr.key(0), 10, 10, 0.5, weight=2.0)
+    rule = nj.TripletSTDP.preset("hippocampal_all_to_all")
+    with pytest.raises(
+        ValueError,
+        match=r"bounds \[w_min, w_max\] = \[0.0, 1.0\], got weights in \[2.0, 2.0\]; .*"
+        r"TripletSTDP.preset\(name, w_max=\.\.\.\) \(it takes overrides\)",
+    ):
+        nj.Projection("A", "B", conn, plasticity=rule)
+    proj = nj.Projection(
+        "A", "B", conn, plasticity=nj.TripletSTDP.preset("hippocampal_all_to_all", w_max=2.0)
+    )
+    assert float(proj.plasticity.w_max) == 2.0
+
+
 # ---------------------------------------------------------------- jit, vmap, grad
 
 

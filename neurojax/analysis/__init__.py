@@ -7,6 +7,8 @@
   results `BinnedRate` and `CVResult`.
 - Plots that return their matplotlib Axes and draw into `ax=` when given: `raster`,
   `voltage_traces`, `rate_histogram`, `weight_histogram`, `fi_curve`, `assembly_overlap`.
+  Rasters and `voltage_traces` take a network recording's per-population dicts
+  (`rec.spikes`, `rec.v`) as they are.
 """
 
 from ._plots import assembly_overlap as assembly_overlap

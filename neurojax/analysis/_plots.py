@@ -167,11 +167,33 @@ def raster(
     return ax
 
 
+def _neuron_indices(owner: str, neurons: Any, n: int, where: str) -> list[int]:
+    """`neurons` (None, an index or a sequence of indices) as indices into `n` neurons."""
+    if neurons is None:
+        return list(range(n))
+    seq = [neurons] if isinstance(neurons, (int, np.integer)) else neurons
+    try:
+        idx = list(seq)
+    except TypeError:
+        idx = [None]
+    bad = [
+        i
+        for i in idx
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n
+    ]
+    if bad or not idx:
+        raise ValueError(
+            f"{owner}: neurons must be None, an index or a non-empty list of indices in "
+            f"[{-n}, {n}) for {where} with {n} neuron(s), got {neurons!r}"
+        )
+    return [int(i) % n for i in idx]
+
+
 def voltage_traces(
     t: ArrayLike,
-    v: ArrayLike,
+    v: ArrayLike | Mapping[Any, ArrayLike],
     *,
-    neurons: int | Sequence[int] | None = None,
+    neurons: int | Sequence[int] | Mapping[Any, Any] | None = None,
     ax: Any = None,
 ) -> Any:
     """Membrane potential of selected neurons over time, one line each.
@@ -179,8 +201,13 @@ def voltage_traces(
     Args:
         t: times [ms], shape `(t,)` (`Recording.t`).
         v: membrane potentials [mV], shape `(t,)` or `(t, n)` (`Recording.v` of one trial;
-            select a trial of a batch with `rec.v[:, 0]`).
+            select a trial of a batch with `rec.v[:, 0]`), or the per-population dict
+            `{population: (t, n) array}` that a network recording holds
+            (`record={"E": ("v",)}` gives `rec.v == {"E": ...}`): every population is drawn,
+            its lines labelled with its name.
         neurons: index or indices (into the last axis of `v`) to draw; `None` draws all.
+            With a dict `v`, the same indices in every population, or a dict
+            `{population: indices or None}` that also chooses the populations drawn.
         ax: matplotlib Axes to draw into; `None` makes a new figure.
 
     Returns:
@@ -190,44 +217,55 @@ def voltage_traces(
     ```python
     _, rec = nj.simulate(lif, lif.init_state(100), 20.0, dt=0.1, n_steps=1000, record=("v",))
     nj.analysis.voltage_traces(rec.t, rec.v, neurons=[0, 1, 2])
+    _, rec = nj.simulate(net, state, dt=0.1, n_steps=1000, record={"E": ("v",), "I": ("v",)})
+    nj.analysis.voltage_traces(rec.t, rec.v, neurons={"E": [0, 1], "I": [0]})
     ```
     """
     owner = "voltage_traces"
     t_a = _array(owner, "t", t, (1,))
-    v_a = _array(owner, "v", v, (1, 2), hint="; select one trial of a batch, e.g. rec.v[:, 0]")
-    if v_a.ndim == 1:
-        v_a = v_a[:, None]
-    if v_a.shape[0] != t_a.shape[0]:
-        raise ValueError(
-            f"{owner}: t and v must have the same number of time steps, got t of shape "
-            f"{t_a.shape} and v of shape {np.shape(v)}"
-        )
-    n = v_a.shape[1]
-    if neurons is None:
-        idx = list(range(n))
+    if isinstance(v, Mapping):
+        if not v:
+            raise ValueError(f"{owner}: v is an empty dict; give {{population: (t, n) array}}")
+        if isinstance(neurons, Mapping):
+            missing = [k for k in neurons if k not in v]
+            if missing:
+                raise ValueError(
+                    f"{owner}: neurons names population(s) {missing} that v does not hold; "
+                    f"v holds {list(v)}"
+                )
+            chosen = {k: neurons[k] for k in neurons}
+        else:
+            chosen = {k: neurons for k in v}
+        series = {}
+        for k, sel in chosen.items():
+            hint = f"; select one trial of a batch, e.g. rec.v[{k!r}][:, 0]"
+            series[k] = (_array(owner, f"v[{k!r}]", v[k], (1, 2), hint=hint), sel, f"{k} ")
     else:
-        seq = [neurons] if isinstance(neurons, (int, np.integer)) else neurons
-        try:
-            idx = list(seq)
-        except TypeError:
-            idx = [None]
-        bad = [
-            i
-            for i in idx
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -n <= i < n
-        ]
-        if bad or not idx:
-            raise ValueError(
-                f"{owner}: neurons must be None, an index or a non-empty list of indices in "
-                f"[{-n}, {n}) for v with {n} neuron(s), got {neurons!r}"
+        if isinstance(neurons, Mapping):
+            raise TypeError(
+                f"{owner}: neurons is a dict of populations but v is a single array; give an "
+                "index or a list of indices"
             )
-        idx = [int(i) % n for i in idx]
+        hint = "; select one trial of a batch, e.g. rec.v[:, 0]"
+        series = {None: (_array(owner, "v", v, (1, 2), hint=hint), neurons, "")}
+    lines = []
+    for k, (v_a, sel, prefix) in series.items():
+        name = "v" if k is None else f"v[{k!r}]"
+        if v_a.shape[0] != t_a.shape[0]:
+            raise ValueError(
+                f"{owner}: t and {name} must have the same number of time steps, got t of "
+                f"shape {t_a.shape} and {name} of shape {v_a.shape}"
+            )
+        if v_a.ndim == 1:
+            v_a = v_a[:, None]
+        for i in _neuron_indices(owner, sel, v_a.shape[1], name):
+            lines.append((v_a[:, i], f"{prefix}neuron {i}"))
     ax = _axes(owner, ax)
-    for i in idx:
-        ax.plot(t_a, v_a[:, i], label=f"neuron {i}", linewidth=1.0)
+    for trace, lab in lines:
+        ax.plot(t_a, trace, label=lab, linewidth=1.0)
     ax.set_xlabel("time [ms]")
     ax.set_ylabel("v [mV]")
-    if len(idx) <= 10:
+    if len(lines) <= 10:
         ax.legend(loc="upper right")
     return ax
 

@@ -822,9 +822,14 @@ def check_initial_weights(owner: str, plasticity: Any, weights: jax.Array) -> No
     w = np.asarray(weights)
     lo, hi = float(plasticity.w_min), float(plasticity.w_max)
     if w.size and (w.min() < lo or w.max() > hi):
+        name = type(plasticity).__name__
+        how = f"{name}(..., w_min=..., w_max=...)"
+        if callable(getattr(type(plasticity), "preset", None)):
+            how += f" or, from a preset, {name}.preset(name, w_max=...) (it takes overrides)"
         raise ValueError(
-            f"{owner}: initial weights must lie within the {type(plasticity).__name__} bounds "
-            f"[w_min, w_max] = [{lo}, {hi}], got weights in [{w.min()}, {w.max()}]"
+            f"{owner}: initial weights must lie within the {name} bounds "
+            f"[w_min, w_max] = [{lo}, {hi}], got weights in [{w.min()}, {w.max()}]; build the "
+            f"rule with bounds that hold them: {how}"
         )
 
 

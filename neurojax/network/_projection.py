@@ -161,7 +161,8 @@ class Projection(eqx.Module):
       varies.
     - `"dense"` (`nj.network.DenseLayout`): a dense `(n_pre, n_post)` weight matrix and one
       matrix product per step, for small networks and gradient training; homogeneous delay
-      only.
+      only. It also keeps which pairs are synapses (one bit per pair), so that a sparse
+      connectivity stored densely stays sparse under training.
     - `"bcoo"` (`nj.network.BCOOLayout`): `spikes @ conn` with JAX's BCOO kernels; a
       reference, slow in a loop.
     - `"auto"` (default): `"dense"` when `n_pre * n_post <= 65536`, the delay is homogeneous
@@ -171,7 +172,13 @@ class Projection(eqx.Module):
       regenerated from its key (4 bytes per presynaptic neuron). Static weights only;
       per-synapse delays come from the description. `"auto"` picks it for a description.
     - a subclass of `nj.network.Layout`: a layout of your own (see its docstring).
-    All built-in layouts deliver the same values and, through `jax.grad`, the same gradients.
+    All built-in layouts deliver the same values and the same gradients, on the synapses
+    only: the gradient with respect to the dense layout's `matrix` is exactly zero at the
+    pairs that are not synapses (as the event and BCOO layouts, which hold one weight per
+    synapse, have no entry there), so an optax update never creates a synapse; a procedural
+    projection learns the parameters of its weight distribution. Take a whole network's
+    gradient with `eqx.filter_grad` or through `nj.training.trainable` (layouts hold
+    integer arrays: indices, the dense layout's synapse bits), as in docs/concepts/gradients.md.
 
     Args:
         pre: name of the presynaptic population in the network.

@@ -34,6 +34,7 @@ parameter sets of `TripletSTDP.preset`). P. J. Sjostrom, G. G. Turrigiano and S.
 every visual-cortex set with it, see `TripletSTDP`).
 """
 
+import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
@@ -197,13 +198,31 @@ class TripletSTDP(PlasticityRule):
         """The rule with a parameter set of Pfister and Gerstner (2006), Table 4
         (`TRIPLET_PRESETS`: `"visual_cortex_all_to_all"`, `"visual_cortex_nearest"`, their
         `"_minimal"` versions, `"hippocampal_all_to_all"`, `"hippocampal_nearest"`);
-        `overrides` replace parameters (e.g. the bounds)."""
+        `overrides` replace any parameter: the sets fix the amplitudes and time constants
+        only, so the bounds are the defaults `[w_min, w_max] = [0, 1]` unless given, e.g.
+        `TripletSTDP.preset("hippocampal_all_to_all", w_max=2.0)` for weights up to 2."""
         if name not in TRIPLET_PRESETS:
             raise ValueError(
                 f"TripletSTDP.preset: unknown name {name!r}; choose one of "
                 f"{sorted(TRIPLET_PRESETS)}"
             )
-        return cls(**{**TRIPLET_PRESETS[name], **overrides})
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(overrides) - set(fields))
+        if unknown:
+            raise TypeError(
+                f"TripletSTDP.preset: unknown parameter(s) {unknown}; overrides may be any of "
+                f"{fields}"
+            )
+        try:
+            return cls(**{**TRIPLET_PRESETS[name], **overrides})
+        except ValueError as err:
+            bounds = {k: overrides.get(k, getattr(cls, k)) for k in ("w_min", "w_max")}
+            raise ValueError(
+                f"TripletSTDP.preset({name!r}): {err}; the bounds asked for are [w_min, w_max] "
+                f"= [{float(bounds['w_min'])}, {float(bounds['w_max'])}] (a preset keeps the "
+                "defaults [0, 1]): preset(name, w_min=..., w_max=...) takes both (and any other "
+                "parameter) as overrides"
+            ) from None
 
     def _trace(self, trace, spikes):
         if self.pairing == "nearest":

@@ -1,6 +1,6 @@
 r"""Short-term synaptic plasticity: the Tsodyks-Markram model of depression and facilitation."""
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -19,7 +19,7 @@ from .._validation import (
 from ..kernels import Example, Fold, Kernel, call, register
 from ._base import ShortTermRule
 
-__all__ = ["TsodyksMarkram", "TsodyksMarkramState"]
+__all__ = ["TsodyksMarkram", "TsodyksMarkramState", "SteadyState"]
 
 
 class TsodyksMarkramState(eqx.Module):
@@ -221,9 +221,27 @@ class TsodyksMarkram(ShortTermRule, metaclass=NamesBadParameters):
         )
         return TsodyksMarkramState(u=u, r=r, last=last), release
 
-    def steady_state(self, period: float) -> tuple[jax.Array, jax.Array]:
-        """`(u+, R-)` at the spikes of a regular train of period `period` [ms] once it has
-        settled (see the class docstring): the release of each spike is their product."""
+    def steady_state(self, period: float) -> "SteadyState":
+        r"""What each spike of a regular train of period `period` [ms] sees once the train
+        has settled (see the class docstring and docs/concepts/short-term-plasticity.md).
+
+        Returns a `SteadyState`, a named pair `(u_plus, r_minus)`:
+
+        - `u_plus`: $u^+_\infty$, the utilisation just after a spike,
+          $U / (1 - (1 - U) E_F)$ with $E_F = e^{-T/\tau_{facil}}$ (0 without facilitation);
+        - `r_minus`: $R^-_\infty$, the available resources just before a spike,
+          $(1 - E_R) / (1 - (1 - u^+_\infty) E_R)$ with $E_R = e^{-T/\tau_{rec}}$;
+        - `release` (a property, not a third element): $u^+_\infty R^-_\infty$, the
+          fraction each spike releases, by which it multiplies its weight.
+
+        It unpacks as the pair `u_plus, r_minus = stp.steady_state(T)`, as before.
+
+        Example:
+        ```python
+        ss = nj.TsodyksMarkram.preset("depressing").steady_state(25.0)   # 40 Hz
+        ss.u_plus, ss.r_minus, ss.release     # 0.5, 0.0595..., 0.0297...
+        ```
+        """
         e_f = jnp.where(
             self.tau_facil > 0,
             jnp.exp(-period / jnp.where(self.tau_facil > 0, self.tau_facil, 1)),
@@ -232,7 +250,22 @@ class TsodyksMarkram(ShortTermRule, metaclass=NamesBadParameters):
         e_r = jnp.exp(-period / self.tau_rec)
         u_inf = self.u / (1 - (1 - self.u) * e_f)
         r_inf = (1 - e_r) / (1 - (1 - u_inf) * e_r)
-        return u_inf, r_inf
+        return SteadyState(u_plus=u_inf, r_minus=r_inf)
+
+
+class SteadyState(NamedTuple):
+    r"""The steady state of a regular train at its spikes (`TsodyksMarkram.steady_state`):
+    `u_plus` ($u^+_\infty$, utilisation just after a spike) and `r_minus` ($R^-_\infty$,
+    resources just before it); `release` is their product, the fraction of the weight each
+    spike delivers."""
+
+    u_plus: jax.Array
+    r_minus: jax.Array
+
+    @property
+    def release(self) -> jax.Array:
+        """`u_plus * r_minus`: the release of each spike of the settled train."""
+        return self.u_plus * self.r_minus
 
 
 def _release_reference(s, step, u, r, last, u_par, rate_rec, rate_facil, dt):

@@ -18,12 +18,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._simulate import simulate
 from .._validation import check_dt, check_positive, default_float
 from ..neurons import NeuronModel
-from ._layers import _check_flag, _check_key, _check_neuron, _check_scale, _Layer
+from ._layers import (
+    _check_flag,
+    _check_key,
+    _check_neuron,
+    _check_scale,
+    _Layer,
+    _time_back,
+    _time_first,
+)
 
 __all__ = [
     "conv1d",
@@ -277,19 +285,6 @@ def _in_shape(owner: str, in_shape, ndim: int) -> tuple[int, ...]:
     return _int_tuple(owner, "in_shape", tuple(in_shape), ndim + 1, minimum=1)
 
 
-def _conv_sequence(owner: str, x_seq: ArrayLike, in_shape: tuple[int, ...]):
-    x = jnp.asarray(x_seq)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(default_float())
-    if x.ndim < len(in_shape) + 1 or x.shape[x.ndim - len(in_shape) :] != in_shape:
-        shape = ", ".join(map(str, in_shape))
-        raise ValueError(
-            f"{owner}: inputs must be time-major with shape (t, *batch, {shape}), got shape "
-            f"{x.shape}"
-        )
-    return x
-
-
 class SpikingConv(_Layer):
     """The shared parts of `SpikingConv1d` and `SpikingConv2d` (built through those two):
     a convolution into a population of spiking neurons, see `SpikingConv2d`."""
@@ -383,13 +378,16 @@ class SpikingConv(_Layer):
         state=None,
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
+        time_axis: int = 0,
     ) -> Float[Array, "t ..."]:
-        """Run the layer over a time-major sequence; return its spikes `(t, ..., *out_shape)`.
+        """Run the layer over an input sequence; return its spikes `(t, ..., *out_shape)`.
 
+        The input is time-major, `(t, *batch, *in_shape)`, unless `time_axis` names another
+        of its leading axes as time (1 for batch-first); the spikes keep time on that axis.
         The convolutions of all steps are one call; the neurons then run under `simulate`.
         """
         owner = type(self).__name__
-        x = _conv_sequence(owner, x_seq, self.in_shape)
+        x, axis = _time_first(owner, x_seq, self.in_shape, time_axis)
         dt = check_dt(owner, dt)
         currents = self.current(x)
         neuron = self._neuron()
@@ -404,7 +402,7 @@ class SpikingConv(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return rec.spikes
+        return _time_back(rec.spikes, axis)
 
 
 class SpikingConv1d(SpikingConv):
@@ -535,11 +533,14 @@ class StatelessLayer(eqx.Module):
         state=None,
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
+        time_axis: int = 0,
     ) -> Float[Array, "t ..."]:
-        """Apply the map to every step of a time-major sequence at once."""
+        """Apply the map to every step of a sequence at once (time-major unless `time_axis`
+        says otherwise; time stays on the input's axis)."""
         owner = type(self).__name__
         check_dt(owner, dt)
-        return self.apply(_conv_sequence(owner, x_seq, self.in_shape))
+        x, axis = _time_first(owner, x_seq, self.in_shape, time_axis)
+        return _time_back(self.apply(x), axis)
 
     @property
     def n_in(self) -> tuple[int, ...]:

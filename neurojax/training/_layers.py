@@ -106,16 +106,63 @@ def _check_neuron(owner: str, neuron, learn_tau: bool) -> NeuronModel:
     return neuron
 
 
-def _sequence(owner: str, x_seq: ArrayLike, n_in: int) -> Float[Array, "t ... n_in"]:
+def _check_time_axis(owner: str, time_axis) -> int:
+    """`time_axis` as an int (checked before any work; its range is checked at the call,
+    against the input's shape)."""
+    if isinstance(time_axis, bool) or not isinstance(time_axis, (int, np.integer)):
+        raise TypeError(
+            f"{owner}: time_axis must be an int (the input's axis that is time: 0 for "
+            f"time-major (t, *batch, ...), 1 for batch-first (batch, t, ...)), got {time_axis!r}"
+        )
+    return int(time_axis)
+
+
+def _example_text(example: tuple[int, ...]) -> str:
+    return ", ".join(map(str, example))
+
+
+def _time_first(
+    owner: str, x_seq: ArrayLike, example: tuple[int, ...], time_axis: int
+) -> tuple[Float[Array, "t ..."], int]:
+    """The input sequence `x_seq` with its time axis `time_axis` moved to the front, as a
+    float array, and that axis counted from the front (to move the outputs back).
+
+    `x_seq` is `(*leading, *example)`: time and the batch axes lead, in any order, and the
+    axes of one example (`example`, `(n_in,)` for a dense layer) end it. Every error says
+    which axis was read as time and how to ask for another.
+    """
     x = jnp.asarray(x_seq)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(default_float())
-    if x.ndim < 2 or x.shape[-1] != n_in:
-        raise ValueError(
-            f"{owner}: inputs must be time-major with shape (t, *batch, {n_in}), got shape "
-            f"{x.shape}"
+    time_axis = _check_time_axis(owner, time_axis)
+    k = len(example)
+    text = _example_text(example)
+    if x.ndim < k + 1 or tuple(x.shape[x.ndim - k :]) != tuple(example):
+        read = (
+            f"read with time on axis {time_axis} (length {x.shape[time_axis]})"
+            if -x.ndim <= time_axis < x.ndim
+            else f"time_axis={time_axis}"
         )
-    return x
+        raise ValueError(
+            f"{owner}: the input must end with the axes of one example ({text}), after time "
+            f"and any batch axes; got shape {tuple(x.shape)}, {read}. Time-major inputs are "
+            f"(t, *batch, {text}) (time_axis=0, the default); a batch-first input "
+            f"(batch, t, {text}) as snnTorch or tonic give it needs time_axis=1"
+        )
+    lead = x.ndim - k
+    if not -lead <= time_axis < lead:
+        raise ValueError(
+            f"{owner}: time_axis={time_axis} must name one of the {lead} leading axes of the "
+            f"input (time and batch, before the axes of one example ({text})), i.e. be in "
+            f"[{-lead}, {lead - 1}]; got shape {tuple(x.shape)}"
+        )
+    axis = time_axis % lead
+    return (jnp.moveaxis(x, axis, 0) if axis else x), axis
+
+
+def _time_back(y: jax.Array, axis: int) -> jax.Array:
+    """Outputs `(t, *batch, ...)` with time moved back to the input's `axis`."""
+    return jnp.moveaxis(y, 0, axis) if axis else y
 
 
 def _step_input(x, n_in: int, like) -> Float[Array, "... n_in"]:
@@ -236,13 +283,17 @@ class SpikingDense(_Layer):
         state=None,
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
+        time_axis: int = 0,
     ) -> Float[Array, "t ... n_out"]:
-        """Run the layer over a time-major input sequence; return its spikes `(t, ..., n_out)`.
+        """Run the layer over an input sequence; return its spikes `(t, ..., n_out)`.
 
-        The currents of all steps are one matrix product; the neurons then run under
-        `simulate` (`checkpoint` and `truncate_backprop` as there). `state` defaults to rest.
+        The input is time-major, `(t, *batch, n_in)`, unless `time_axis` names another of
+        its leading axes as time (`time_axis=1` for batch-first `(batch, t, n_in)`); the
+        spikes have time on the same axis as the input. The currents of all steps are one
+        matrix product; the neurons then run under `simulate` (`checkpoint` and
+        `truncate_backprop` as there). `state` defaults to rest.
         """
-        x = _sequence("SpikingDense", x_seq, self.n_in)
+        x, axis = _time_first("SpikingDense", x_seq, (self.n_in,), time_axis)
         dt = check_dt("SpikingDense", dt)
         currents = self.current(x)
         neuron = self._neuron()
@@ -257,7 +308,7 @@ class SpikingDense(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return rec.spikes
+        return _time_back(rec.spikes, axis)
 
 
 class RecurrentState(eqx.Module):
@@ -368,9 +419,11 @@ class SpikingRecurrent(_Layer):
         state: RecurrentState | None = None,
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
+        time_axis: int = 0,
     ) -> Float[Array, "t ... n_out"]:
-        """Run the layer over a time-major input sequence; return its spikes."""
-        x = _sequence("SpikingRecurrent", x_seq, self.n_in)
+        """Run the layer over an input sequence (time-major unless `time_axis` says
+        otherwise, as `SpikingDense`); return its spikes, time on the input's time axis."""
+        x, axis = _time_first("SpikingRecurrent", x_seq, (self.n_in,), time_axis)
         dt = check_dt("SpikingRecurrent", dt)
         currents = self.current(x)
         if state is None:
@@ -384,7 +437,7 @@ class SpikingRecurrent(_Layer):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return rec.spikes
+        return _time_back(rec.spikes, axis)
 
 
 class ReadoutState(eqx.Module):
@@ -482,9 +535,11 @@ class LeakyReadout(eqx.Module):
         state: ReadoutState | None = None,
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
+        time_axis: int = 0,
     ) -> Float[Array, "t ... n_out"]:
-        """Membrane potentials `(t, ..., n_out)` over a time-major input sequence."""
-        x = _sequence("LeakyReadout", x_seq, self.n_in)
+        """Membrane potentials `(t, ..., n_out)` over an input sequence (time-major unless
+        `time_axis` says otherwise, as `SpikingDense`; time stays on the input's axis)."""
+        x, axis = _time_first("LeakyReadout", x_seq, (self.n_in,), time_axis)
         dt = check_dt("LeakyReadout", dt)
         currents = self.current(x)
         if state is None:
@@ -498,7 +553,7 @@ class LeakyReadout(eqx.Module):
             checkpoint=checkpoint,
             truncate_backprop=truncate_backprop,
         )
-        return rec.spikes
+        return _time_back(rec.spikes, axis)
 
 
 class _ReadoutCore(eqx.Module):
@@ -519,14 +574,34 @@ class Sequential(eqx.Module):
     over the whole sequence (each with its input product hoisted out of the scan), which
     gives the same result because no layer feeds back to an earlier one.
 
+    **Time axis.** Every neurojax array is time-major, and so is the stack's input by
+    default: `(t, *batch, n_in)` (`time_axis=0`). Layers act on one example and batching is
+    `jax.vmap`'s job, but leading batch axes are accepted; their order against time cannot be
+    read from a shape, so the stack is told which axis is time: `time_axis=1` for the
+    batch-first `(batch, t, n_in)` that snnTorch users and tonic's `batch_first` loaders
+    write (without it such an input would run with time and batch swapped). The outputs
+    keep time on the input's axis. A shape that does not fit says which axis was read as
+    time.
+
     Args:
         layers: the layers, first to last (`SpikingDense`, `SpikingRecurrent`,
             `LeakyReadout`, or any module with the same `init_state` / `step` / `__call__`).
+        time_axis: the input's axis that is time (default 0, time-major; 1 for batch-first),
+            used by `__call__` unless the call names another.
+
+    Example:
+    ```python
+    net = nj.training.Sequential([nj.training.SpikingDense(64, 100, key=k1),
+                                  nj.training.LeakyReadout(100, 10, key=k2)], time_axis=1)
+    v = net(x)      # x: (batch, t, 64) -> v: (batch, t, 10)
+    ```
     """
 
     layers: tuple
+    time_axis: int = eqx.field(static=True, default=0)
 
-    def __init__(self, layers: Sequence):
+    def __init__(self, layers: Sequence, *, time_axis: int = 0):
+        self.time_axis = _check_time_axis("Sequential", time_axis)
         layers = tuple(layers)
         if not layers:
             raise ValueError("Sequential: layers must contain at least one layer, got none")
@@ -569,18 +644,26 @@ class Sequential(eqx.Module):
         checkpoint: bool = False,
         truncate_backprop: int | None = None,
         return_all: bool = False,
+        time_axis: int | None = None,
     ):
-        """Run the stack over a time-major sequence from rest.
+        """Run the stack over an input sequence from rest.
 
-        Returns the last layer's outputs `(t, ..., n_out)`, or with `return_all=True` the
-        list of every layer's outputs (for rate regularisers on hidden layers).
+        `time_axis` is the input's axis that is time (default: the stack's `time_axis`, 0
+        unless it was built with another). Returns the last layer's outputs `(t, ...,
+        n_out)` (time on the input's time axis), or with `return_all=True` the list of every
+        layer's outputs (for rate regularisers on hidden layers).
         """
+        time_axis = self.time_axis if time_axis is None else time_axis
+        n_in = getattr(self.layers[0], "n_in", None)
+        # the axes of one example; none known for a first layer of the user's without n_in
+        example = () if n_in is None else n_in if isinstance(n_in, tuple) else (n_in,)
+        x, axis = _time_first("Sequential", x_seq, example, time_axis)
         outputs = []
-        x = x_seq
         for layer in self.layers:
             x = layer(x, dt=dt, checkpoint=checkpoint, truncate_backprop=truncate_backprop)
             outputs.append(x)
-        return outputs if return_all else x
+        outputs = [_time_back(y, axis) for y in outputs]
+        return outputs if return_all else outputs[-1]
 
 
 def trainable(model) -> object:
