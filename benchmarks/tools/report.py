@@ -1,6 +1,6 @@
 """Render benchmark JSON lines as Markdown tables and check the performance targets.
 
-`python -m benchmarks.report results.jsonl [more.jsonl ...]` prints the tables that
+`python -m benchmarks.tools.report results.jsonl [more.jsonl ...]` prints the tables that
 `benchmarks/RESULTS.md` is built from: the measured machine limits, per benchmark a table of
 loop times with the ratio of each peer to neurojax in the same run, the spike-time accuracy
 of every Hodgkin-Huxley implementation, and the targets with the numbers that decide them.
@@ -599,7 +599,7 @@ def render(records: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        raise SystemExit("usage: python -m benchmarks.report RESULTS.jsonl [...]")
+        raise SystemExit("usage: python -m benchmarks.tools.report RESULTS.jsonl [...]")
     print(render(load(paths)), end="")
 
 
