@@ -12,7 +12,8 @@ Benchmarks report the fraction of these limits that they reach:
 
 All numbers are best-of-repeats, so they estimate what the hardware can do, not what a
 typical call gets. `threads` is the thread count the process was pinned to (see
-`benchmarks._harness.configure_threads`); run with `python -m benchmarks.tools.machine [--threads N]`.
+`benchmarks._harness.configure_threads`); run with
+`python -m benchmarks.tools.machine [--threads N]`.
 """
 
 import os
