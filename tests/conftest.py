@@ -134,7 +134,7 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_procedural_kernel.py": ("test_corrupted_descriptions_are_refused",),
     "test_reliability.py": (
         "test_non_finite_and_complex_inputs_are_refused",
-        "test_set_winners_out_of_range_raises",
+        "test_set_winners_out_of_range_raises_with_the_value_at_once",
     ),
     "test_reward_stdp.py": ("test_bad_inputs_and_parameters_are_rejected",),
     "test_ring_inplace.py": ("test_ring_copies_finds_a_copied_ring",),

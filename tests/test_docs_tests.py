@@ -90,7 +90,7 @@ def test_fast_marker_is_applied_from_the_mapping(pytester):
         )
     )
     result = pytester.runpytest("-m", "fast", "-q", "-p", "no:randomly")
-    result.assert_outcomes(passed=2, deselected=4)
+    result.assert_outcomes(passed=2, deselected=3)
     assert pytester.runpytest("-m", "slow", "-q", "-p", "timeout").ret == 0
 
 
