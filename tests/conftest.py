@@ -74,7 +74,10 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_checkpoint_fuzz.py": ("test_any_json_header_gives_the_documented_error",),
     "test_cli.py": ("test_unknown_model_exits_2_naming_the_choices",),
     "test_compilation_cache.py": ("test_bad_arguments_are_refused",),
-    "test_connectivity.py": ("test_fixed_degrees_are_exact", "test_stats_on_hand_made_matrices"),
+    "test_connectivity.py": (
+        "test_fixed_degrees_are_exact[300-200-40-True-fixed_indegree]",
+        "test_stats_on_hand_made_matrices",
+    ),
     "test_connectivity_fixed_total.py": ("test_exact_count_shape_and_order",),
     "test_contract.py": (
         "test_state_protocol[lif]",
@@ -88,7 +91,7 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
         "test_every_block_runs_or_says_why",
     ),
     "test_docs_tests.py": ("test_fast_tests_name_every_test_file_and_existing_tests",),
-    "test_formats.py": ("test_missing_extra_names_it",),
+    "test_formats.py": ("test_missing_extra_names_it[<lambda>-h5py-sonata]",),
     "test_hh_fused.py": ("test_applies_only_to_hodgkin_huxley_steps_with_constant_float_input",),
     "test_hodgkin_huxley.py": (
         "test_init_state_is_the_resting_state[float32]",
@@ -100,7 +103,7 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
         "test_registration_rejects_duplicates_and_bad_entries",
         "test_bad_mode_is_refused",
     ),
-    "test_layouts.py": ("test_product_equals_numpy",),
+    "test_layouts.py": ("test_product_equals_numpy[event]",),
     "test_learnable_delays.py": ("test_invalid_options_are_refused",),
     "test_lif.py": (
         "test_first_step_and_first_spike_match_nest",
@@ -115,8 +118,8 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
         "test_dc_compensation_matches_the_reference_formula",
     ),
     "test_network.py": (
-        "test_arrivals_match_reference_without_delay",
-        "test_homogeneous_delay_matches_reference",
+        "test_arrivals_match_reference_without_delay[kernel-event]",
+        "test_homogeneous_delay_matches_reference[jax-event]",
     ),
     "test_nir.py": ("test_affine_linear_scale_match_numpy",),
     "test_notebooks.py": ("test_the_numbered_notebooks_are_exactly_the_expected_ones",),
@@ -143,13 +146,13 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_short_term.py": ("test_invalid_parameters_are_refused",),
     "test_simulate.py": ("test_input_kinds_agree", "test_record_function_and_pytree_outputs"),
     "test_spike_matmul.py": ("test_forward_equals_numpy",),
-    "test_stdp.py": ("test_single_pair_reproduces_window_in_float32",),
+    "test_stdp.py": ("test_single_pair_reproduces_window_in_float32[0.1]",),
     "test_surrogate.py": ("test_forward_is_exact_step", "test_derivative_equals_analytic_form"),
     "test_synapses.py": ("test_kernel_is_sampled_exactly_on_the_grid", "test_outputs"),
     "test_threads.py": ("test_pool_workers_rule",),
     "test_threefry_host.py": (
         "test_threefry_known_answer",
-        "test_split_fold_in_and_bits_equal_jax_random",
+        "test_split_fold_in_and_bits_equal_jax_random[0]",
     ),
     "test_trace_platforms.py": ("test_bad_flag_is_refused",),
     "test_training.py": (
