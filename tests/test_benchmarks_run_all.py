@@ -181,3 +181,21 @@ def test_bench_list_is_a_literal_tuple():
         and any(getattr(t, "id", "") == "BENCHMARKS" for t in n.targets)
     ]
     assert isinstance(node.value, ast.Tuple)
+
+
+def test_report_table_keeps_one_line_per_record():
+    from benchmarks.tools import report
+
+    records = [
+        {"bench": "procedural", "case": "coba", "error": "Traceback ...\n  x\nValueError: a | b\n"},
+        {"bench": "procedural", "case": "big", "error": None},
+    ]
+    text = report.render(records)
+    table = text[text.index("### procedural") :].strip().splitlines()
+    assert table[1:] == [
+        "",
+        "| case | error |",
+        "|---|---|",
+        "| coba | ValueError: a \\| b |",
+        "| big | - |",
+    ]

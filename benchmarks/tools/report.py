@@ -35,7 +35,10 @@ def _fmt(x: Any, digits: int = 3) -> str:
         if abs(x) >= 1e5 or abs(x) < 1e-3:
             return f"{x:.{digits - 1}e}"
         return f"{x:.{digits}g}"
-    return str(x)
+    text = str(x)
+    if "\n" in text:  # a traceback in an error record: its last line, so the table holds
+        text = [line for line in text.splitlines() if line.strip()][-1].strip()
+    return text.replace("|", "\\|")
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
