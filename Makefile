@@ -7,7 +7,7 @@ STAMP_DEV := $(VENV)/.stamp-dev
 STAMP_BENCH := $(VENV)/.stamp-bench
 STAMP_DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test test-slow test-all bench bench-gpu gpu-wheels docs docs-serve lint lint-imports clean
+.PHONY: demo test test-fast test-slow test-all bench bench-gpu gpu-wheels docs docs-serve lint lint-imports clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,18 +30,24 @@ demo: $(STAMP_DEV)
 
 # The default suite leaves out the tests marked slow (long reference and statistics runs);
 # CI (`.ci/run`) runs both. Tests run on TEST_WORKERS processes (pytest-xdist; one per core
-# of the 2-core reference machine): the default suite has taken 10-17 minutes there (the
-# shared hosts vary). `make test TEST_WORKERS=0` runs them in this process.
+# of the 2-core reference machine): the default suite has taken 10-15 minutes there (the
+# shared hosts vary). `make test TEST_WORKERS=0` runs them in this process. `make test-fast`
+# runs the tests marked fast, a smoke test of every module (tests/conftest.py FAST_TESTS),
+# in under 3 minutes. PYTEST_FLAGS adds flags (CI: --durations=25).
 TEST_WORKERS ?= 2
+PYTEST_FLAGS ?=
+
+test-fast: $(STAMP_DEV)
+	$(PY) -m pytest -q -m "fast and not slow" -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 test: $(STAMP_DEV)
-	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 test-slow: $(STAMP_DEV)
-	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 test-all: $(STAMP_DEV)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 # The layer order of the package (pyproject.toml's [tool.importlinter] contracts; imports
 # inside functions count): a unit imports only from its own layer or below, and no two units

@@ -136,7 +136,7 @@ def parse_args(
 
     Flags: `--quick` (small sizes, a smoke run), `--sizes 1,10,100`, `--repeats R`,
     `--peers/--no-peers`, `--threads {1,2}`, `--machine FILE` (limits measured by
-    `benchmarks.machine`; measured afresh when absent) and `--budget S` (seconds of timed
+    `benchmarks.tools.machine`; measured afresh when absent) and `--budget S` (seconds of timed
     repeats per configuration before stopping early).
     """
     parser = argparse.ArgumentParser(description=description)
@@ -156,7 +156,9 @@ def parse_args(
         default=1,
         help="1: XLA pinned to one intra-op thread (default); 2: both cores",
     )
-    parser.add_argument("--machine", type=Path, default=None, help="JSON from benchmarks.machine")
+    parser.add_argument(
+        "--machine", type=Path, default=None, help="JSON from benchmarks.tools.machine"
+    )
     parser.add_argument(
         "--budget",
         type=float,
@@ -399,23 +401,16 @@ def load_machine(args: argparse.Namespace) -> dict[str, Any]:
     """The machine limits from `--machine FILE`, or measured now (smaller sizes under --quick)."""
     if args.machine is not None:
         return json.loads(Path(args.machine).read_text())
-    from . import machine
+    from .tools import machine
 
     log("measuring machine limits (use --machine FILE to reuse a measurement)")
     return machine.measure(threads=args.threads, quick=args.quick)
 
 
-def neurojax_cpu_kernel() -> bool | None:
-    """Whether neurojax's compiled CPU kernels run (None: unknown)."""
-    try:
-        import neurojax as nj
+def neurojax_cpu_kernel() -> bool:
+    """Whether neurojax's compiled CPU kernels run: the kernel mode is "auto" and the library
+    builds and loads (`nj.kernels.mode()`, `neurojax.kernels._build.library()`)."""
+    import neurojax as nj
+    from neurojax.kernels import _build
 
-        if hasattr(nj, "kernels"):
-            from neurojax.kernels import _build
-
-            return nj.kernels.mode() == "auto" and _build.library() is not None
-        from neurojax.network import _kernel  # versions before the kernel layer
-
-        return bool(_kernel.available())
-    except Exception:  # an internal of neurojax: absent in other versions
-        return None
+    return nj.kernels.mode() == "auto" and _build.library() is not None

@@ -9,7 +9,7 @@ default recording (the bool spike raster).
 Reported per configuration: neuron updates per second, and the memory traffic this implies at
 `peers._lif.BYTES_PER_NEURON_STEP` = 21 bytes per neuron-step (read v, refractory time and
 current, write v and refractory time, one raster byte) as a fraction of the measured
-bandwidth (`benchmarks.machine`). XLA's own estimate of the bytes one step touches is
+bandwidth (`benchmarks.tools.machine`). XLA's own estimate of the bytes one step touches is
 reported too (`xla_bytes_per_neuron_step`).
 
 Peers in the same run: Brian2 2.9 (C++ standalone and cython runtime, `method="exact"`,

@@ -78,7 +78,7 @@ def _neurojax(args) -> dict:
 def _nest(args) -> dict:
     import nest
 
-    from benchmarks.microcircuit_reference import build_nest
+    from benchmarks.reference.microcircuit_reference import build_nest
 
     t0, c0 = time.perf_counter(), time.process_time()
     pops, recs = build_nest(args.scale, args.k_scale, args.seed + 1, args.threads)

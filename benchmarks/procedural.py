@@ -62,6 +62,8 @@ def measure(
     while n_steps % chunk:
         chunk -= 1
     every = max(1, chunk // 10)  # spike counts over windows: no (steps x neurons) raster
+    while chunk % every:  # `simulate` needs windows that tile a chunk
+        every -= 1
 
     def run(steps):
         final, rec = nj.simulate(

@@ -65,7 +65,7 @@ the neurojax (default) row's at the same n.
 
 **Work.** `matmul_flops = 4 T B n^2` (forward product and weight gradient);
 `frac_peak_flops` divides `matmul_flops / run_s` by the machine's measured float32 matmul peak
-(`benchmarks.machine`, `--machine FILE`). The LIF updates themselves are O(T B n), small
+(`benchmarks.tools.machine`, `--machine FILE`). The LIF updates themselves are O(T B n), small
 at these n. `xla_matmul_floor_s` is the best time of the two products alone in XLA at the same
 shapes (`matmul_floor`, `--no-floor` to skip), and `over_matmul_floor` a row's `run_s` over it
 (for the JAX rows, its excess over 1 is the cost of everything except the products; PyTorch's

@@ -16,6 +16,9 @@ import pytest
 import neurojax as nj
 from neurojax import _cli_assembly, cli
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 A = nj.assembly
 
 _WHILE = re.compile(r"=\s*\(?[^\n]*?\)?\s*while\(")

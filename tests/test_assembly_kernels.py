@@ -17,6 +17,9 @@ import neurojax as nj
 from neurojax.assembly import _brain, _synapses
 from neurojax.kernels import _build
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 A = nj.assembly
 _PROBE = (jnp.zeros(2, jnp.float32), jnp.zeros(1, jnp.float32))  # any top-k input
 

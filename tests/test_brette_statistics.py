@@ -3,7 +3,7 @@
 The networks are chaotic, so only statistics are compared. The Brian2 side comes from
 `tests/data/brian2_coba_cuba_stats.json` (Brian2 2.9.0 C++ standalone, float64, seeds 0-4,
 the same formulation; the file records the command that produced it:
-`.venv/bin/python -m benchmarks.brian2_network_stats`). Stored statistics are used whether or
+`.venv/bin/python -m benchmarks.reference.brian2_network_stats`). Stored statistics are used whether or
 not Brian2 is installed, so the test is the same everywhere and needs no compiler.
 
 The band for each statistic is derived from the two samples: the difference of the means must

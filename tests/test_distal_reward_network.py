@@ -1,11 +1,11 @@
 """The distal reward experiment of Izhikevich (2007), Fig. 1, in a network of 1000 Izhikevich
-neurons (`benchmarks/distal_reward.py`): the reward bookkeeping against NumPy loops over the
+neurons (`benchmarks/examples/distal_reward.py`): the reward bookkeeping against NumPy loops over the
 recorded spikes (fast), and the paper's outcome over an hour of model time (slow)."""
 
 import numpy as np
 import pytest
 
-from benchmarks import distal_reward as dr
+from benchmarks.examples import distal_reward as dr
 
 
 def test_rewards_follow_the_pairings_of_the_chosen_synapse():

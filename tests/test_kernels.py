@@ -16,6 +16,9 @@ import pytest
 import neurojax as nj
 from neurojax.kernels import _build
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 KERNELS = nj.kernels.registry()
 CASES = [
     pytest.param(kernel, example, id=f"{name}-{example.label or i}")

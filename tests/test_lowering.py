@@ -15,6 +15,9 @@ import pytest
 
 import neurojax as nj
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 KERNELS = nj.kernels.registry()
 TRITON = "__gpu$xla.gpu.triton"
 CASES = [

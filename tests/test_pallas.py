@@ -25,6 +25,9 @@ from neurojax.network._propagation import EventSpec
 from neurojax.network._propagation import _deliver_reference as _deliver_reference_needed
 from neurojax.plasticity import PlasticityRule
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 
 def _deliver_reference(*args, **static):
     """The reference's ring (the Pallas functions return the ring alone; the registry's

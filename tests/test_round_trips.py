@@ -18,6 +18,9 @@ from helpers import hlo_census
 import neurojax as nj
 from benchmarks.stdp_overhead import with_stdp
 
+# Kernel calls trace every platform's implementation (tests/conftest.py).
+pytestmark = pytest.mark.cross_platform
+
 DT = 0.1
 
 

@@ -32,7 +32,7 @@ def _run(module: str, *args: str) -> list[dict]:
 
 def test_stdp_song_short_run(tmp_path):
     out = tmp_path / "song.png"
-    (r,) = _run("benchmarks.stdp_song", "--duration", "0.5", "--out", str(out))
+    (r,) = _run("benchmarks.examples.stdp_song", "--duration", "0.5", "--out", str(out))
     assert r["bench"] == "stdp_song" and r["steps"] == 5000 and r["n_inputs"] == 1000
     assert out.is_file() and out.stat().st_size > 0 and r["figure"] == str(out)
     # 7500 input spikes expected (Poisson, sd ~87).
@@ -50,7 +50,7 @@ def test_stdp_song_short_run(tmp_path):
 def test_stdp_learn_rule_quick(tmp_path):
     out = tmp_path / "learn.png"
     (r,) = _run(
-        "benchmarks.stdp_learn_rule",
+        "benchmarks.examples.stdp_learn_rule",
         "--quick",
         "--iters",
         "5",

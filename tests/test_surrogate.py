@@ -79,7 +79,7 @@ def test_hyperparameters_are_leaves_not_closures():
 
 def _recurrent_rate_gradients(w_rec: float, steps: int = 2000):
     """What the gradients page's section "Surrogate gradients in recurrent networks" measures
-    (`benchmarks/surrogate_scale.py`, shortened to 200 ms): the mean rate of 200 LIF neurons
+    (`benchmarks/examples/surrogate_scale.py`, shortened to 200 ms): the mean rate of 200 LIF neurons
     driven above threshold, its least-squares slope in the input's scale over +-5 %, and the
     surrogate gradient (slope 25) without and with `truncate_backprop=50`."""
     n, dt = 200, 0.1

@@ -2,7 +2,7 @@
 
 The model of `nj.models.microcircuit` with the parameters of
 `neurojax.models._microcircuit.MICROCIRCUIT_PARAMS` (the same source as the NEST reference,
-`benchmarks/microcircuit_reference.build_nest`), written as a Brian2 user would:
+`benchmarks/reference/microcircuit_reference.build_nest`), written as a Brian2 user would:
 
 - one `NeuronGroup` of all neurons, populations as contiguous subgroups, NEST's
   `iaf_psc_exp` in Brian2's equations: `dv/dt = (e_l - v)/tau_m + (I + I_e)/c_m` and

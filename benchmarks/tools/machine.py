@@ -12,7 +12,8 @@ Benchmarks report the fraction of these limits that they reach:
 
 All numbers are best-of-repeats, so they estimate what the hardware can do, not what a
 typical call gets. `threads` is the thread count the process was pinned to (see
-`benchmarks._harness.configure_threads`); run with `python -m benchmarks.machine [--threads N]`.
+`benchmarks._harness.configure_threads`); run with
+`python -m benchmarks.tools.machine [--threads N]`.
 """
 
 import os
@@ -136,7 +137,7 @@ def measure(*, threads: int, quick: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from . import _harness
+    from .. import _harness
 
     args = _harness.parse_args(
         "Measure FLOP/s, memory bandwidth and exp throughput", sizes=[1], quick_sizes=[1], argv=argv

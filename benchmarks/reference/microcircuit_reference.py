@@ -8,7 +8,7 @@ several seeds, and stores per-population mean rates and mean CV of the interspik
 over `[t_presim, t_presim + t_sim)` in `tests/data/microcircuit_nest_<tag>.json`, with the
 command, the NEST version and the date.
 
-Run: `python -m benchmarks.microcircuit_reference --scale 0.1 --k-scale 0.1
+Run: `python -m benchmarks.reference.microcircuit_reference --scale 0.1 --k-scale 0.1
 [--seeds 1,2,3,4] [--t-presim 500] [--t-sim 1000] [--threads 1] [--background poisson]`.
 Also usable as a module: `build_nest(...)` builds the NEST network (the speed benchmark uses it).
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 POPS = ("L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I")
 
 
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
     doc = {
         "what": "NEST reference of nj.models.microcircuit: per-population mean rate [Hz] and "
         "mean CV ISI (neurons with >= 3 spikes) over [t_presim, t_presim + t_sim)",
-        "command": "python -m benchmarks.microcircuit_reference " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.reference.microcircuit_reference "
+        + " ".join(sys.argv[1:]),
         "nest_version": nest.__version__ if hasattr(nest, "__version__") else nest.build_info,
         "date": datetime.date.today().isoformat(),
         "scale": args.scale,

@@ -8,7 +8,7 @@ over seeds (`ddof=1`) and the provenance (Brian2 version, date, command) to
 `tests/data/brian2_coba_cuba_stats.json`. Each run takes about 10-15 s, nearly all of it the
 standalone build.
 
-Run: `python -m benchmarks.brian2_network_stats [--models coba,cuba] [--seeds 0,1,2,3,4]
+Run: `python -m benchmarks.reference.brian2_network_stats [--models coba,cuba] [--seeds 0,1,2,3,4]
 [--duration 1000] [--out FILE]`.
 """
 
@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import _harness
+from .. import _harness
 
 PEER = "benchmarks.peers.brian2_coba"
 OUT = _harness.REPO_ROOT / "tests" / "data" / "brian2_coba_cuba_stats.json"
@@ -47,7 +47,7 @@ def _summary(per_seed: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str
 
 
 def _model(name: str, seeds: list[int], duration: float, argv: list[str]) -> dict[str, Any]:
-    from .peers import _coba, brian2_coba
+    from ..peers import _coba, brian2_coba
 
     p = _coba.MODELS[name]
     runs = []

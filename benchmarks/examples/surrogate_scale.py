@@ -12,7 +12,7 @@ scale = 1 and the slope of the simulated rate itself, a least-squares line throu
 rates at 21 scales in [0.95, 1.05] (the simulated rate is piecewise constant in the scale,
 so only such a secant over many spike-count changes has a meaning), and their ratio.
 
-Run: `python -m benchmarks.surrogate_scale` (about a minute on one core).
+Run: `python -m benchmarks.examples.surrogate_scale` (about a minute on one core).
 """
 
 import json

@@ -21,7 +21,7 @@ whole loss history, the initial and final loss, the learned amplitudes, the fina
 held-out mean weight, the gradient check and the times. The figure (`--out`) shows the loss,
 the mean weight against the target and the amplitudes per iteration.
 
-Run: `python -m benchmarks.stdp_learn_rule [--iters N] [--target W] [--duration MS]
+Run: `python -m benchmarks.examples.stdp_learn_rule [--iters N] [--target W] [--duration MS]
 [--lr LR] [--out FILE] [--quick]` (`--quick`: 200 ms, 8 iterations). The common benchmark
 flags (`--threads`, ...) are accepted; `--sizes`, `--repeats` and `--peers` are not used.
 """
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import _harness
+from .. import _harness
 
 DT = 0.1  # ms
 N_IN, N_OUT = 100, 10

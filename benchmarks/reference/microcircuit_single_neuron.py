@@ -1,7 +1,7 @@
 """NEST trace of one iaf_psc_exp with the microcircuit parameters, for the exactness test of
 `nj.models.microcircuit` (tests/test_microcircuit.py::test_single_neuron_matches_nest).
 
-Run: `python benchmarks/microcircuit_single_neuron.py` (writes
+Run: `python benchmarks/reference/microcircuit_single_neuron.py` (writes
 tests/data/microcircuit_nest_single_neuron.json).
 """
 
@@ -44,7 +44,7 @@ order = np.argsort(ev["times"])
 doc = {
     "what": "one iaf_psc_exp (microcircuit parameters, I_e = 300 pA, V_m(0) = -58 mV) "
     "driven by spike_generators; V_m every 0.1 ms",
-    "command": "python benchmarks/microcircuit_single_neuron.py",
+    "command": "python benchmarks/reference/microcircuit_single_neuron.py",
     "nest_version": nest.__version__,
     "exc_steps": ex_steps,
     "inh_steps": in_steps,

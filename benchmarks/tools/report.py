@@ -1,6 +1,6 @@
 """Render benchmark JSON lines as Markdown tables and check the performance targets.
 
-`python -m benchmarks.report results.jsonl [more.jsonl ...]` prints the tables that
+`python -m benchmarks.tools.report results.jsonl [more.jsonl ...]` prints the tables that
 `benchmarks/RESULTS.md` is built from: the measured machine limits, per benchmark a table of
 loop times with the ratio of each peer to neurojax in the same run, the spike-time accuracy
 of every Hodgkin-Huxley implementation, and the targets with the numbers that decide them.
@@ -35,7 +35,10 @@ def _fmt(x: Any, digits: int = 3) -> str:
         if abs(x) >= 1e5 or abs(x) < 1e-3:
             return f"{x:.{digits - 1}e}"
         return f"{x:.{digits}g}"
-    return str(x)
+    text = str(x)
+    if "\n" in text:  # a traceback in an error record: its last line, so the table holds
+        text = [line for line in text.splitlines() if line.strip()][-1].strip()
+    return text.replace("|", "\\|")
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -599,7 +602,7 @@ def render(records: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        raise SystemExit("usage: python -m benchmarks.report RESULTS.jsonl [...]")
+        raise SystemExit("usage: python -m benchmarks.tools.report RESULTS.jsonl [...]")
     print(render(load(paths)), end="")
 
 

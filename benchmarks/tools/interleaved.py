@@ -9,7 +9,7 @@ every JSON line of every run tagged with `"tree"` and `"round"`. The figures to 
 picked from those lines afterwards (`--summary KEY` prints the median of KEY per tree and
 configuration).
 
-Run: `python -m benchmarks.interleaved --before ../wt-before --after . --rounds 3
+Run: `python -m benchmarks.tools.interleaved --before ../wt-before --after . --rounds 3
 [--summary run_s] -- brette_networks --no-peers --threads 1`.
 """
 

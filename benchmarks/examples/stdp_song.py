@@ -23,7 +23,7 @@ weight, the output rate over the whole run and over its last 10 %, and `wall_s` 
 call, compilation included). The figure (`--out`) shows the final weight histogram, the
 trajectories of a few synapses and the output rate over time.
 
-Run: `python -m benchmarks.stdp_song [--duration S] [--seed N] [--out FILE] [--quick]`
+Run: `python -m benchmarks.examples.stdp_song [--duration S] [--seed N] [--out FILE] [--quick]`
 (`--duration` in seconds, default 100; `--quick` simulates 2 s). The common benchmark flags
 (`--threads`, ...) are accepted; `--sizes`, `--repeats` and `--peers` are not used.
 """
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import _harness
+from .. import _harness
 
 DT = 0.1  # ms
 DURATION_S = 100.0

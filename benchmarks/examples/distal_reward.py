@@ -47,7 +47,7 @@ computed on the host from the rewards earned before it (a reward is at least 1 s
 it always falls in a later chunk), and the rewards a chunk earns are read from its recorded
 spikes.
 
-Run: `python -m benchmarks.distal_reward [--seconds 3600] [--seed 0] [--input noise|kick]
+Run: `python -m benchmarks.examples.distal_reward [--seconds 3600] [--seed 0] [--input noise|kick]
 [--neuron spnet|published]
 [--plot PATH] [--save NPZ]`. Prints, every `--every` seconds, the chosen synapse's weight,
 the mean and quantiles of the other excitatory weights, the number of rewards so far and the
