@@ -75,14 +75,14 @@ def build(seed: int):
     for k, post in zip(keys[:2], ("E", "I")):
         conn = nj.connect.fixed_prob(k, N_X, sizes[post], P_IN, weight=W_IN0)
         projs.append(
-            nj.Projection("X", post, conn, synapse=nj.Exponential(TAU_SYN["X"]), method="dense")
+            nj.Projection("X", post, conn, synapse=nj.Exponential(TAU_SYN["X"]), layout="dense")
         )
     for k, ((pre, post), w) in zip(keys[2:], W_REC.items()):
         conn = nj.connect.fixed_prob(
             k, sizes[pre], sizes[post], P_REC, weight=w, allow_self=pre != post
         )
         projs.append(
-            nj.Projection(pre, post, conn, synapse=nj.Exponential(TAU_SYN[pre]), method="dense")
+            nj.Projection(pre, post, conn, synapse=nj.Exponential(TAU_SYN[pre]), layout="dense")
         )
     net = nj.Network(
         populations={"X": (nj.PoissonSource(RATE_X), N_X), "E": (lif, N_E), "I": (lif, N_I)},

@@ -234,7 +234,7 @@ CASES = [
         "proj-plastic-dense",
         lambda: nj.Projection("A", "B", conn, method="dense", plasticity=nj.STDP()),
         ValueError,
-        r"Projection: plastic weights need method='event'",
+        r"Projection: plastic weights need layout='event'",
     ),
     (
         "proj-plastic-bounds",

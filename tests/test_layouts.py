@@ -239,11 +239,11 @@ def test_layout_choice_and_errors():
     assert plastic.method == "event" and plastic.col_ptr is not None
     bcoo = nj.Projection("A", "B", conn, method="bcoo")
     assert bcoo.conn_bcoo is bcoo.layout.conn and bcoo.weights is None and bcoo.max_fan_out == 0
-    with pytest.raises(ValueError, match="method=Layout is an abstract layout"):
+    with pytest.raises(ValueError, match="layout=Layout is an abstract layout"):
         nj.Projection("A", "B", conn, method=Layout)
-    with pytest.raises(ValueError, match="method must be one of .* or a subclass"):
+    with pytest.raises(ValueError, match="layout must be one of .* or a subclass"):
         nj.Projection("A", "B", conn, method=int)
-    with pytest.raises(ValueError, match="plastic weights need method='event'.*Transposed"):
+    with pytest.raises(ValueError, match="plastic weights need layout='event'.*Transposed"):
         nj.Projection("A", "B", conn, plasticity=nj.STDP(), method=Transposed)
-    with pytest.raises(ValueError, match="method='transposed' needs one delay for all"):
+    with pytest.raises(ValueError, match="layout='transposed' needs one delay for all"):
         nj.Projection("A", "B", conn, delay=np.linspace(0.0, 1.0, conn.nse), method=Transposed)

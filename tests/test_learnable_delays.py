@@ -304,7 +304,7 @@ def test_invalid_options_are_refused():
         ValueError, match=r"max_delay must be finite and >= the largest delay \(1.5"
     ):
         nj.Projection("A", "B", eye, delay=[1.0, 1.5], learnable_delays=True, max_delay=1.0)
-    with pytest.raises(ValueError, match="learnable_delays need method='event'"):
+    with pytest.raises(ValueError, match="learnable_delays need layout='event'"):
         nj.Projection("A", "B", eye, delay=1.0, learnable_delays=True, method="dense")
     with pytest.raises(ValueError, match="learnable_delays need static weights"):
         nj.Projection("A", "B", eye * 0.5, learnable_delays=True, plasticity=nj.STDP())

@@ -447,7 +447,7 @@ def test_network_validation_messages():
         nj.Projection("A", "A", conn, delay=-0.5)
     with pytest.raises(ValueError, match="one value per synapse"):
         nj.Projection("A", "A", conn, delay=np.ones(conn.nse + 1))
-    with pytest.raises(ValueError, match="per-synapse delays need method='event'"):
+    with pytest.raises(ValueError, match="per-synapse delays need layout='event'"):
         nj.Projection("A", "A", conn, delay=np.arange(conn.nse) * 0.1, method="dense")
     with pytest.raises(TypeError, match="plasticity must be None or nj.STDP"):
         nj.Projection("A", "A", conn, plasticity="stdp")
@@ -455,9 +455,9 @@ def test_network_validation_messages():
         nj.Projection("A", "A", conn, delay=np.arange(conn.nse) * 0.1, plasticity=nj.STDP())
     with pytest.raises(ValueError, match="within the STDP bounds"):
         nj.Projection("A", "A", conn, plasticity=nj.STDP(w_max=0.5))
-    with pytest.raises(ValueError, match="plastic weights need method='event'"):
+    with pytest.raises(ValueError, match="plastic weights need layout='event'"):
         nj.Projection("A", "A", conn, plasticity=nj.STDP(), method="dense")
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="layout must be one of"):
         nj.Projection("A", "A", conn, method="fast")
     with pytest.raises(ValueError, match="size must be a positive int"):
         nj.Network({"A": (lif, 0)})
@@ -784,3 +784,22 @@ def test_delays_in_steps_of_another_dt_are_refused():
         nj.Projection("a", "b", conn, delay=d, dt=-0.1)
     with pytest.raises(TypeError, match=r"Projection: dt must be a Python number in ms"):
         nj.Projection("a", "b", conn, delay=d, dt="0.1")
+
+
+def test_projection_layout_keyword_and_its_old_name():
+    """`layout=` names the storage; `method=`, its old name, gives the same projection with a
+    DeprecationWarning for one release, and both at once are refused."""
+    import warnings
+
+    conn = nj.connect.fixed_prob(jax.random.key(0), 30, 40, 0.2, weight=0.5)
+    new = nj.Projection("A", "B", conn, layout="event")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = nj.Projection("A", "B", conn, method="event")
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "renamed Projection(layout=...)" in str(caught[0].message)
+    assert new.method == old.method == "event"
+    for a, b in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(old), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(TypeError, match="give the storage as layout= alone"):
+        nj.Projection("A", "B", conn, layout="event", method="dense")

@@ -313,7 +313,7 @@ def test_bad_inputs_are_refused_with_clear_messages():
     desc = proc.fixed_prob(key, 10, 10, 0.5)
     with pytest.raises(ValueError, match="cannot be plastic"):
         nj.Projection("E", "E", desc, plasticity=nj.STDP())
-    with pytest.raises(ValueError, match="needs method='procedural'"):
+    with pytest.raises(ValueError, match="needs layout='procedural'"):
         nj.Projection("E", "E", desc, method="event")
     with pytest.raises(ValueError, match="needs a procedural description"):
         nj.Projection("E", "E", nj.connect.fixed_prob(key, 10, 10, 0.5), method="procedural")

@@ -147,7 +147,7 @@ def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, i
     for kk, (pre, post) in zip(k_proj, pairs, strict=True):
         w, syn, out = kinetics[pre]
         conn = connect.fixed_prob(kk, sizes[pre], sizes[post], p, weight=w)
-        projs.append(Projection(pre, post, conn, synapse=syn, output=out, method=method))
+        projs.append(Projection(pre, post, conn, synapse=syn, output=out, layout=method))
     net = Network(
         populations={"E": (lif, n_exc), "I": (lif, n_inh)}, projections=projs, inputs=inputs
     )

@@ -139,7 +139,7 @@ def izhikevich_lattice(
                 conn.indices[:, 0], conn.indices[:, 1], w, n_of[pre], n_of[post]
             )
             projections.append(
-                Projection(pre, post, conn, synapse=Delta(), output=CurrentOutput(), method=method)
+                Projection(pre, post, conn, synapse=Delta(), output=CurrentOutput(), layout=method)
             )
     for pop, w_in in (("E", input_w_exc), ("I", input_w_inh)):
         projections.append(
@@ -148,7 +148,7 @@ def izhikevich_lattice(
                 pop,
                 connect.one_to_one(n_of[pop], weight=w_in),
                 synapse=Delta(),
-                method="event",
+                layout="event",
             )
         )
     gaps = {}

@@ -884,7 +884,7 @@ def microcircuit(
                         synapse=syn,
                         output=CurrentOutput(),
                         delay=c["delay_poisson"],
-                        method=InputLayout,
+                        layout=InputLayout,
                     )
                 )
         if thalamus:

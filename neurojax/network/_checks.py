@@ -77,6 +77,10 @@ def _model_flags(owner: str, model: Any) -> list[tuple[Any, str]]:
     """Run the classes' checks over every module of `model`: raise for concrete values,
     return the flags of traced ones. Cached by the model's structure and the identity of
     its leaves (only when every leaf is concrete and nothing is flagged)."""
+    if getattr(type(model), "modules_checked_at_build", False):
+        # Its modules are per-device layouts of a network checked when it was built (a
+        # sharded network): the constructors' checks do not apply to their stacked shapes.
+        return []
     leaves = jtu.tree_leaves(model)
     concrete = not any(isinstance(x, jax.core.Tracer) for x in leaves)
     key = _structure(model) if concrete else None

@@ -1,6 +1,7 @@
 """Projections: synapses from one population onto another, with kinetics, output and delays."""
 
 import dataclasses
+import warnings
 from typing import Any
 
 import equinox as eqx
@@ -154,7 +155,8 @@ class Projection(eqx.Module):
     from that step on. `delay = 0` is therefore the shortest causal delay on the grid, the same
     order as Brian2's default schedule; a delay of `d` ms acts `round(d / dt)` steps later.
 
-    **Storage and propagation** (`method`, kept in `layout`, an `nj.network.Layout`):
+    **Storage and propagation** (the `layout` argument; the built layout, an
+    `nj.network.Layout`, is kept in the `layout` attribute):
     - `"event"` (`nj.network.EventLayout`): event-driven over a compressed-row layout; the
       cost per step grows with spikes x maximum fan-out, never with the number of synapses
       (see `neurojax.network._propagation`). 8 bytes per synapse, plus the delay when it
@@ -218,14 +220,16 @@ class Projection(eqx.Module):
             for all synapses; initial weights must lie within the rule's bounds). A plastic
             projection also stores its synapses by postsynaptic neuron (8 more bytes per
             synapse) so that potentiation costs spikes x fan-in.
-        method: `"auto"`, `"event"`, `"dense"`, `"bcoo"` or a `nj.network.Layout` subclass
-            (see Storage and propagation).
+        layout: `"auto"` (default), `"event"`, `"dense"`, `"bcoo"`, `"procedural"` or a
+            `nj.network.Layout` subclass (see Storage and propagation).
+        method: the old name of `layout`; it works for one more release, with a
+            `DeprecationWarning`.
         dt: the step [ms] of the network the projection is for (optional). With per-synapse
             delays it rounds them to whole steps here, so that the float delays are never
             stored (see `delay`); the network must then have the same `dt`.
 
     Attributes:
-        layout: the synapses in the chosen layout; `method` is its name.
+        layout: the synapses in the chosen layout; `method` is its name (`"event"`, ...).
         conn: the synapses as a BCOO (rebuilt from the layout).
         delay: the delay [ms]: a float, or per synapse a float32 array in the layout's
             synapse order (`delay_steps * dt` when the delays are kept in steps).
@@ -271,12 +275,27 @@ class Projection(eqx.Module):
         delay: Any = 0.0,
         plasticity: Any = None,
         *,
-        method: str | type[Layout] = "auto",
+        layout: str | type[Layout] | None = None,
+        method: str | type[Layout] | None = None,
         short_term: Any = None,
         learnable_delays: bool = False,
         max_delay: float | None = None,
         dt: float | None = None,
     ):
+        if method is not None:
+            if layout is not None:
+                raise TypeError(
+                    f"Projection: give the storage as layout= alone (method= is its old name), "
+                    f"got layout={layout!r} and method={method!r}"
+                )
+            warnings.warn(
+                "Projection(method=...) is renamed Projection(layout=...); method= keeps "
+                "working for one release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            layout = method
+        method = "auto" if layout is None else layout
         for name, value in (("pre", pre), ("post", post)):
             if not isinstance(value, str) or not value:
                 raise TypeError(
@@ -356,18 +375,18 @@ class Projection(eqx.Module):
         )
         if plasticity is not None and not cls.plastic:
             raise ValueError(
-                f"Projection: plastic weights need method='event' (or 'auto'), got {method!r} "
+                f"Projection: plastic weights need layout='event' (or 'auto'), got {method!r} "
                 f"(the {cls.__name__} layout does not support plasticity)"
             )
         if learnable_delays and not cls.per_synapse_delays:
             raise ValueError(
-                f"Projection: learnable_delays need method='event' (or 'auto'), got "
+                f"Projection: learnable_delays need layout='event' (or 'auto'), got "
                 f"{cls.name!r}, whose layout has one fixed delay for all synapses"
             )
         if d_arr is not None and not cls.per_synapse_delays:
             raise ValueError(
-                f"Projection: method={cls.name!r} needs one delay for all synapses; per-synapse "
-                "delays need method='event' (or 'auto')"
+                f"Projection: layout={cls.name!r} needs one delay for all synapses; per-synapse "
+                "delays need layout='event' (or 'auto')"
             )
         layout, d_arr = cls.from_bcoo(conn, delay=d_arr, plastic=plasticity is not None)
         if not isinstance(layout, Layout) or (layout.n_pre, layout.n_post) != (n_pre, n_post):

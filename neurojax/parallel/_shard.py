@@ -63,7 +63,7 @@ with `x.at[:, :n].get(out_sharding=...)`.
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -171,6 +171,12 @@ class ShardedNetwork(eqx.Module):
             spikes (`4 * n_devices * ceil(local sending neurons / 32)`); each device sends
             `exchange_nbytes / n_devices` of them.
     """
+
+    # `nj.simulate` does not rerun the neurons' and layouts' constructor checks on the
+    # per-device copies (stacked and padded shapes): `shard_network` built them from a
+    # checked `nj.Network`.
+    modules_checked_at_build: ClassVar[bool] = True
+
 
     local: _Local
     models: dict[str, Any]  # the unpadded population models, for `init_state`

@@ -52,10 +52,10 @@ class Delivery(NamedTuple):
 class Layout(eqx.Module):
     r"""How a projection stores its synapses and turns spikes into arriving weight.
 
-    A layout is chosen once, when the projection is built (`nj.Projection(method=...)`), and
+    A layout is chosen once, when the projection is built (`nj.Projection(layout=...)`), and
     the network only ever asks it the questions below; it never tests which layout it holds.
     A new storage scheme (procedural connectivity, blocked or quantised weights) is one new
-    subclass, usable as `nj.Projection(..., method=MyLayout)`.
+    subclass, usable as `nj.Projection(..., layout=MyLayout)`.
 
     A subclass implements:
 
@@ -112,7 +112,7 @@ class Layout(eqx.Module):
         def product(self, s):
             return s @ self.w_t.T
 
-    proj = nj.Projection("A", "B", conn, method=Transposed)
+    proj = nj.Projection("A", "B", conn, layout=Transposed)
     ```
     """
 

@@ -20,12 +20,12 @@ class BCOOLayout(Layout):
 
     JAX's sparse kernels serve as a reference for the other layouts: slow inside a loop
     (each step touches every synapse), 12 bytes per synapse. One delay for all synapses; no
-    plasticity. Chosen by `nj.Projection(..., method="bcoo")`.
+    plasticity. Chosen by `nj.Projection(..., layout="bcoo")`.
 
     Example:
     ```python
     conn = nj.connect.fixed_prob(jax.random.key(0), 100, 50, 0.1, weight=0.5)
-    proj = nj.Projection("A", "B", conn, method="bcoo")
+    proj = nj.Projection("A", "B", conn, layout="bcoo")
     proj.layout.conn.nse == conn.nse   # True
     ```
     """

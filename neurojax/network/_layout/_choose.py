@@ -34,14 +34,14 @@ def layout_class(
     if isinstance(method, type) and issubclass(method, Layout):
         if inspect.isabstract(method):
             raise ValueError(
-                f"Projection: method={method.__name__} is an abstract layout; pass a concrete "
+                f"Projection: layout={method.__name__} is an abstract layout; pass a concrete "
                 "subclass that implements from_bcoo, to_bcoo, nbytes and product"
             )
         return method
     allowed = ("auto", *LAYOUTS)
     if not isinstance(method, str) or method not in allowed:
         raise ValueError(
-            f"Projection: method must be one of {allowed} or a subclass of "
+            f"Projection: layout must be one of {allowed} or a subclass of "
             f"nj.network.Layout, got {method!r}"
         )
     if method in LAYOUTS:

@@ -53,13 +53,13 @@ class DenseLayout(Layout):
     over every pair each step, whatever the activity, so it suits small networks and
     gradient training. One delay for all synapses; no plasticity.
 
-    Chosen by `nj.Projection(..., method="dense")`, and by `method="auto"` up to 65536
+    Chosen by `nj.Projection(..., layout="dense")`, and by `layout="auto"` up to 65536
     (pre, post) pairs when the delay is homogeneous and the weights static.
 
     Example:
     ```python
     conn = nj.connect.fixed_prob(jax.random.key(0), 100, 50, 0.1, weight=0.5)
-    proj = nj.Projection("A", "B", conn, method="dense")
+    proj = nj.Projection("A", "B", conn, layout="dense")
     proj.layout.matrix.shape   # (100, 50)
     proj.layout.mask().sum() == conn.nse   # True: one entry per synapse
     ```

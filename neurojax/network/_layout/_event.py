@@ -32,13 +32,13 @@ class EventLayout(Layout):
     Synapses keep the order of the connectivity within a row (a stable sort by presynaptic
     neuron), which fixes the order in which the arrivals at a neuron are summed.
 
-    Chosen by `nj.Projection(..., method="event")`, and by `method="auto"` above 65536
+    Chosen by `nj.Projection(..., layout="event")`, and by `layout="auto"` above 65536
     (pre, post) pairs or with per-synapse delays or plasticity.
 
     Example:
     ```python
     conn = nj.connect.fixed_prob(jax.random.key(0), 1000, 1000, 0.02, weight=0.5)
-    proj = nj.Projection("E", "E", conn, method="event")
+    proj = nj.Projection("E", "E", conn, layout="event")
     proj.layout.max_fan_out, proj.nbytes()   # widest row, 8 bytes per synapse + 4004
     ```
     """

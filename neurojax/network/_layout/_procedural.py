@@ -82,10 +82,11 @@ class ProceduralLayout(Layout):
     r"""A projection whose synapses are regenerated from a procedural description.
 
     Built by `nj.Projection(pre, post, desc)` with `desc` from `nj.connect.procedural`
-    (`fixed_prob`, `fixed_total`, `distance`); `method` is then `"procedural"` (or `"auto"`).
+    (`fixed_prob`, `fixed_total`, `distance`); its `layout` argument is then `"procedural"`
+    (or `"auto"`).
     Keeps `desc.nbytes()` bytes (about 4 per presynaptic neuron). Per-synapse delays come from
     the description; weights are static: a plastic projection needs stored synapses
-    (`method="event"`), and a procedural one refuses `plasticity=`.
+    (`layout="event"`), and a procedural one refuses `plasticity=`.
 
     `to_bcoo()` regenerates every synapse (O(synapses)), for inspection;
     `conn.stored()` gives the BCOO and per-synapse delays of the equivalent stored projection.
@@ -113,9 +114,9 @@ class ProceduralLayout(Layout):
     ) -> tuple["ProceduralLayout", np.ndarray | None]:
         """Refused: a stored connectivity has nothing to regenerate."""
         raise ValueError(
-            "Projection: method='procedural' needs a procedural description from "
+            "Projection: layout='procedural' needs a procedural description from "
             "nj.connect.procedural (fixed_prob, fixed_total, distance) as conn, got a stored "
-            "BCOO; use method='event' for stored synapses"
+            "BCOO; use layout='event' for stored synapses"
         )
 
     @classmethod
@@ -285,12 +286,12 @@ def procedural_parts(
         raise ValueError(
             f"{owner}: a procedural projection cannot be plastic: its weights are regenerated "
             "at every spike, so a learned weight has nowhere to live; build it stored (pass "
-            "desc.to_bcoo(), method='event') to make it plastic"
+            "desc.to_bcoo(), layout='event') to make it plastic"
         )
     if not (method == "auto" or method == "procedural" or method is ProceduralLayout):
         raise ValueError(
-            f"{owner}: conn is a procedural description, which needs method='procedural' (or "
-            f"'auto'), got method={method!r}; for a stored layout pass desc.to_bcoo()"
+            f"{owner}: conn is a procedural description, which needs layout='procedural' (or "
+            f"'auto'), got layout={method!r}; for a stored layout pass desc.to_bcoo()"
         )
     if isinstance(delay, jax.core.Tracer):
         raise TypeError(f"{owner}: delay is a traced value; build projections outside jit")
