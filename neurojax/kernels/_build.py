@@ -25,10 +25,11 @@ spent building, which `neurojax run` reports apart from XLA's compile time.
 It is built on first use rather than when the package is installed: the library is compiled
 for the CPU and the jaxlib it runs with (`-march=native`, jaxlib's FFI headers), neither of
 which a package build knows (pip builds a wheel in an isolated environment, before the
-dependencies are installed, and a wheel may be installed on another machine). Each kernel entry registers its own FFI
-targets with XLA the first time it is dispatched. When no compiler is found or the build
-fails, neurojax warns once and every kernel runs its pure-JAX reference, which gives the same
-results (within each entry's stated tolerance).
+dependencies are installed, and a wheel may be installed on another machine).
+
+Each kernel entry registers its own FFI targets with XLA the first time it is dispatched.
+When no compiler is found or the build fails, neurojax warns once and every kernel runs its
+pure-JAX reference, which gives the same results (within each entry's stated tolerance).
 """
 
 import contextlib
