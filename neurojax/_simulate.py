@@ -1,6 +1,7 @@
 """`simulate`: step any neurojax model with `jax.lax.scan` under `jit`."""
 
 import math
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,7 +13,6 @@ import jax.tree_util as jtu
 import numpy as np
 
 from . import _reliability as _rel
-from ._progress import RunProgress
 from ._recording import count_dtype
 from ._validation import check_dt, check_positive_int
 
@@ -652,8 +652,7 @@ def simulate(
             recording to the host (NumPy) before the next, so that long runs fit in device
             memory. Must be a multiple of `record_every`. Results are bit-identical to an
             unchunked run.
-        progress: show a progress bar (tqdm): `compiling...` while the program compiles,
-            then simulated time and the steps per second of the run alone. Without
+        progress: show a progress bar (tqdm) with simulated time and steps/s. Without
             `chunk_size`, the run is split into about 20 chunks whose recordings stay on
             the device.
         check: guard against non-finite state. After the run, raise `FloatingPointError`
@@ -821,7 +820,10 @@ def simulate(
     chunks = []
     bar = None
     if progress:
-        bar = RunProgress(n_steps, dt)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_steps, unit="step", desc="simulate", dynamic_ncols=True)
+    t_start = time.perf_counter()
     base = model
     try:
         for start in range(0, n_steps, chunk_size):
@@ -832,8 +834,6 @@ def simulate(
             else:
                 chunk_inputs = const
             model = base
-            if bar is not None:
-                bar.start(length)
             while True:
                 out = _run_chunk_jit(
                     model,
@@ -853,8 +853,6 @@ def simulate(
                     checkpoint=checkpoint,
                     truncate_backprop=truncate_backprop,
                 )
-                if bar is not None:
-                    bar.dispatched()
                 if not fits or traced or _is_tracer(out[3][0]):
                     break
                 grown = model.fit_capacity(out[0])
@@ -872,7 +870,12 @@ def simulate(
                 spikes, values = jax.device_get((spikes, values))
             chunks.append((spikes, values))
             if bar is not None:
-                bar.finish(state)
+                jax.block_until_ready(state)
+                elapsed = time.perf_counter() - t_start
+                bar.update(length)
+                bar.set_postfix_str(
+                    f"t={(start + length) * dt:.1f} ms, {(start + length) / elapsed:.3g} steps/s"
+                )
     finally:
         if bar is not None:
             bar.close()

@@ -1,21 +1,17 @@
 """The first run and the time to a result (issue 41, points 1 and 2): what `import neurojax`
-loads, the C++ kernel build's messages and timing, the compilation cache from Python, and the
-progress bar that tells compilation from the run."""
+loads, the C++ kernel build's messages and timing, and the compilation cache from Python."""
 
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import neurojax as nj
 from neurojax import cli
-from neurojax._progress import RunProgress
 from neurojax.kernels import _build
 
 
@@ -219,41 +215,3 @@ def test_a_new_cache_folder_takes_effect_after_a_compilation(tmp_path):
     code = code.replace("sys.argv[2]", repr(str(tmp_path / "b")))
     in_a, in_b = map(int, _python(code).stdout.split())
     assert in_a >= 1 and in_b >= 1  # the second program went to the second folder
-
-
-# --- progress ------------------------------------------------------------------------------
-
-
-def test_progress_says_compiling_then_the_rate_of_the_run_alone():
-    clock = iter([0.0, 5.0, 5.5, 5.5, 5.6, 6.5, 6.5, 8.0, 8.1])
-    sink = io.StringIO()
-    bar = RunProgress(250, 0.1, clock=lambda: next(clock), file=sink, mininterval=0)
-    assert sink.getvalue().endswith("compiling...]")
-    x = jnp.zeros(3)
-    # First chunk: 5 s of tracing and compilation before dispatch, 0.5 s of run.
-    bar.start(100)
-    bar.dispatched()
-    bar.finish(x)
-    assert bar.steps_per_s == pytest.approx(200.0)
-    # Same length, nothing compiled: counted from its start, and from now on the only kind.
-    bar.start(100)
-    bar.dispatched()
-    bar.finish(x)
-    assert bar.steps_per_s == pytest.approx(100.0)
-    # A new length compiles again: said on the bar, left out of the rate.
-    bar.start(50)
-    assert sink.getvalue().endswith("t=20.0 ms, 100 steps/s, compiling...]")
-    bar.dispatched()
-    bar.finish(x)
-    assert bar.steps_per_s == pytest.approx(100.0)
-    bar.close()
-    assert "250/250" in sink.getvalue() and "t=25.0 ms, 100 steps/s" in sink.getvalue()
-
-
-def test_simulate_progress_shows_compiling_first(capsys):
-    lif = nj.LIF()
-    nj.simulate(lif, lif.init_state(3), 20.0, dt=0.1, n_steps=40, progress=True)
-    err = capsys.readouterr().err
-    assert "compiling..." in err and "steps/s" in err
-    assert err.index("compiling...") < err.index("steps/s")
-    assert "t=4.0 ms" in err
