@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +15,19 @@ import neurojax as nj
 from neurojax import cli
 from neurojax.kernels import _build
 
+ROOT = Path(__file__).resolve().parent.parent  # `python -m neurojax` imports this checkout
+
 
 def _python(code: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NEUROJAX_COMP", "JAX_COMP"))}
     full.update(env)
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=full
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -139,7 +147,7 @@ def _run_coba(cache, *extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEUROJAX_COMP")}
     env.update(NEUROJAX_CACHE_DIR=str(cache), NEUROJAX_CPU_KERNEL="1")
     cmd = [sys.executable, "-m", "neurojax", "run", "coba", "--duration", "20", *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -215,3 +223,22 @@ def test_a_new_cache_folder_takes_effect_after_a_compilation(tmp_path):
     code = code.replace("sys.argv[2]", repr(str(tmp_path / "b")))
     in_a, in_b = map(int, _python(code).stdout.split())
     assert in_a >= 1 and in_b >= 1  # the second program went to the second folder
+
+
+def test_the_console_command_ends_with_its_output_complete(tmp_path):
+    """`neurojax run` ends its process without the interpreter's teardown (os._exit): what it
+    printed to a pipe and the plot it saved must be whole, and its exit status kept."""
+    png = tmp_path / "hh.png"
+    cmd = [sys.executable, "-m", "neurojax", "run", "hh", "--duration", "5", "--json"]
+    out = subprocess.run(
+        [*cmd, "--plot", str(png)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout)  # the whole JSON document reached the pipe
+    assert res["plot"] == str(png) and "kernel_build_s" in res
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and data[-12:-4] == b"\x00\x00\x00\x00IEND"
+    bad = subprocess.run(
+        [*cmd, "--dt", "-1"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert bad.returncode == 2 and "--dt" in bad.stderr
