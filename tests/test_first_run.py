@@ -242,3 +242,22 @@ def test_the_console_command_ends_with_its_output_complete(tmp_path):
         [*cmd, "--dt", "-1"], capture_output=True, text=True, timeout=300, cwd=ROOT
     )
     assert bad.returncode == 2 and "--dt" in bad.stderr
+
+
+def test_python_m_neurojax_kernels_builds_only_for_a_cpu_backend(
+    monkeypatch, capsys, built_library
+):
+    assert _build.main() == 0  # already built (by the fixture): says where
+    assert capsys.readouterr().err == (
+        f"neurojax: the C++ CPU kernels are already built: {built_library}\n"
+    )
+
+    def no_build():
+        raise AssertionError("built for a GPU backend")
+
+    monkeypatch.setattr(_build, "library", no_build)
+    monkeypatch.setattr(_build.jax, "default_backend", lambda: "gpu")
+    assert _build.main() == 0
+    assert capsys.readouterr().err == (
+        "neurojax: JAX's default backend is gpu: the C++ CPU kernels are built on first CPU use\n"
+    )
