@@ -20,7 +20,6 @@ go to that folder.
 """
 
 import os
-import warnings
 from pathlib import Path
 
 import jax
@@ -121,6 +120,8 @@ def enable_compilation_cache(
 
 def _enable_from_environment() -> None:
     """`NEUROJAX_COMPILATION_CACHE=1` at `import neurojax`: the cache on for this process."""
+    import warnings  # here, not with the module's imports: only this function warns
+
     value = os.environ.get(_ENV_SWITCH, "").strip()
     if value in ("", "0"):
         return
