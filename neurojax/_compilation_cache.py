@@ -87,10 +87,10 @@ def enable_compilation_cache(
         raise ValueError(
             f"enable_compilation_cache: min_compile_time_s must be >= 0, got {min_compile_time_s}"
         )
+    folder = Path(path) if path is not None else compilation_cache_dir()
     configured = jax.config.jax_compilation_cache_dir
     if path is None and configured:
         return Path(configured)  # the user's own JAX cache, left as they set it
-    folder = Path(path) if path is not None else compilation_cache_dir()
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         if not folder.exists():
