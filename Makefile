@@ -8,7 +8,7 @@ STAMP_DEMO := $(VENV)/.stamp-demo
 STAMP_BENCH := $(VENV)/.stamp-bench
 STAMP_DOCS := $(VENV)/.stamp-docs
 
-.PHONY: demo test test-slow test-all bench bench-gpu gpu-wheels docs docs-serve lint clean
+.PHONY: demo test test-slow test-all bench bench-gpu gpu-wheels docs docs-serve lint lint-imports clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ test-slow: $(STAMP_DEV)
 
 test-all: $(STAMP_DEV)
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The layer order of the package (pyproject.toml's [tool.importlinter] contracts; imports
+# inside functions count): a unit imports only from its own layer or below, and no two units
+# import each other. PYTHONPATH makes it read this checkout's neurojax.
+lint-imports: $(STAMP_DEV)
+	PYTHONPATH=$(CURDIR) $(VENV)/bin/lint-imports
 
 bench: $(STAMP_BENCH)
 	$(PY) -m benchmarks.run_all

@@ -31,6 +31,8 @@ from . import validation as validation
 from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._simulate import Recording as Recording
+from ._simulate import RunInfo as RunInfo
+from ._simulate import SpikeTimes as SpikeTimes
 from ._simulate import simulate as simulate
 from .io import load as load
 from .io import save as save
@@ -80,3 +82,7 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+# The kernel registry lists the kernels of the subpackages imported on first use too.
+kernels._registry.add_provider(lambda: [__getattr__(name) for name in ("assembly", "training")])

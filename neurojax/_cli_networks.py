@@ -71,101 +71,6 @@ def _bin_steps(dt: float) -> int:
     return n if n >= 1 and abs(n * dt - 1.0) < 1e-9 else 1
 
 
-# Above this estimated run time a terminal shows a progress bar (the run then goes in chunks).
-_PROGRESS_AFTER_S = 3.0
-_PROGRESS_CHUNKS = 20
-
-
-def _can_grow(err: Exception, net) -> bool:
-    """Whether `err` is the spike-capacity check of a network whose buffer can still grow."""
-    return "spike capacity" in str(err) and net.capacity < max(net.sizes.values())
-
-
-def _compile_growing(net, state, run, length):
-    """The run of `length` steps compiled ahead of time, and the network it was compiled for.
-
-    The program is called once, so `simulate` cannot rerun a chunk whose spikes overflowed
-    the pure-JAX path's buffer (NEUROJAX_CPU_KERNEL=0, an accelerator): on that error the
-    buffer grows 4x and the program is compiled and run again.
-    """
-    compile_s = 0.0
-    while True:
-        t0 = time.perf_counter()
-        compiled = jax.jit(lambda n, s: run(n, s, length)).lower(net, state).compile()
-        compile_s += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        try:
-            out = compiled(net, state)
-            jax.block_until_ready(out)
-        except Exception as err:  # noqa: BLE001 - only the spike capacity is retried
-            if not _can_grow(err, net):
-                raise
-            net = net.with_capacity(4 * net.capacity)
-            continue
-        return net, compiled, out, compile_s, time.perf_counter() - t0
-
-
-def _run_compiled(net, state, run, n_steps, every, progress):
-    """Run the whole simulation as one compiled call; on a terminal, a run estimated to take
-    more than a few seconds goes in chunks of the same compiled program with a progress bar
-    (its time estimated from the first chunk)."""
-    chunk = every * max(1, -(-n_steps // every // _PROGRESS_CHUNKS))
-    if not progress or chunk >= n_steps:
-        _, _, (final, rec), compile_s, run_s = _compile_growing(net, state, run, n_steps)
-        return final, {k: np.asarray(v) for k, v in rec.spikes.items()}, compile_s, run_s
-    net, compiled, (state, rec), compile_s, first_s = _compile_growing(net, state, run, chunk)
-    pieces = [{k: np.asarray(v) for k, v in rec.spikes.items()}]
-    n_chunks = -(-n_steps // chunk)
-    estimate = first_s * n_chunks
-    bar = None
-    if estimate > _PROGRESS_AFTER_S:
-        import sys
-
-        from tqdm.auto import tqdm
-
-        print(f"estimated run time {estimate:.3g} s", file=sys.stderr)
-        bar = tqdm(total=n_steps, initial=chunk, unit="step", desc="run", dynamic_ncols=True)
-    run_s = first_s
-    tail = None
-    try:
-        done = chunk
-        while done < n_steps:
-            length = min(chunk, n_steps - done)
-            if length == chunk:
-                step_fn = compiled
-            else:
-                if tail is None:
-                    net, tail, _, extra_s, _ = _compile_growing(net, state, run, length)
-                    compile_s += extra_s
-                step_fn = tail
-            t0 = time.perf_counter()
-            try:
-                out = step_fn(net, state)
-                jax.block_until_ready(out)
-                run_s += time.perf_counter() - t0
-            except Exception as err:  # noqa: BLE001 - only the spike capacity is retried
-                if not _can_grow(err, net):
-                    raise
-                grown = net.with_capacity(4 * net.capacity)
-                net, step_fn, out, extra_s, chunk_s = _compile_growing(grown, state, run, length)
-                compile_s += extra_s
-                run_s += chunk_s
-                if length == chunk:  # programs compiled for the old buffer are stale
-                    compiled, tail = step_fn, None
-                else:
-                    tail = step_fn
-            state, rec = out
-            pieces.append({k: np.asarray(v) for k, v in rec.spikes.items()})
-            done += length
-            if bar is not None:
-                bar.update(length)
-    finally:
-        if bar is not None:
-            bar.close()
-    counts = {k: np.concatenate([p[k] for p in pieces]) for k in pieces[0]}
-    return state, counts, compile_s, run_s
-
-
 def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     import neurojax as nj
     from neurojax.cli import RunError, _steps
@@ -184,20 +89,23 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     # stays in cache, which makes a batch ~2x cheaper per trial than one big block.
     block = max(b for b in range(1, min(4, args.batch) + 1) if args.batch % b == 0)
 
-    def run(n, s, length=n_steps):
-        return nj.simulate(
-            n,
-            s,
+    if args.devices > 1:
+        final, counts, info = _run_sharded(net, state, args, n_steps, every, progress)
+    else:
+        # neurojax's one run loop: chunks with a progress bar on a terminal, a chunk rerun
+        # with a larger spike buffer when a burst did not fit, compile time apart.
+        final, rec = nj.simulate(
+            net,
+            state,
             dt=args.dt,
-            n_steps=length,
+            n_steps=n_steps,
             record_every=every,
             batch_block=block if args.batch > block else None,
+            progress=progress,
         )
-
-    if args.devices > 1:
-        final, counts, compile_s, run_s = _run_sharded(net, state, args, n_steps, every)
-    else:
-        final, counts, compile_s, run_s = _run_compiled(net, state, run, n_steps, every, progress)
+        counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
+        info = rec.info
+    compile_s, run_s = info.compile_s, info.run_s
     for pname, st in final.populations.items():
         v = getattr(st, "v", None)
         if v is not None and not bool(np.isfinite(np.asarray(v)).all()):
@@ -226,8 +134,8 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
         "compile_s": compile_s,
         "run_s": run_s,
         "n_steps": n_steps,
-        "steps_per_s": n_steps / run_s,
-        "sim_s_per_wall_s": seconds * args.batch / run_s,
+        "steps_per_s": n_steps / max(run_s, 1e-9),
+        "sim_s_per_wall_s": seconds * args.batch / max(run_s, 1e-9),
         "devices": args.devices,
         "backend": jax.default_backend(),
         "dtype": str(np.dtype(jax.numpy.result_type(float))),
@@ -236,9 +144,10 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
     }
 
 
-def _run_sharded(net, state, args: argparse.Namespace, n_steps: int, every: int):
-    """The run partitioned over `--devices` devices; returns the final state (in the
-    network's own layout), the spike counts per `every` steps, and compile and run times."""
+def _run_sharded(net, state, args: argparse.Namespace, n_steps: int, every: int, progress: bool):
+    """The run partitioned over `--devices` devices, through `nj.simulate`; returns the final
+    state (in the network's own layout), the spike counts per `every` steps and the run's
+    `nj.RunInfo`."""
     import neurojax as nj
     from neurojax.cli import RunError
 
@@ -250,24 +159,16 @@ def _run_sharded(net, state, args: argparse.Namespace, n_steps: int, every: int)
         )
     mesh = jax.sharding.Mesh(np.array(jax.devices()[: args.devices]), ("devices",))
     sharded = nj.parallel.shard_network(net, mesh)
-    sharded_state = sharded.shard_state(state)
-
-    def run(s):
-        return sharded.run(s, dt=args.dt, n_steps=n_steps)
-
-    t0 = time.perf_counter()
-    compiled = jax.jit(run).lower(sharded_state).compile()
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    final, rec = compiled(sharded_state)
-    jax.block_until_ready((final, rec))
-    run_s = time.perf_counter() - t0
-    rasters = sharded.to_host(rec.spikes)
-    counts = {
-        k: r.reshape(n_steps // every, every, *r.shape[1:]).sum(axis=1).astype(np.uint8)
-        for k, r in rasters.items()
-    }
-    return sharded.unshard_state(final), counts, compile_s, run_s
+    final, rec = nj.simulate(
+        sharded,
+        sharded.shard_state(state),
+        dt=args.dt,
+        n_steps=n_steps,
+        record_every=every,
+        progress=progress,
+    )
+    counts = sharded.to_host(rec.spikes)
+    return sharded.unshard_state(final), counts, rec.info
 
 
 def _report(result: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import jax
 
-from ._reliability import check_private_path
+from ._system import cache_dir, check_private_path
 
 __all__ = ["enable_compilation_cache", "compilation_cache_dir"]
 
@@ -39,9 +39,7 @@ def compilation_cache_dir() -> Path:
     explicit = os.environ.get(_ENV_DIR)
     if explicit:
         return Path(explicit)
-    from .kernels._build import _cache_dir
-
-    return _cache_dir() / "xla"
+    return cache_dir() / "xla"
 
 
 def enable_compilation_cache(
@@ -54,7 +52,10 @@ def enable_compilation_cache(
             one file per compiled program (a few kB to a few MB each) and may be deleted at
             any time; JAX recompiles what is missing. It must belong to you and be writable
             by no other user (no group or other write bit): a shared folder is refused with a
-            `ValueError`, as compilers' caches refuse one, since its programs are executed.
+            `ValueError`, as compilers' caches refuse one, since its programs are executed;
+            so is a folder inside neurojax's cache folder (the default) when that one is
+            shared, as the compiled kernels refuse it. A path that is not a folder (a file, a
+            number) is refused with the same errors, before anything is created.
         min_compile_time_s: cache only programs that took at least this long to compile
             (0: all of them, the small samplers of connectivity builders included, which is
             what makes a repeated build fast).
@@ -87,20 +88,39 @@ def enable_compilation_cache(
         raise ValueError(
             f"enable_compilation_cache: min_compile_time_s must be >= 0, got {min_compile_time_s}"
         )
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            "enable_compilation_cache: path must be a folder (a str or os.PathLike) or None "
+            f"for compilation_cache_dir(), got {type(path).__name__} {path!r:.60}"
+        )
     folder = Path(path) if path is not None else compilation_cache_dir()
     configured = jax.config.jax_compilation_cache_dir
     if path is None and configured:
         return Path(configured)  # the user's own JAX cache, left as they set it
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(
+            f"enable_compilation_cache: path {str(folder)!r} is not a folder (it is a file); "
+            "pass a folder for the compiled programs"
+        )
+    # Compiled programs found there are executed: refuse what another user can write, and a
+    # folder inside neurojax's cache folder when that one is refused (as the compiled kernels
+    # refuse it), before anything is created in it.
+    guarded = [folder]
+    if folder.parent == cache_dir():
+        guarded.insert(0, folder.parent)
     try:
+        for place in guarded[:-1]:
+            check_private_path("enable_compilation_cache", place, "neurojax cache folder")
         folder.parent.mkdir(parents=True, exist_ok=True)
         if not folder.exists():
             folder.mkdir(mode=0o700)
+    except PermissionError as err:
+        raise ValueError(str(err)) from None
     except OSError as err:
         raise ValueError(
             f"enable_compilation_cache: cannot create the cache folder {str(folder)!r}: {err}"
         ) from err
     try:
-        # Compiled programs found there are executed: refuse what another user can write.
         check_private_path("enable_compilation_cache", folder, "compilation cache folder")
     except PermissionError as err:
         raise ValueError(str(err)) from None

@@ -12,6 +12,11 @@ Every function reads a `nj.Recording` the same way:
 - traces: every array of `recording.values` whose leading axis is time. The recorded
   fields of a network (`record={"E": ("v",)}`, stored as `values["v"]["E"]`) belong to
   their population; a single population's fields (`values["v"]`) to that population.
+- populations: every writer takes `populations=`; by default a network's inputs (spike
+  sources such as the microcircuit's Poisson `background`, `recording.sources`) are left
+  out and only neuron populations written; `populations="all"` writes them too. A source
+  that emits several spikes per step is recorded by `nj.simulate` as counts, so its
+  exported spikes are all it emitted;
 - trials: batch axes between time and neurons. Neo keeps them (one `Segment` per trial);
   SONATA and NWB files hold one continuous run, so a batched recording needs `trial=` there.
 """
@@ -38,6 +43,8 @@ from ._validation import check_dt
 __all__ = ["to_sonata", "from_sonata", "to_nwb", "to_neo"]
 
 _SORTINGS = ("by_time", "by_id", "none")
+# SONATA's `sorting` enumeration (the spike-file spec; libsonata's and BMTK's codes).
+_SORTING_CODES = (("none", 0), ("by_id", 1), ("by_time", 2))
 # SONATA's magic number and the version of its spike-file layout (root attributes).
 _SONATA_MAGIC = 0x0A7A
 _SONATA_VERSION = (0, 1)
@@ -124,17 +131,53 @@ def _row_ms(owner: str, dt: Any, record_every: Any, t: np.ndarray) -> float:
     return row
 
 
-def _rasters(owner: str, recording: Recording, population: Any) -> dict[str, np.ndarray]:
+def _chosen(owner: str, recording: Recording, names: list[str], populations: Any) -> list[str]:
+    """The populations to write: `populations` checked against `names` (the recording's)."""
+    sources = tuple(getattr(recording, "sources", ()))
+    if populations is None:
+        chosen = [n for n in names if n not in sources]
+        if not chosen:
+            raise ValueError(
+                f"{owner}: every population of the recording is an input (spike source: "
+                f"{list(sources)}), and inputs are left out by default; pass "
+                "populations='all' or a list of names to write them"
+            )
+        return chosen
+    if isinstance(populations, str):
+        if populations == "all":
+            return list(names)
+        populations = [populations]
+    if not isinstance(populations, (list, tuple)) or not populations:
+        raise TypeError(
+            f"{owner}: populations must be None (every neuron population, inputs left out), "
+            f"'all', or a non-empty list of names from {names}, got {populations!r}"
+        )
+    unknown = [p for p in populations if p not in names]
+    if unknown:
+        raise ValueError(
+            f"{owner}: populations names {unknown!r}, which the recording does not have; it "
+            f"has {names}"
+        )
+    if len(set(populations)) != len(populations):
+        raise ValueError(f"{owner}: populations lists a name twice: {list(populations)!r}")
+    return [n for n in names if n in populations]
+
+
+def _rasters(
+    owner: str, recording: Recording, population: Any, populations: Any = None
+) -> dict[str, np.ndarray]:
     spikes = recording.spikes
     if isinstance(spikes, Mapping):
         if population is not None:
             raise ValueError(
                 f"{owner}: population names a single population's recording; this one is a "
-                f"network's with populations {sorted(spikes)} (got population={population!r})"
+                f"network's with populations {sorted(spikes)} (got population={population!r}); "
+                "use populations=[...] to choose which to write"
             )
         if not spikes:
             raise ValueError(f"{owner}: the recording has no populations")
-        items = list(spikes.items())
+        keep = _chosen(owner, recording, list(spikes), populations)
+        items = [(name, spikes[name]) for name in keep]
     else:
         name = "neurons" if population is None else population
         if not isinstance(name, str) or not name or "/" in name:
@@ -142,6 +185,7 @@ def _rasters(owner: str, recording: Recording, population: Any) -> dict[str, np.
                 f"{owner}: population must be a non-empty str without '/', got {population!r}"
             )
         items = [(name, spikes)]
+        _chosen(owner, recording, [name], populations)
     out: dict[str, np.ndarray] = {}
     for name, raster in items:
         if not isinstance(name, str) or not name or "/" in name:
@@ -181,12 +225,17 @@ def _entry(entry: Any) -> str:
 def _traces(
     owner: str, recording: Recording, rasters: dict[str, np.ndarray]
 ) -> list[tuple[str, str | None, np.ndarray]]:
-    """(name, population or None, array (t, *batch, k)) for every time-major recorded value."""
+    """(name, population or None, array (t, *batch, k)) for every time-major recorded value
+    (those of the populations left out of `rasters` excluded)."""
     n_t, batch = next(iter(rasters.values())).shape[0], next(iter(rasters.values())).shape[1:-1]
     single = next(iter(rasters)) if len(rasters) == 1 else None
+    spikes = recording.spikes
+    left_out = set(spikes) - set(rasters) if isinstance(spikes, Mapping) else set()
     out = []
     for key_path, x in jtu.tree_flatten_with_path(recording.values)[0]:
         parts = [_entry(e) for e in key_path]
+        if left_out.intersection(parts):
+            continue
         name = "/".join(parts) or "values"
         if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             raise TypeError(f"{owner}: recorded value {name!r} holds PRNG keys, not a trace")
@@ -272,11 +321,17 @@ def _unit_of(units: dict[str, str], name: str) -> str | None:
 # ----------------------------------------------------------------------------- SONATA
 
 
+def _sorting_dtype(h5py: ModuleType) -> Any:
+    # SONATA's enum, base type uint8, as libsonata and BMTK write and read it.
+    return h5py.enum_dtype(dict(_SORTING_CODES), basetype=np.uint8)
+
+
 def to_sonata(
     recording: Recording,
     path: str | os.PathLike,
     *,
     population: str | None = None,
+    populations: str | list[str] | None = None,
     trial: int | tuple[int, ...] | None = None,
     sorting: str = "by_time",
 ) -> None:
@@ -284,17 +339,25 @@ def to_sonata(
     BMTK write them.
 
     Layout: one group per population, `/spikes/<population>`, with the attribute `sorting`
-    and two datasets of equal length, `timestamps` (float64, attribute `units = "ms"`) and
-    `node_ids` (uint64, the neuron's index in its population). The root carries SONATA's
-    `magic` and `version` attributes. A spike in row `i` of the raster is dated
-    `recording.t[i]` [ms]; a row holding a count `c` gives `c` identical entries. Needs
-    `h5py` (`pip install 'neurojax[sonata]'`).
+    (SONATA's enumeration, an HDF5 enum over `uint8` with `none = 0`, `by_id = 1`,
+    `by_time = 2`, the form libsonata and BMTK read) and two datasets of equal length,
+    `timestamps` (float64, attribute `units = "ms"`) and `node_ids` (uint64, the neuron's
+    index in its population). The root carries SONATA's `magic` and `version` attributes.
+    A spike in row `i` of the raster is dated `recording.t[i]` [ms]; a row holding a count
+    `c` gives `c` identical entries. Spike sources that emit several spikes per step (the
+    microcircuit's Poisson `background`) are recorded by `nj.simulate` as counts, so the file
+    holds every spike they emitted. Needs `h5py` (`pip install 'neurojax[sonata]'`).
 
     Args:
         recording: the `Recording` of `nj.simulate`, of one population or a network.
-        path: the `.h5` file to write; an existing file is replaced.
+        path: the `.h5` file to write (its folder must exist); an existing file is replaced.
         population: the group name for a single population's recording (default
             `"neurons"`); a network's recording uses its population names.
+        populations: which of a network's populations to write: `None` (default)
+            every neuron population, leaving out the inputs (spike sources such as
+            `nj.PoissonSource` or the microcircuit's `background`, listed in
+            `recording.sources`); `"all"` every population, inputs included; or a list of
+            names.
         trial: for a batched recording, the trial to write (an int, or a tuple of ints for
             several batch axes); a SONATA file holds one run.
         sorting: the order of the spikes: `"by_time"` (then by id), `"by_id"` (then by
@@ -303,7 +366,8 @@ def to_sonata(
     Example:
     ```python
     _, rec = nj.simulate(net, state, dt=0.1, n_steps=2000)
-    nj.io.to_sonata(rec, "spikes.h5")
+    nj.io.to_sonata(rec, "spikes.h5")                       # neurons only
+    nj.io.to_sonata(rec, "all.h5", populations="all")       # inputs too
     nj.io.from_sonata("spikes.h5")["E"]["timestamps"][:3]
     ```
     """
@@ -313,7 +377,7 @@ def to_sonata(
     if sorting not in _SORTINGS:
         raise ValueError(f"{owner}: sorting must be one of {_SORTINGS}, got {sorting!r}")
     t = _times(owner, recording)
-    rasters = _rasters(owner, recording, population)
+    rasters = _rasters(owner, recording, population, populations)
     first = next(iter(rasters.values()))
     if first.shape[0] != t.size:
         raise ValueError(
@@ -332,11 +396,42 @@ def to_sonata(
                 order = np.lexsort((times, ids))
                 times, ids = times[order], ids[order]
             group = spikes.create_group(name)
-            # Strings as variable-length UTF-8, as BMTK and libsonata write them.
-            group.attrs.create("sorting", sorting, dtype=h5py.string_dtype())
+            group.attrs.create("sorting", dict(_SORTING_CODES)[sorting], dtype=_sorting_dtype(h5py))
             ts = group.create_dataset("timestamps", data=times.astype(np.float64))
+            # Strings as variable-length UTF-8, as BMTK and libsonata write them.
             ts.attrs.create("units", "ms", dtype=h5py.string_dtype())
             group.create_dataset("node_ids", data=ids.astype(np.uint64))
+
+
+def _read_sorting(owner: str, where: str, h5py: ModuleType, group: Any) -> str:
+    """The `sorting` attribute of a population group: SONATA's enum, or its name as a
+    string (older neurojax files); `"none"` when absent."""
+    if "sorting" not in group.attrs:
+        return "none"
+    try:
+        value = group.attrs["sorting"]
+        dtype = group.attrs.get_id("sorting").dtype
+    except (OSError, TypeError, ValueError) as err:
+        raise ValueError(f"{owner}: {where}: attribute sorting cannot be read ({err})") from None
+    if isinstance(value, (bytes, np.bytes_)):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        name = value
+    else:
+        arr = np.asarray(value)
+        if arr.shape != () or arr.dtype.kind not in "iu":
+            raise ValueError(
+                f"{owner}: {where}: attribute sorting must be SONATA's enum {_SORTINGS} or "
+                f"its name, got {value!r}"
+            )
+        codes = h5py.check_enum_dtype(dtype) or dict(_SORTING_CODES)
+        names = {int(v): k for k, v in codes.items()}
+        name = names.get(int(arr), f"<code {int(arr)}>")
+    if name not in _SORTINGS:
+        raise ValueError(
+            f"{owner}: {where}: attribute sorting must be one of {_SORTINGS}, got {name!r}"
+        )
+    return name
 
 
 def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
@@ -344,7 +439,15 @@ def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
 
     Every group `/spikes/<population>` holding `timestamps` and `node_ids` is read (the
     older name `gids` for the ids is accepted). Timestamps in seconds (`units = "s"`) are
-    converted to ms. Needs `h5py` (`pip install 'neurojax[sonata]'`).
+    converted to ms. The `sorting` attribute is read in SONATA's enum form (what libsonata,
+    BMTK and `to_sonata` write) or as a string (what neurojax wrote before). Needs `h5py`
+    (`pip install 'neurojax[sonata]'`).
+
+    The file is checked before anything is returned, and a bad one is refused with a
+    `ValueError` naming the file, the population and the field: node ids must be an integer
+    dataset with no negative value (ids 0.7 or -3 are not rounded or passed through),
+    timestamps a real-valued dataset without NaN or infinite values, both 1-D and of equal
+    length, `units` `"ms"` or `"s"`, `sorting` one of `"none"`, `"by_id"`, `"by_time"`.
 
     Args:
         path: the HDF5 file.
@@ -355,8 +458,8 @@ def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
 
     Raises:
         FileNotFoundError: if there is no file at `path`.
-        ValueError: if the file has no `/spikes` group with populations, or a population's
-            datasets differ in length or use an unknown time unit.
+        ValueError: if the file is not HDF5, has no `/spikes` group with populations, or a
+            population's data breaks a rule above.
 
     Example:
     ```python
@@ -366,9 +469,12 @@ def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
     """
     owner = "from_sonata"
     p = _as_path(owner, path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{owner}: {str(p)!r} is a directory, expected a SONATA file")
     if not p.is_file():
         raise FileNotFoundError(f"{owner}: no file at {str(p)!r}")
     h5py = _import(owner, "h5py", "sonata")
+    file = repr(str(p))
 
     def text(value: Any) -> str:
         return value.decode() if isinstance(value, bytes) else str(value)
@@ -377,35 +483,81 @@ def from_sonata(path: str | os.PathLike) -> dict[str, dict[str, np.ndarray]]:
     try:
         f = h5py.File(p, "r")
     except OSError as err:
-        raise ValueError(f"{owner}: {str(p)!r} is not an HDF5 file ({err})") from None
+        raise ValueError(
+            f"{owner}: {file} is not an HDF5 file, or is truncated or damaged ({err})"
+        ) from None
     with f:
         spikes = f.get("spikes")
         if not isinstance(spikes, h5py.Group):
-            raise ValueError(f"{owner}: {str(p)!r} has no /spikes group (not a SONATA spike file)")
+            raise ValueError(f"{owner}: {file} has no /spikes group (not a SONATA spike file)")
         for name, group in spikes.items():
-            if not isinstance(group, h5py.Group) or "timestamps" not in group:
+            where = f"{file}, population /spikes/{name}"
+            if not isinstance(group, h5py.Group):
+                continue
+            if "timestamps" not in group:
+                if "node_ids" in group or "gids" in group:
+                    raise ValueError(f"{owner}: {where} has node_ids but no timestamps")
                 continue
             ids_name = "node_ids" if "node_ids" in group else "gids"
             if ids_name not in group:
-                raise ValueError(f"{owner}: /spikes/{name} has timestamps but no node_ids")
-            times = np.asarray(group["timestamps"][()], dtype=np.float64)
-            ids = np.asarray(group[ids_name][()]).astype(np.int64)
-            if times.shape != ids.shape or times.ndim != 1:
+                raise ValueError(f"{owner}: {where} has timestamps but no node_ids")
+            ts_set, id_set = group["timestamps"], group[ids_name]
+            for field, ds in (("timestamps", ts_set), (ids_name, id_set)):
+                if not isinstance(ds, h5py.Dataset):
+                    raise ValueError(f"{owner}: {where}: {field} must be a dataset, got a group")
+            if ts_set.dtype.kind not in "iuf":
                 raise ValueError(
-                    f"{owner}: /spikes/{name}: timestamps {times.shape} and {ids_name} "
-                    f"{ids.shape} must be 1-D of equal length"
+                    f"{owner}: {where}: timestamps must be a dataset of real numbers, got "
+                    f"dtype {ts_set.dtype}"
                 )
-            unit = text(group["timestamps"].attrs.get("units", "ms"))
+            if id_set.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{owner}: {where}: {ids_name} must be a dataset of integers (node ids), "
+                    f"got dtype {id_set.dtype}"
+                )
+            try:
+                times = np.asarray(ts_set[()], dtype=np.float64)
+                raw_ids = np.asarray(id_set[()])
+            except (OSError, ValueError, TypeError) as err:
+                raise ValueError(f"{owner}: {where}: its data cannot be read ({err})") from None
+            if times.shape != raw_ids.shape or times.ndim != 1:
+                raise ValueError(
+                    f"{owner}: {where}: timestamps {times.shape} and {ids_name} "
+                    f"{raw_ids.shape} must be 1-D of equal length"
+                )
+            if not np.isfinite(times).all():
+                i = int(np.argmin(np.isfinite(times)))
+                raise ValueError(
+                    f"{owner}: {where}: timestamps must be finite, got {float(times[i])!r} at "
+                    f"index {i}"
+                )
+            if raw_ids.dtype.kind == "i" and (raw_ids < 0).any():
+                i = int(np.argmax(raw_ids < 0))
+                raise ValueError(
+                    f"{owner}: {where}: {ids_name} must be >= 0, got {int(raw_ids[i])} at index {i}"
+                )
+            if (
+                raw_ids.dtype.kind == "u"
+                and raw_ids.size
+                and raw_ids.max() > np.iinfo(np.int64).max
+            ):
+                i = int(np.argmax(raw_ids > np.iinfo(np.int64).max))
+                raise ValueError(
+                    f"{owner}: {where}: {ids_name} must be below 2**63, got {int(raw_ids[i])} "
+                    f"at index {i}"
+                )
+            ids = raw_ids.astype(np.int64)
+            unit = text(ts_set.attrs.get("units", "ms"))
             if unit == "s":
                 times = times * 1000.0
             elif unit != "ms":
                 raise ValueError(
-                    f"{owner}: /spikes/{name}/timestamps has units {unit!r}; 'ms' or 's' allowed"
+                    f"{owner}: {where}: timestamps has units {unit!r}; 'ms' or 's' allowed"
                 )
-            sorting = text(group.attrs.get("sorting", "none"))
+            sorting = _read_sorting(owner, where, h5py, group)
             out[name] = {"timestamps": times, "node_ids": ids, "sorting": sorting}
     if not out:
-        raise ValueError(f"{owner}: {str(p)!r} has no populations under /spikes")
+        raise ValueError(f"{owner}: {file} has no populations under /spikes")
     return out
 
 
@@ -459,6 +611,7 @@ def to_nwb(
     record_every: int = 1,
     model: PyTree | None = None,
     population: str | None = None,
+    populations: str | list[str] | None = None,
     trial: int | tuple[int, ...] | None = None,
     units: Mapping[str, str] | None = None,
     session_description: str = "neurojax simulation",
@@ -489,6 +642,11 @@ def to_nwb(
         record_every: steps per recorded row, as given to `nj.simulate`.
         model: the simulated model (a neuron population or a `nj.Network`), or `None`.
         population: the name of a single population's recording (default `"neurons"`).
+        populations: which of a network's populations to write: `None` (default)
+            every neuron population, leaving out the inputs (spike sources such as
+            `nj.PoissonSource` or the microcircuit's `background`, listed in
+            `recording.sources`); `"all"` every population, inputs included; or a list of
+            names.
         trial: for a batched recording, the trial to write; an NWB file holds one run.
         units: the unit of each recorded field, `{field: unit}` (default `{"v": "mV"}`;
             fields not listed get `"unknown"`).
@@ -509,7 +667,7 @@ def to_nwb(
     p = _as_path(owner, path)
     t = _times(owner, recording)
     row = _row_ms(owner, dt, record_every, t)
-    rasters = _rasters(owner, recording, population)
+    rasters = _rasters(owner, recording, population, populations)
     first = next(iter(rasters.values()))
     if first.shape[0] != t.size:
         raise ValueError(
@@ -584,6 +742,7 @@ def to_neo(
     dt: float,
     record_every: int = 1,
     population: str | None = None,
+    populations: str | list[str] | None = None,
     units: Mapping[str, str] | None = None,
     name: str = "neurojax simulation",
 ) -> Any:
@@ -608,6 +767,11 @@ def to_neo(
         dt: the simulation step given to `nj.simulate` [ms].
         record_every: steps per recorded row, as given to `nj.simulate`.
         population: the name of a single population's recording (default `"neurons"`).
+        populations: which of a network's populations to write: `None` (default)
+            every neuron population, leaving out the inputs (spike sources such as
+            `nj.PoissonSource` or the microcircuit's `background`, listed in
+            `recording.sources`); `"all"` every population, inputs included; or a list of
+            names.
         units: the unit of each recorded field, `{field: unit}` as `quantities` spells it
             (default `{"v": "mV"}`; other fields are dimensionless).
         name: the block's name.
@@ -626,7 +790,7 @@ def to_neo(
     _check_recording(owner, recording)
     t = _times(owner, recording)
     row = _row_ms(owner, dt, record_every, t)
-    rasters = _rasters(owner, recording, population)
+    rasters = _rasters(owner, recording, population, populations)
     first = next(iter(rasters.values()))
     if first.shape[0] != t.size:
         raise ValueError(

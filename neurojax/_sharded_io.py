@@ -10,7 +10,9 @@ the single file:
 - **atomic**: the arrays go to a new subdirectory `data-<token>` (orbax writes it under a
   temporary name and renames it when complete); the commit is the atomic replacement
   (`os.replace`) of the header `neurojax_checkpoint.json`, which names that subdirectory.
-  A save interrupted at any point leaves the previous header and its data intact.
+  A save interrupted at any point leaves the previous header and its data intact; what it
+  left behind (orbax's `*.orbax-checkpoint-tmp*` folders, data no header names) is removed
+  when the next save to the directory starts.
 - **verified**: the header stores, per array, a 64-bit checksum of its values computed on the
   devices where the array lives, in unsigned 32-bit arithmetic whose sum does not depend on
   the sharding or the order of the reduction; `load` recomputes it on what it read.
@@ -35,7 +37,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import multihost_utils
 
-from .io import (
+from ._checkpoint import (
     _HEADER,
     FORMAT,
     FORMAT_VERSION,
@@ -46,9 +48,13 @@ from .io import (
     _encode,
     _leaf_spec,
     _match,
+    _match_statics,
     _neurojax_version,
     _nodes,
     _show,
+    _statics,
+    _structure,
+    _structure_note,
 )
 
 __all__ = ["save_sharded", "load_sharded", "wants_sharded", "spans_processes", "digest"]
@@ -244,6 +250,7 @@ def save_sharded(owner: str, p: pathlib.Path, tree: Any) -> None:
     name = _DATA_PREFIX + _token()
     if jax.process_index() == 0:
         p.mkdir(exist_ok=True)
+        _remove_leftovers(p)
         if not items:
             (p / name).mkdir()
     _barrier("neurojax-save-mkdir")
@@ -261,6 +268,8 @@ def save_sharded(owner: str, p: pathlib.Path, tree: Any) -> None:
         "orbax_version": getattr(ocp, "__version__", "unknown"),
         "nodes": [list(node) for node in _nodes(tree)],
         "leaves": specs,
+        "static": _statics(tree),
+        "structure": _structure(tree),
     }
     header_bytes = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
     if jax.process_index() == 0:
@@ -271,6 +280,28 @@ def save_sharded(owner: str, p: pathlib.Path, tree: Any) -> None:
             if old.name.startswith(_DATA_PREFIX) and old.name != name:
                 shutil.rmtree(old, ignore_errors=True)
     _barrier("neurojax-save-commit")
+
+
+def _remove_leftovers(p: pathlib.Path) -> list[pathlib.Path]:
+    """Remove what killed saves left in the checkpoint directory `p`: orbax's temporary
+    folders (`data-<token>.orbax-checkpoint-tmp...`) and complete data folders that no
+    header names. The data of the committed header is kept. Saves to one directory are
+    collective and never concurrent, so nothing else writes there now."""
+    current = None
+    try:
+        header = json.loads((p / _HEADER).read_bytes().decode("utf-8"))
+        current = header.get("data") if isinstance(header, dict) else None
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    removed = []
+    for entry in p.iterdir():
+        if entry.name.startswith(_DATA_PREFIX) and entry.name != current:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
 
 
 # ----------------------------------------------------------------------------- load
@@ -354,7 +385,11 @@ def load_sharded(owner: str, p: pathlib.Path, like: Any) -> Any:
         _check_sharded_header(header, p)
     except _Corrupt as err:
         raise ValueError(f"{owner}: cannot read checkpoint {where}: {err}") from None
-    _match(where, header, like_nodes, like_specs)
+    try:
+        _match(where, header, like_nodes, like_specs)
+        _match_statics(where, header, like, owner)
+    except ValueError as err:
+        raise ValueError(str(err) + _structure_note(header, like)) from None
     ocp = _orbax(owner)
     restore_args, empty = {}, {}
     for spec, x in zip(header["leaves"], like_leaves, strict=True):

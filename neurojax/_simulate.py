@@ -1,10 +1,9 @@
 """`simulate`: step any neurojax model with `jax.lax.scan` under `jit`."""
 
 import math
-import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -12,11 +11,15 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _reliability as _rel
-from ._recording import count_dtype
+from . import _validation
+from ._recording import count_dtype, most_spikes, recorded_spikes
+from ._run_loop import RunInfo, run_chunks
+from ._system import available_bytes as _available_bytes
 from ._validation import check_dt, check_positive_int
+from .network import _checks as _network_checks
+from .network._sources import SpikeSource
 
-__all__ = ["simulate", "Recording"]
+__all__ = ["simulate", "Recording", "RunInfo", "SpikeTimes"]
 
 
 class Recording(eqx.Module):
@@ -30,11 +33,24 @@ class Recording(eqx.Module):
             is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
         values: the recorded state fields (`{name: array}`) or the PyTree returned by a
             `record` function. State fields are also attributes: `recording.v`.
+        sources: the names of a network's populations that are spike sources (inputs such
+            as `nj.PoissonSource`, not neurons), which `nj.io`'s writers leave out unless
+            asked. A source that emits several spikes per step (`max_spikes_per_step > 1`)
+            is recorded as counts, never cut to 0/1.
+        info: how the `simulate` call that returned this recording spent its time
+            (`nj.RunInfo`: compile and run seconds, chunks, reruns); `None` when the call
+            ran under a transformation (`jit`, `vmap`, `grad`). It belongs to the returned
+            object only: a recording rebuilt by a tree operation has `info=None`.
     """
 
     t: Any
     spikes: Any
     values: Any
+    sources: tuple[str, ...] = eqx.field(static=True, default=())
+
+    # Not a field: timing of the call is no data of the recording, and as a static field it
+    # would make every recording a new compiled-program key when passed into `jit`.
+    info = None
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: expose recorded fields as attributes.
@@ -45,6 +61,14 @@ class Recording(eqx.Module):
             f"Recording has no attribute {name!r}; recorded fields: "
             f"{sorted(values) if isinstance(values, dict) else 'none (custom record function)'}"
         )
+
+
+def _sources(model: Any) -> tuple[str, ...]:
+    """The populations of a network (`groups`, `group_models`) that are spike sources."""
+    groups, models = getattr(model, "groups", None), getattr(model, "group_models", None)
+    if groups is None or models is None:
+        return ()
+    return tuple(n for names, m in zip(groups, models) if isinstance(m, SpikeSource) for n in names)
 
 
 def _is_tracer(x: Any) -> bool:
@@ -473,6 +497,7 @@ def _run_chunk(
     unroll: int,
     checkpoint: bool = False,
     truncate_backprop: int | None = None,
+    ids_cap: int | None = None,
 ):
     """Scan `n_rec * record_every` steps starting at global step index `start`."""
     float_dtype = jnp.result_type(float)
@@ -535,11 +560,9 @@ def _run_chunk(
         return (st, i + 1, dg), out
 
     def to_record(out):
-        if spike_dtype is None:
-            return out
-        return jtu.tree_map(
-            lambda o: o > 0 if jnp.issubdtype(o.dtype, jnp.floating) else o.astype(bool), out
-        )
+        if spike_dtype == "ids":
+            return jtu.tree_map(lambda o: _spike_ids(o, ids_cap), out)
+        return out if spike_dtype is None else recorded_spikes(out, most_spikes(model, out))
 
     def window(carry, xs):
         if record_every == 1:
@@ -551,12 +574,12 @@ def _run_chunk(
             shapes = jax.eval_shape(
                 one_step, carry, None if xs is None else jtu.tree_map(lambda x: x[0], xs)
             )[1]
-            counts = count_dtype(record_every)
+            most = most_spikes(model, shapes)
 
-            def acc_dtype(o):
-                return o.dtype if spike_dtype is None else counts
+            def acc_dtype(o, k):
+                return o.dtype if spike_dtype is None else count_dtype(record_every * k)
 
-            acc0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, acc_dtype(o)), shapes)
+            acc0 = jtu.tree_map(lambda o, k: jnp.zeros(o.shape, acc_dtype(o, k)), shapes, most)
             last0 = jtu.tree_map(lambda o: jnp.zeros(o.shape, o.dtype), shapes)
 
             def inner(c, x):
@@ -565,7 +588,13 @@ def _run_chunk(
                 if spike_dtype is None:
                     acc = jtu.tree_map(jnp.add, acc, out_)
                 else:
-                    acc = jtu.tree_map(lambda a, o: a + (o > 0).astype(a.dtype), acc, out_)
+                    # Counts of multi-spike sources are added as they are (`most_spikes`).
+                    acc = jtu.tree_map(
+                        lambda a, o, k: a + (o if k > 1 else o > 0).astype(a.dtype),
+                        acc,
+                        out_,
+                        most,
+                    )
                 return (carry_, acc, out_), None
 
             (carry, spikes, out), _ = jax.lax.scan(
@@ -589,8 +618,9 @@ def _run_chunk(
 _run_chunk_jit = eqx.filter_jit(_run_chunk)
 
 _HOST_TRANSFER_UNDER_TRACE = (
-    "simulate: chunk_size and progress move data to the host between chunks and cannot run "
-    "inside jit/vmap/grad; call simulate outside the transformation, or drop them"
+    "simulate: chunk_size and progress move data to the host between chunks (as "
+    "spike_dtype='ids' does) and cannot run inside jit/vmap/grad; call simulate outside the "
+    "transformation, or drop them"
 )
 
 
@@ -652,15 +682,26 @@ def simulate(
             recording to the host (NumPy) before the next, so that long runs fit in device
             memory. Must be a multiple of `record_every`. Results are bit-identical to an
             unchunked run.
-        progress: show a progress bar (tqdm) with simulated time and steps/s. Without
-            `chunk_size`, the run is split into about 20 chunks whose recordings stay on
-            the device.
+        progress: show a progress bar (tqdm) that says while the run compiles, then the
+            simulated time and the steps per second of running alone (compile time left
+            out). Without `chunk_size`, the run is split into about 20 chunks whose
+            recordings stay on the device.
         check: guard against non-finite state. After the run, raise `FloatingPointError`
             naming the first step and state field that became NaN or infinite. Costs one
             reduction per state leaf per step; free when off.
-        spike_dtype: `"bool"` (default) stores spikes as booleans (counts with
-            `record_every > 1`); `None` keeps the model's float outputs, for example to
-            differentiate through the recorded spikes.
+        spike_dtype: how spikes are recorded: `"bool"` (default) stores them as booleans
+            (counts with `record_every > 1`), and the outputs of a source that emits several
+            spikes per step (`max_spikes_per_step > 1`, such as the microcircuit's Poisson
+            background) as integer counts, so that none is lost; `"ids"` stores only the
+            spikes, as lists of events (`nj.SpikeTimes`: time, neuron index, step and, for a
+            batched state, the trial; one per population for a network), which takes memory
+            in proportion to the spikes, not to neurons x steps: the way to record a large
+            network's spikes (a source's several spikes in one step are one event there).
+            Each step keeps a buffer of spike ids that grows, with the chunk rerun, when a
+            step has more spikes, so none is lost. It needs `record_every=1`, runs outside
+            transformations (the lists are built on the host) and not with `batch_block`.
+            `None` keeps the model's float outputs, for example to differentiate through
+            the recorded spikes.
         unroll: steps per iteration of the compiled loop (`lax.scan`'s `unroll`); larger
             values cut per-step loop overhead for small models at the cost of compile time.
         batch_block: for a state with a leading batch axis of `B` independent trials, run
@@ -672,8 +713,7 @@ def simulate(
             the batch axis first; scalar leaves are shared, except PRNG keys, which are
             folded with the block index so that blocks draw independent numbers. `inputs` are
             shared by all trials. Results equal an unblocked run up to those keys; the final
-            state's shared leaves are those of the first block. Not with `chunk_size` or
-            `progress`.
+            state's shared leaves are those of the first block.
         checkpoint: for gradients through long runs, wrap each step in `jax.checkpoint`, so
             that the backward pass keeps only the state carried between steps and recomputes
             each step's intermediates (memory per step drops from everything the step
@@ -711,7 +751,8 @@ def simulate(
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
-        stays on the device (JAX arrays); with it, it is on the host (NumPy arrays).
+        stays on the device (JAX arrays); with it, or with `spike_dtype="ids"`, it is on the
+        host (NumPy arrays). `recording.info` says how long compiling and running took.
 
     Same inputs and key give bit-identical results, chunked or not.
 
@@ -728,24 +769,12 @@ def simulate(
     first = _start_of(state, start)
     if batch_block is not None:
         batch_block = check_positive_int("simulate", "batch_block", batch_block)
-        if chunk_size is not None or progress:
-            raise ValueError("simulate: batch_block cannot be combined with chunk_size or progress")
-        return _simulate_blocked(
-            model,
-            state,
-            inputs,
-            batch_block,
-            dt=dt,
-            n_steps=n_steps,
-            record=record,
-            record_every=record_every,
-            check=check,
-            spike_dtype=spike_dtype,
-            unroll=unroll,
-            checkpoint=checkpoint,
-            truncate_backprop=truncate_backprop,
-            start=first,
-        )
+        _check_blocks(state, batch_block)
+        if spike_dtype == "ids":
+            raise ValueError(
+                "simulate: spike_dtype='ids' cannot be combined with batch_block; record the "
+                "batch's spikes as ids without blocks, or as a raster with blocks"
+            )
     if not hasattr(model, "step") or not callable(model.step):
         raise TypeError(
             f"simulate: model must have a step(state, inputs, dt) method, got {type(model)!r}"
@@ -760,8 +789,16 @@ def simulate(
         truncate_backprop = check_positive_int("simulate", "truncate_backprop", truncate_backprop)
     if chunk_size is not None:
         chunk_size = check_positive_int("simulate", "chunk_size", chunk_size)
-    if spike_dtype not in ("bool", None):
-        raise ValueError(f"simulate: spike_dtype must be 'bool' or None, got {spike_dtype!r}")
+    if spike_dtype not in ("bool", "ids", None):
+        raise ValueError(
+            f"simulate: spike_dtype must be 'bool', 'ids' or None, got {spike_dtype!r}"
+        )
+    if spike_dtype == "ids" and record_every != 1:
+        raise ValueError(
+            f"simulate: spike_dtype='ids' records every spike with its step, so record_every "
+            f"must be 1, got {record_every}; record state fields more sparsely with a record "
+            "function, or use spike_dtype='bool' for counts per window"
+        )
     if not isinstance(progress, bool):
         raise TypeError(f"simulate: progress must be a bool, got {progress!r}")
     if not isinstance(check, bool):
@@ -769,12 +806,12 @@ def simulate(
     record = _record_spec(record, state)
     # The state against the model's own init_state (type, field shapes, dtypes) and the
     # inputs' values, before any input is matched to the state or anything compiled.
-    _rel.check_state("simulate", model, state, (_signature(model), _signature(state)))
+    state = _network_checks.check_run(model, state)
     if inputs is not None and not callable(inputs):
-        _rel.check_input_values("simulate", inputs)
+        _validation.check_input_values("simulate", inputs)
     kind, n_steps = _classify_inputs(model, state, inputs, n_steps, dt)
     if not _is_tracer(first):
-        _rel.check_run_length("simulate", first, n_steps, record_every)
+        _validation.check_run_length("simulate", first, n_steps, record_every)
     if n_steps % record_every:
         raise ValueError(f"simulate: record_every={record_every} must divide n_steps={n_steps}")
     if chunk_size is not None and chunk_size % record_every:
@@ -782,7 +819,7 @@ def simulate(
             f"simulate: chunk_size={chunk_size} must be a multiple of record_every={record_every}"
         )
     traced = any(_is_tracer(x) for x in jtu.tree_leaves((model, state, inputs)))
-    if traced and (chunk_size is not None or progress):
+    if traced and (chunk_size is not None or progress or spike_dtype == "ids"):
         raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
     per_record = _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dtype)
     total = per_record * (n_steps // record_every)
@@ -816,82 +853,90 @@ def simulate(
         # Python scalars would be static under jit (a new value would recompile): make arrays.
         inputs = jtu.tree_map(lambda x: x if isinstance(x, jax.Array) else jnp.asarray(x), inputs)
     const = inputs if kind == "const" else None
-    diag = (jnp.int32(-1), jnp.int32(-1))
-    chunks = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    ids = _SpikeIdBuffer(state, model, inputs, kind, dt) if spike_dtype == "ids" else None
+    options = dict(
+        dt=dt,
+        record_every=record_every,
+        kind=kind,
+        input_fn=input_fn,
+        record=record,
+        spike_dtype=spike_dtype,
+        check=check,
+        unroll=unroll,
+        checkpoint=checkpoint,
+        truncate_backprop=truncate_backprop,
+    )
+    # Under the caller's transformation the diagnostics stay traced; a record or inputs
+    # function closing over traced values makes them traced too (found after the first chunk).
+    diag = [(jnp.int32(-1), jnp.int32(-1))]
 
-        bar = tqdm(total=n_steps, unit="step", desc="simulate", dynamic_ncols=True)
-    t_start = time.perf_counter()
-    base = model
-    try:
-        for start in range(0, n_steps, chunk_size):
-            length = min(chunk_size, n_steps - start)
-            if kind == "series":
-                window = slice(start, start + length)
-                chunk_inputs = jtu.tree_map(lambda x, w=window: x[w], inputs)
-            else:
-                chunk_inputs = const
-            model = base
-            while True:
-                out = _run_chunk_jit(
-                    model,
-                    state,
-                    chunk_inputs,
-                    jnp.asarray(first + start, jnp.int32),
-                    diag,
-                    dt=dt,
-                    n_rec=length // record_every,
-                    record_every=record_every,
-                    kind=kind,
-                    input_fn=input_fn,
-                    record=record,
-                    spike_dtype=spike_dtype,
-                    check=check,
-                    unroll=unroll,
-                    checkpoint=checkpoint,
-                    truncate_backprop=truncate_backprop,
-                )
-                if not fits or traced or _is_tracer(out[3][0]):
-                    break
-                grown = model.fit_capacity(out[0])
-                if grown is model:
-                    break
-                model = grown  # spikes were left out: run the chunk again, larger buffer
-            state, spikes, values, diag = out
-            if _is_tracer(diag[0]):
-                # An inputs function or record function closing over traced values puts the
-                # whole run under the caller's transformation, even with concrete arguments.
-                traced = True
-                if to_host or progress:
-                    raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
-            if to_host:
-                spikes, values = jax.device_get((spikes, values))
-            chunks.append((spikes, values))
-            if bar is not None:
-                jax.block_until_ready(state)
-                elapsed = time.perf_counter() - t_start
-                bar.update(length)
-                bar.set_postfix_str(
-                    f"t={(start + length) * dt:.1f} ms, {(start + length) / elapsed:.3g} steps/s"
-                )
-    finally:
-        if bar is not None:
-            bar.close()
+    def run_chunk(m, st, offset, length):
+        chunk_inputs = const
+        if kind == "series":
+            window = slice(offset, offset + length)
+            chunk_inputs = jtu.tree_map(lambda x, w=window: x[w], inputs)
+        runner = _run_blocked_chunk_jit if batch_block is not None else _run_chunk_jit
+        extra = {"block": batch_block} if batch_block is not None else {}
+        out = runner(
+            m,
+            st,
+            chunk_inputs,
+            jnp.asarray(first + offset, jnp.int32),
+            diag[0],
+            n_rec=length // record_every,
+            ids_cap=None if ids is None else ids.cap,
+            **options,
+            **extra,
+        )
+        new_state, spikes, values, new_diag = out
+        if _is_tracer(new_diag[0]) and not traced and (to_host or progress or ids is not None):
+            raise ValueError(_HOST_TRANSFER_UNDER_TRACE)
+        return new_state, (spikes, values, new_diag)
 
-    if len(chunks) == 1:
+    def refit(m, new_state, out):
+        if not _is_tracer(out[2][0]):
+            if ids is not None and ids.grow(out[0]):
+                return m, True  # a step had more spikes than the id buffer: rerun, larger
+            if fits:
+                grown = m.fit_capacity(new_state)
+                if grown is not m:
+                    return grown, True  # spikes were left out: run again, larger buffer
+        diag[0] = out[2]
+        return m, False
+
+    model, state, chunks, info = run_chunks(
+        run_chunk,
+        model,
+        state,
+        n_steps=n_steps,
+        chunk_size=chunk_size,
+        refit=refit,
+        to_host=to_host or ids is not None,
+        progress=progress,
+        dt=dt,
+        traced=traced,
+    )
+    if _is_tracer(chunks[-1][2][0]):
+        # An inputs function or record function closing over traced values puts the whole
+        # run under the caller's transformation, even with concrete arguments.
+        traced = True
+    diag = chunks[-1][2]
+    chunks = [(spikes, values) for spikes, values, _ in chunks]
+
+    if ids is not None:
+        spikes = ids.spike_times([c[0] for c in chunks], first, record_every)
+        values = _concatenate([c[1] for c in chunks], to_host=True)
+    elif len(chunks) == 1:
         spikes, values = chunks[0]
     else:
-        cat = np.concatenate if to_host else jnp.concatenate
-        spikes, values = jtu.tree_map(lambda *xs: cat(xs, axis=0), *chunks)
+        spikes, values = _concatenate(chunks, to_host)
 
     if fits and traced and model.buffers_may_overflow():
         # No rerun is possible under the caller's transformation: one check after the run.
         state = model.check_capacity(state)
 
     if not check and not traced:
-        bad = _rel.nonfinite_fields(state)
+        bad = _validation.nonfinite_fields(state)
         if bad:
             fields = ", ".join(f"{name!r} ({n} of {size} entries)" for name, n, size in bad)
             warnings.warn(
@@ -926,9 +971,12 @@ def simulate(
         t = steps.astype(jnp.result_type(float)) * dt
     else:
         t = ((int(first) + np.arange(1, n_rec_total + 1) * record_every) * dt).astype(np.float64)
-        if not to_host:
+        if not to_host and ids is None:
             t = jnp.asarray(t, dtype=jnp.result_type(float))
-    return state, Recording(t=t, spikes=spikes, values=values)
+    rec = Recording(t=t, spikes=spikes, values=values, sources=_sources(model))
+    if info is not None:
+        object.__setattr__(rec, "info", info)
+    return state, rec
 
 
 def _is_key(x: Any) -> bool:
@@ -939,36 +987,21 @@ class RecordingTooLarge(ValueError):
     """The recording a `simulate` call asks for cannot fit in the memory available."""
 
 
-def _available_bytes(on_host: bool) -> int | None:
-    """Memory a recording may use: the device's limit where JAX reports one (GPU, TPU), else
-    the host's available memory (Linux `MemAvailable`); None when unknown."""
-    if not on_host:
-        try:
-            stats = jax.devices()[0].memory_stats() or {}
-        except Exception:  # noqa: BLE001  (backends without memory statistics)
-            stats = {}
-        if "bytes_limit" in stats:
-            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+def _step_outputs(model: Any, state: Any, inputs: Any, kind: str, dt: float) -> Any:
+    """The abstract outputs (shapes and dtypes) of one step with one step's input."""
+    if kind == "fn":
+        inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
+    elif kind == "series":
+        inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
+    else:
+        inp = inputs
+    return _step_abstract(model, state, inp, dt)[1]
 
 
 def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dtype) -> int:
     """Bytes of one recorded step: the step outputs as `simulate` keeps them, and the fields."""
     try:
-        if kind == "fn":
-            inp = jax.eval_shape(inputs, jnp.zeros((), jnp.result_type(float)), jnp.int32(0))
-        elif kind == "series":
-            inp = jtu.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), inputs)
-        else:
-            inp = inputs
-        _, out = _step_abstract(model, state, inp, dt)
+        out = _step_outputs(model, state, inputs, kind, dt)
     except Exception:  # noqa: BLE001  (the run itself will report it)
         return 0
     if record_every > 1:
@@ -985,7 +1018,7 @@ def _record_bytes(model, state, inputs, kind, record, dt, record_every, spike_dt
             values = eqx.filter_eval_shape(record, state, out)
         except Exception:  # noqa: BLE001
             return size
-        _rel.check_record_values("simulate", values)
+        _validation.check_record_values("simulate", values)
     else:
         values = jax.eval_shape(lambda st: _recorded_values(record, st, None), state)
     return size + sum(int(np.prod(v.shape)) * v.dtype.itemsize for v in jtu.tree_leaves(values))
@@ -1022,10 +1055,9 @@ def _start_of(state: Any, start: Any) -> Any:
     return int(start)
 
 
-def _simulate_blocked(model, state, inputs, block, **kwargs):
-    """`simulate` over blocks of the leading batch axis (see `batch_block`)."""
-    leaves, treedef = jtu.tree_flatten(state)
-    sizes = {np.shape(x)[0] for x in leaves if np.ndim(x) >= 1}
+def _check_blocks(state: Any, block: int) -> None:
+    """Refuse a `batch_block` that the state's leading batch axis does not split into."""
+    sizes = {np.shape(x)[0] for x in jtu.tree_leaves(state) if np.ndim(x) >= 1}
     if len(sizes) != 1:
         raise ValueError(
             "simulate: batch_block needs every state leaf with a dimension to lead with the same "
@@ -1037,8 +1069,15 @@ def _simulate_blocked(model, state, inputs, block, **kwargs):
         raise ValueError(
             f"simulate: batch_block={block} must divide the batch size {batch} of the state"
         )
-    n_blocks = batch // block
+
+
+def _run_blocked_chunk(model, state, inputs, start, diag, *, block, **options):
+    """`_run_chunk` over blocks of `block` trials of the leading batch axis, one block after
+    the other inside one program (`lax.map`), see `simulate`'s `batch_block`."""
+    leaves, treedef = jtu.tree_flatten(state)
     batched = [np.ndim(x) >= 1 for x in leaves]
+    batch = next(np.shape(x)[0] for x, b in zip(leaves, batched) if b)
+    n_blocks = batch // block
     split = [
         jnp.reshape(x, (n_blocks, block) + np.shape(x)[1:]) if b else None
         for x, b in zip(leaves, batched)
@@ -1050,11 +1089,11 @@ def _simulate_blocked(model, state, inputs, block, **kwargs):
             p if b else (jax.random.fold_in(x, index) if _is_key(x) else x)
             for p, x, b in zip(parts, leaves, batched)
         ]
-        final, rec = simulate(model, jtu.tree_unflatten(treedef, rebuilt), inputs, **kwargs)
-        return final, rec
+        return _run_chunk(
+            model, jtu.tree_unflatten(treedef, rebuilt), inputs, start, diag, **options
+        )
 
-    finals, recs = jax.lax.map(one, (jnp.arange(n_blocks), split))
-
+    finals, spikes, values, diags = jax.lax.map(one, (jnp.arange(n_blocks), split))
     final_leaves = [
         jnp.reshape(f, (batch,) + f.shape[2:]) if b else f[0]
         for f, b in zip(jtu.tree_leaves(finals), batched)
@@ -1070,9 +1109,96 @@ def _simulate_blocked(model, state, inputs, block, **kwargs):
         x = jnp.moveaxis(x, 0, 1)
         return x.reshape((x.shape[0], batch) + x.shape[3:])
 
-    rec = Recording(
-        t=recs.t[0],
-        spikes=jtu.tree_map(merge, recs.spikes),
-        values=jtu.tree_map(merge, recs.values),
+    # The first non-finite value over all blocks: the earliest step, then the lowest block.
+    steps, leaf = diags
+    bad = leaf >= 0
+    order = jnp.where(bad, steps, jnp.iinfo(jnp.int32).max)
+    pick = jnp.argmin(order)
+    diag = (
+        jnp.where(jnp.any(bad), steps[pick], diag[0]),
+        jnp.where(jnp.any(bad), leaf[pick], diag[1]),
     )
-    return jtu.tree_unflatten(treedef, final_leaves), rec
+    return (
+        jtu.tree_unflatten(treedef, final_leaves),
+        jtu.tree_map(merge, spikes),
+        jtu.tree_map(merge, values),
+        diag,
+    )
+
+
+_run_blocked_chunk_jit = eqx.filter_jit(_run_blocked_chunk)
+
+
+def _spike_ids(out: Any, cap: int) -> tuple[jax.Array, jax.Array]:
+    """One step's spiking neurons of one output: their flat indices (`cap` entries, -1 past
+    the last) and their number (which may exceed `cap`: the run loop then reruns)."""
+    flat = (out > 0) if jnp.issubdtype(out.dtype, jnp.floating) else out.astype(bool)
+    flat = flat.reshape(-1)
+    (idx,) = jnp.nonzero(flat, size=min(cap, flat.size), fill_value=-1)
+    return idx.astype(jnp.int32), jnp.sum(flat, dtype=jnp.int32)
+
+
+class SpikeTimes(NamedTuple):
+    """The spikes of one population (or neuron model's output) as a list of events, what
+    `nj.simulate(..., spike_dtype="ids")` records: one entry per spike, in step order (and
+    by neuron within a step). As Brian2's `SpikeMonitor` and NEST's spike recorder give them.
+
+    Attributes:
+        t: time [ms] at the end of the step in which each spike happened (as `recording.t`:
+            `(step + 1) * dt` for a run that starts at step 0), float64.
+        i: the neuron's index in the population (its last axis), int32.
+        step: the global index of the step (counted as `recording.t` is), int64.
+        trial: for a batched state, the trial's flat index over the batch axes (int32);
+            `None` for an unbatched state.
+    """
+
+    t: np.ndarray
+    i: np.ndarray
+    step: np.ndarray
+    trial: np.ndarray | None
+
+
+class _SpikeIdBuffer:
+    """The per-step buffer of spike ids of a `spike_dtype="ids"` run: its size, grown when a
+    chunk's step had more spikes, and the assembly of the chunks into `SpikeTimes`."""
+
+    def __init__(self, state: Any, model: Any, inputs: Any, kind: str, dt: float) -> None:
+        out = _step_outputs(model, state, inputs, kind, dt)
+        self.shapes = jtu.tree_map(lambda o: tuple(o.shape), out)
+        self.treedef = jtu.tree_structure(out)
+        self.dt_ms = float(dt)
+        largest = max(int(np.prod(o.shape)) for o in jtu.tree_leaves(out))
+        self.cap = int(min(largest, max(256, largest // 64)))
+
+    def grow(self, spikes: Any) -> bool:
+        """Whether a step of this chunk had more spikes than the buffer (then it is grown)."""
+        parts = self.treedef.flatten_up_to(spikes)
+        need = max((int(np.max(count, initial=0)) for _, count in parts), default=0)
+        if need <= self.cap:
+            return False
+        self.cap = 1 << (need - 1).bit_length()
+        return True
+
+    def spike_times(self, chunks: list[Any], first: int, record_every: int) -> Any:
+        leaves = []
+        shapes = self.treedef.flatten_up_to(self.shapes)
+        per_chunk = [self.treedef.flatten_up_to(c) for c in chunks]
+        for k, shape in enumerate(shapes):
+            ids = np.concatenate([np.asarray(c[k][0]) for c in per_chunk])
+            counts = np.concatenate([np.asarray(c[k][1]) for c in per_chunk])
+            steps = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts) + int(first)
+            flat = ids[ids >= 0].astype(np.int64)
+            n = shape[-1] if shape else 1
+            i = (flat % n).astype(np.int32)
+            trial = (flat // n).astype(np.int32) if len(shape) > 1 else None
+            t = (steps + 1).astype(np.float64) * self.dt_ms
+            leaves.append(SpikeTimes(t=t, i=i, step=steps, trial=trial))
+        return self.treedef.unflatten(leaves)
+
+
+def _concatenate(chunks: list[Any], to_host: bool) -> Any:
+    """Chunks' recordings joined along time (NumPy on the host, else JAX)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    cat = np.concatenate if to_host else jnp.concatenate
+    return jtu.tree_map(lambda *xs: cat(xs, axis=0), *chunks)

@@ -8,12 +8,15 @@ construction time on concrete values; when a model is built inside a JAX transfo
 inspected, so the checks are skipped for those leaves rather than forcing a host sync.
 """
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 
 __all__ = [
@@ -280,3 +283,255 @@ def check_broadcast(model: Any, shape: tuple[int, ...]) -> None:
                 f" broadcast to the population shape {shape} (per-neuron parameters need shape"
                 " (n,) matching the last state axis)"
             )
+
+
+class NamesBadParameters(type(eqx.Module)):
+    """Metaclass of a module whose array parameters go through `as_float`: a value the
+    converter refuses (a string, None, a boolean, a complex number) is reported with the
+    class's and the parameter's names, before any work (`"LIF: parameter tau_m must be a real
+    number or array: ... got None"`)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except TypeError as err:
+            if not str(err).startswith("expected a real number"):
+                raise
+            fields = [f for f in dataclasses.fields(cls) if f.init]
+            static = {f.name for f in fields if f.metadata.get("static", False)}
+            given = {**dict(zip([f.name for f in fields], args)), **kwargs}
+            bad = []
+            for name, value in given.items():
+                if name in static:
+                    continue
+                try:
+                    as_float(value)
+                except TypeError:
+                    bad.append(name)
+            which = f"parameter {bad[0]}" if bad else "a parameter"
+            raise TypeError(
+                f"{cls.__name__}: {which} must be a real number or array: {err}"
+            ) from None
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def check_key(
+    owner: str, key: Any, name: str = "key", *, batched: bool = False, eager: bool = False
+) -> jax.Array:
+    """A JAX PRNG key: a typed key (`jax.random.key`) or raw `uint32` key data of shape
+    `(2,)` (`jax.random.PRNGKey`), returned as a typed key.
+
+    `batched=True` also accepts a batch of keys; `eager=True` refuses a traced key (for
+    builders that run on the host, outside `jit`). Raises `TypeError` (not a key) or
+    `ValueError` (a batch where one key is needed) naming `owner` and `name`.
+    """
+    if eager and isinstance(key, jax.core.Tracer):
+        raise TypeError(
+            f"{owner}: {name} is a traced value; {owner} runs eagerly on the host, so call it "
+            "outside jit/vmap"
+        )
+    dtype = getattr(key, "dtype", None)
+    shape = tuple(np.shape(key)) if dtype is not None else None
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape == () or batched:
+            return key
+        raise ValueError(
+            f"{owner}: {name} must be a single PRNG key, got a batch of keys of shape {shape}; "
+            f"split it outside and pass one key (or jax.vmap over {owner})"
+        )
+    if dtype is not None and dtype == np.uint32 and shape is not None and shape[-1:] == (2,):
+        if len(shape) == 1 or batched:
+            return jax.random.wrap_key_data(jnp.asarray(key))
+        raise ValueError(
+            f"{owner}: {name} must be a single PRNG key, got raw key data of shape {shape} "
+            "(a batch of keys); pass one key"
+        )
+    shown = (
+        f"an array of shape {shape} and dtype {dtype}"
+        if dtype is not None
+        else f"{type(key).__name__} {key!r:.60}"
+    )
+    raise TypeError(
+        f"{owner}: {name} must be a JAX PRNG key such as jax.random.key(0), got {shown}"
+    )
+
+
+# ----------------------------------------------------------------------------- simulate
+
+# The largest step index the int32 clocks (a network's `state.step`, the step index that
+# `simulate` gives an inputs function) can hold.
+STEP_LIMIT = 2**31 - 1
+
+
+def leaf_text(path: Any) -> str:
+    """A pytree key path as the field name a message shows (`populations['E'].v`)."""
+    return jtu.keystr(path).lstrip(".") or "<root>"
+
+
+def fmt_list(values: np.ndarray, limit: int = 5) -> str:
+    """The first `limit` entries of a 1-D array, for a message."""
+    shown = ", ".join(str(v) for v in values[:limit].tolist())
+    return f"[{shown}{', ...' if values.size > limit else ''}]"
+
+
+def check_run_length(owner: str, first: int, n_steps: int, record_every: int) -> None:
+    """Refuse a run whose int32 step clock would wrap.
+
+    The step index of a run (a network's `state.step`, the index an inputs function is
+    given, the ring-buffer slots of delays) is an int32; past `2**31 - 1` it would wrap to
+    negative numbers and spikes would be delivered to the wrong slots.
+    """
+    if record_every > STEP_LIMIT:
+        raise ValueError(
+            f"{owner}: record_every={record_every} is more than 2**31 - 1 steps; a window's "
+            "spike count (int32) could then wrap to a negative number. Record windows of at "
+            "most 2**31 - 1 steps"
+        )
+    last = first + n_steps
+    if last > STEP_LIMIT:
+        raise ValueError(
+            f"{owner}: the run would take the step index from {first} to {last}, past "
+            f"2**31 - 1 = {STEP_LIMIT}, where the int32 step clock (a network's state.step, "
+            "the step index of inputs, the delay ring slots) would wrap; at dt = 0.1 ms that "
+            "is 59.6 h of simulated time. Run at most "
+            f"{max(STEP_LIMIT - first, 0)} more steps from this state (a model without a step "
+            "counter restarts at 0 in each call, so split its run into calls)"
+        )
+
+
+def check_input_values(owner: str, inputs: Any) -> None:
+    """Refuse complex inputs (their imaginary part would be dropped) and concrete inputs
+    that hold NaN or infinity, naming the leaf and the first bad entry."""
+    check_finite_tree(owner, "inputs", inputs)
+
+
+def check_finite_tree(owner: str, what: str, tree: Any) -> None:
+    """Refuse complex leaves and concrete float leaves of `tree` that hold NaN or infinity,
+    naming `what`, the leaf and the first bad entry (traced leaves are skipped)."""
+    for path, x in jtu.tree_leaves_with_path(tree):
+        dtype = getattr(x, "dtype", None)
+        if dtype is None:
+            if isinstance(x, complex):
+                raise TypeError(f"{owner}: {what} must be real, got the complex number {x!r}")
+            if isinstance(x, float) and not np.isfinite(x):
+                raise ValueError(f"{owner}: {what} must be finite, got {x!r}")
+            continue
+        where = "" if not path else f" at {leaf_text(path)}"
+        if jnp.issubdtype(dtype, jnp.complexfloating):
+            raise TypeError(
+                f"{owner}: {what}{where} are complex ({dtype}); the models take real "
+                "values, and the imaginary part would be dropped. Pass the real part "
+                "(jnp.real) or the magnitude explicitly"
+            )
+        if isinstance(x, jax.core.Tracer) or not jnp.issubdtype(dtype, jnp.floating):
+            continue
+        # Outside a trace: one reduction on the device and one scalar back, the details only
+        # on failure. Under a trace (concrete values closed over by the caller's jit) a device
+        # operation would be staged, so the check reads the values on the host instead.
+        if eager() and bool(jnp.all(jnp.isfinite(x))):
+            continue
+        finite = np.isfinite(np.asarray(x))
+        if not finite.all():
+            first = np.unravel_index(int(np.argmin(finite.reshape(-1))), finite.shape)
+            raise ValueError(
+                f"{owner}: {what}{where} hold {int((~finite).sum())} non-finite value(s) (NaN "
+                f"or inf), the first at index {tuple(int(i) for i in first)}; {what} must be "
+                "finite"
+            )
+
+
+def nonfinite_fields(state: Any) -> list[tuple[str, int, int]]:
+    """(field, non-finite entries, entries) of every float field of a concrete state with a
+    NaN or infinity, from one reduction per field and one transfer."""
+    named = [
+        (leaf_text(p), x)
+        for p, x in jtu.tree_leaves_with_path(state)
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+    ]
+    if not named:
+        return []
+    counts = jax.device_get(jnp.stack([jnp.sum(~jnp.isfinite(x)) for _, x in named]))
+    return [(n, int(c), int(np.size(x))) for (n, x), c in zip(named, counts) if c]
+
+
+def check_record_values(owner: str, values: Any) -> None:
+    """Every leaf a `record` function returns must be an array (or a number)."""
+    for path, x in jtu.tree_leaves_with_path(values):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(
+            x, (bool, int, float)
+        ):
+            raise TypeError(
+                f"{owner}: the record function returned {type(x).__name__} {x!r:.60}"
+                f"{'' if not path else ' at ' + leaf_text(path)}, not an array; it must "
+                "return a PyTree of arrays (state fields, outputs or values computed from them)"
+            )
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def _partial(module: Any) -> bool:
+    """Whether a module has a field set to None that its class does not default to None
+    (a tree filtered by `eqx.filter` or `eqx.partition`)."""
+    for field in dataclasses.fields(module):
+        if field.metadata.get("static", False):
+            continue
+        if getattr(module, field.name, None) is None and field.default is not None:
+            return True
+    return False
+
+
+def _is_node(x: Any) -> bool:
+    return isinstance(x, (eqx.Module, list, tuple, dict))
+
+
+def modules(tree: Any) -> list[Any]:
+    """Every complete `eqx.Module` in `tree` (each once, parents before children), skipping
+    NamedTuples (an optimizer's state holds moments shaped like the parameters, not
+    parameters) and partial modules (a field left None by `eqx.filter`)."""
+    seen: set[int] = set()
+    out: list[Any] = []
+
+    def visit(x: Any) -> None:
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return
+        if isinstance(x, eqx.Module) and not _partial(x):
+            out.append(x)
+        for child in jtu.tree_leaves(x, is_leaf=lambda y: y is not x and _is_node(y)):
+            if child is not x and _is_node(child):
+                visit(child)
+
+    visit(tree)
+    return out
+
+
+def check_module(owner: str, module: Any, *, thorough: bool = True) -> list[tuple[Any, str]]:
+    """Run the checks a module's class declares on an object that may not have passed
+    through its constructor (edited with `eqx.tree_at`, rebuilt by `nj.load`): every
+    `__check_init__` along its class hierarchy, then its `check_invariants(owner,
+    thorough=thorough)` where it has one (`thorough=False`: skip what costs more than a pass
+    over the arrays).
+
+    Concrete values that break a check raise `ValueError` naming `owner`, the class and the
+    field. Returns the flags of traced values that `check_invariants` could not read:
+    `(bad, message)` pairs, a boolean array that is True where the invariant fails.
+    """
+    for cls in reversed(type(module).__mro__):
+        check = cls.__dict__.get("__check_init__")
+        if check is None:
+            continue
+        try:
+            check(module)
+        except (ValueError, TypeError) as err:
+            raise ValueError(
+                f"{owner}: the {type(module).__name__} fails its constructor's check: {err}"
+            ) from None
+    invariants = getattr(module, "check_invariants", None)
+    if not callable(invariants):
+        return []
+    return list(invariants(owner, thorough=thorough) or [])

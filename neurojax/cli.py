@@ -27,7 +27,6 @@ import math
 import os
 import platform
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._system import env_flag
 
 __all__ = ["main", "build_parser", "RUN_MODELS", "RunModel"]
 
@@ -598,7 +599,8 @@ def _check_raster(args: argparse.Namespace, size: int) -> None:
     """The raster of a run comes back to the host whole (one byte per neuron and step):
     refuse, before anything is built or compiled, one that cannot fit in the memory
     available (exit code 2, as for any argument that asks too much)."""
-    from ._simulate import RecordingTooLarge, _available_bytes
+    from ._simulate import RecordingTooLarge
+    from ._system import available_bytes as _available_bytes
 
     n_steps = _steps(args.duration, args.dt)
     need = n_steps * size
@@ -628,12 +630,8 @@ def _step_outputs(model: Any, state: Any) -> Any:
 def _timed_simulate(
     model: Any, state: Any, inputs: Any, args: argparse.Namespace, progress: bool
 ) -> dict[str, Any]:
-    """Run `nj.simulate` recording spikes only; time compilation and the run separately.
-
-    `nj.simulate` compiles one program per chunk length on first use. A warm-up call runs one
-    chunk of each length the real run needs (so the real run compiles nothing); the compile
-    time is that call's time minus what those steps take at the rate of the real run.
-    """
+    """Run `nj.simulate` recording spikes only; compile and run times from its
+    `recording.info` (the one run loop measures them apart)."""
     import neurojax as nj
 
     n_steps = _steps(args.duration, args.dt)
@@ -641,19 +639,11 @@ def _timed_simulate(
         int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(_step_outputs(model, state))
     )
     _check_raster(args, size)
-    chunk, rem = _chunking(n_steps, args.batch)
-    t0 = time.perf_counter()
-    for length in (chunk, rem) if rem else (chunk,):
-        warm, _ = nj.simulate(model, state, inputs, dt=args.dt, n_steps=length, chunk_size=length)
-        jax.block_until_ready(warm)
-    t_warm = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
+    chunk, _ = _chunking(n_steps, args.batch)
     final, rec = nj.simulate(
         model, state, inputs, dt=args.dt, n_steps=n_steps, chunk_size=chunk, progress=progress
     )
-    jax.block_until_ready(final)
-    run_s = time.perf_counter() - t0
+    compile_s, run_s = rec.info.compile_s, rec.info.run_s
 
     bad = [
         jax.tree_util.keystr(path).lstrip(".")
@@ -665,8 +655,6 @@ def _timed_simulate(
             f"state field(s) {', '.join(bad)} became non-finite; --dt {args.dt:g} ms is probably"
             " too large for this model and integration method"
         )
-    warm_steps = chunk + rem
-    compile_s = max(0.0, t_warm - run_s * warm_steps / n_steps)
     device = jax.devices()[0]
     return {
         "spikes": np.asarray(rec.spikes),
@@ -676,8 +664,8 @@ def _timed_simulate(
             "chunk_size": chunk,
             "compile_s": compile_s,
             "run_s": run_s,
-            "steps_per_s": n_steps / run_s,
-            "neuron_steps_per_s": n_steps * args.batch / run_s,
+            "steps_per_s": n_steps / max(run_s, 1e-9),
+            "neuron_steps_per_s": n_steps * args.batch / max(run_s, 1e-9),
             "backend": jax.default_backend(),
             "device": f"{device.platform} ({device.device_kind})",
             "dtype": str(jnp.result_type(float)),
@@ -806,7 +794,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.error(msg)
         _restrict_threads(args.threads)
         _request_devices(args.devices, argv)
-        if args.compilation_cache and os.environ.get("NEUROJAX_COMPILATION_CACHE", "1") != "0":
+        try:
+            cache = env_flag("NEUROJAX_COMPILATION_CACHE", True)
+        except ValueError as err:
+            p.error(str(err))
+        if args.compilation_cache and cache:
             _enable_cache()
     try:
         code = args.handler(args)

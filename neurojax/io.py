@@ -31,7 +31,12 @@ state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
   of its bytes; Python scalars and strings are stored in the header itself) and `static`
   (per module node path, its static fields that have an exact JSON form: floats as
   `["float", hex]`, tuples as `["tuple", [...]]`; absent from files of older versions, which
-  are then loaded without this comparison);
+  are then loaded without this comparison and with a `UserWarning` naming the static fields
+  taken from `like` unchecked) and `structure` (per module node path, its type, its role,
+  `"model"` for an object with `init_state` and `step` such as a network or `"state"`, and a
+  64-bit fingerprint of its structure: node types, leaf shapes and dtypes, static fields;
+  when `like` does not match, `load` compares them to say which modules differ and whether
+  a model, not only a state, was built differently; absent from older files);
 - `leaves/00000.npy`, ...: one `.npy` file per array leaf. Typed PRNG keys are stored as
   their `jax.random.key_data` (uint32); dtypes that `.npy` cannot describe (`bfloat16`,
   `float8_*`, ...) as their raw bytes, a `uint8` array with a trailing axis of the item size.
@@ -56,16 +61,11 @@ row per spike (columns `time_ms`, `trial`, `neuron`), and `spike_table_to_csv` w
 (optional extras `neurojax[sonata]`, `[nwb]`, `[neo]`).
 """
 
-import contextlib
 import csv
-import hashlib
 import json
 import os
-import pathlib
-import secrets
-import sys
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from io import BytesIO, TextIOWrapper
 from typing import Any, BinaryIO
@@ -77,6 +77,31 @@ import numpy as np
 from jax import lax
 from jaxtyping import ArrayLike, PyTree, Shaped
 
+from . import _sharded_io, _validation
+from ._checkpoint import (
+    _HEADER,
+    FORMAT,
+    FORMAT_VERSION,
+    _as_path,
+    _atomic_write,
+    _check_header,
+    _Corrupt,
+    _dtype_name,
+    _encode,
+    _is_key_dtype,
+    _leaf_spec,
+    _match,
+    _match_statics,
+    _neurojax_version,
+    _nodes,
+    _sha256,
+    _show,
+    _statics,
+    _structure,
+    _structure_note,
+)
+from ._checkpoint import _HOST as _HOST  # noqa: F401  (tests read nj.io._HOST)
+from ._formats import _chosen
 from ._formats import from_sonata as from_sonata
 from ._formats import to_neo as to_neo
 from ._formats import to_nwb as to_nwb
@@ -96,300 +121,8 @@ __all__ = [
     "to_neo",
 ]
 
-FORMAT = "neurojax-checkpoint"
-FORMAT_VERSION = 1
-_HEADER = "neurojax_checkpoint.json"
 # A fixed timestamp for the archive members: the same tree gives the same bytes.
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-_SCALAR_KINDS = ("bool", "int", "float", "complex", "str")
-_KINDS = ("array", "key", "object") + _SCALAR_KINDS
-_NATIVE_KINDS = "biufcUSmM"  # dtype kinds that .npy stores without pickle
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def _as_path(owner: str, path: Any) -> pathlib.Path:
-    if isinstance(path, (str, os.PathLike)):
-        text = os.fspath(path)
-        if isinstance(text, str) and text:
-            return pathlib.Path(text)
-    raise TypeError(f"{owner}: path must be a non-empty str or pathlib.Path, got {path!r}")
-
-
-def _show(path: str) -> str:
-    return path if path else "<root>"
-
-
-def _is_key_dtype(dtype: Any) -> bool:
-    return jnp.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _key_impl(x: Any) -> str:
-    if isinstance(x, jax.ShapeDtypeStruct):
-        # jax.random.key_impl takes only key arrays; an abstract key exposes its
-        # implementation through its dtype.
-        impl = getattr(x.dtype, "_impl", None)
-        return str(getattr(impl, "name", x.dtype))
-    return str(jax.random.key_impl(x))
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    dtype = np.dtype(dtype)
-    # Strings and datetimes need their size or unit; every other dtype is named.
-    return dtype.str if dtype.kind in "USmM" else dtype.name
-
-
-def _bytes_of(arr: np.ndarray) -> np.ndarray:
-    return np.asarray(arr, order="C").reshape(-1).view(np.uint8)
-
-
-def _sha256(arr: np.ndarray) -> str:
-    return hashlib.sha256(_bytes_of(arr)).hexdigest()
-
-
-def _leaf_spec(owner: str, path: str, x: Any) -> dict[str, Any]:
-    """What a leaf is (kind, shape, dtype, key implementation), without its values."""
-    if isinstance(x, jax.core.Tracer):
-        raise TypeError(
-            f"{owner}: leaf {_show(path)} is a traced value; {owner} reads or writes files and "
-            "must be called outside jit, vmap and grad"
-        )
-    if isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)):
-        shape = [int(s) for s in x.shape]
-        if _is_key_dtype(x.dtype):
-            data = jax.eval_shape(jax.random.key_data, x)  # abstract: no device work
-            return {
-                "path": path,
-                "kind": "key",
-                "impl": _key_impl(x),
-                "shape": shape,
-                "data_shape": [int(s) for s in data.shape],
-            }
-        return {"path": path, "kind": "array", "shape": shape, "dtype": _dtype_name(x.dtype)}
-    # bool before int: bool is a subclass of int.
-    for kind, types in (("bool", bool), ("int", int), ("float", float), ("complex", complex)):
-        if isinstance(x, types):
-            return {"path": path, "kind": kind}
-    if isinstance(x, str):
-        return {"path": path, "kind": "str"}
-    return {"path": path, "kind": "object", "type": type(x).__qualname__}
-
-
-def _describe(spec: dict[str, Any]) -> str:
-    kind = spec["kind"]
-    if kind == "array":
-        return f"a {spec['dtype']} array of shape {tuple(spec['shape'])}"
-    if kind == "key":
-        return f"a PRNG key array ({spec['impl']}) of shape {tuple(spec['shape'])}"
-    if kind == "object":
-        return f"an object of type {spec.get('type', '?')} (not stored)"
-    return f"a Python {kind}"
-
-
-def _nodes(tree: Any) -> list[tuple[str, str]]:
-    """(path, type name) of every internal node of `tree` (None included), in pre-order."""
-    out: list[tuple[str, str]] = []
-
-    def visit(x: Any, path: str) -> None:
-        def one_level(y: Any) -> bool:
-            return y is not x
-
-        if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
-            return  # a leaf
-        out.append((path, type(x).__qualname__))
-        children, _ = jtu.tree_flatten_with_path(x, is_leaf=one_level)
-        for key_path, child in children:
-            visit(child, path + jtu.keystr(key_path))
-
-    visit(tree, "")
-    return out
-
-
-class _NotStored(Exception):
-    """Internal: a static value with no exact JSON form (a function, a class)."""
-
-
-def _static_value(v: Any) -> Any:
-    """An exact JSON form of a static field's value (floats as hex, containers tagged)."""
-    if v is None or isinstance(v, (bool, str)):
-        return v
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return ["float", float(v).hex()]
-    if isinstance(v, (tuple, list)):
-        return ["tuple" if isinstance(v, tuple) else "list", [_static_value(x) for x in v]]
-    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
-        return ["dict", [[k, _static_value(x)] for k, x in v.items()]]
-    raise _NotStored
-
-
-def _show_static(enc: Any) -> str:
-    """The value of `_static_value`'s form, as Python writes it."""
-    if isinstance(enc, list) and len(enc) == 2 and enc[0] == "float":
-        return repr(float.fromhex(enc[1]))
-    if isinstance(enc, list) and len(enc) == 2 and enc[0] in ("tuple", "list"):
-        items = [_show_static(x) for x in enc[1]]
-        if enc[0] == "tuple":
-            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-        return f"[{', '.join(items)}]"
-    if isinstance(enc, list) and len(enc) == 2 and enc[0] == "dict":
-        return "{" + ", ".join(f"{k!r}: {_show_static(x)}" for k, x in enc[1]) + "}"
-    return repr(enc)
-
-
-def _statics(tree: Any) -> dict[str, dict[str, Any]]:
-    """Per module node of `tree` (by path, as in `_nodes`), its static fields (the sizes,
-    method names, delays in steps that `load` cannot take from the file's arrays)."""
-    import dataclasses
-
-    import equinox as eqx
-
-    out: dict[str, dict[str, Any]] = {}
-
-    def visit(x: Any, path: str) -> None:
-        def one_level(y: Any) -> bool:
-            return y is not x
-
-        if jtu.tree_structure(x, is_leaf=one_level).node_data() is None:
-            return
-        if isinstance(x, eqx.Module) and dataclasses.is_dataclass(x):
-            fields = {}
-            for field in dataclasses.fields(x):
-                if not field.metadata.get("static", False):
-                    continue
-                try:
-                    fields[field.name] = _static_value(getattr(x, field.name))
-                except (_NotStored, AttributeError):
-                    continue
-            if fields:
-                out[path] = fields
-        children, _ = jtu.tree_flatten_with_path(x, is_leaf=one_level)
-        for key_path, child in children:
-            visit(child, path + jtu.keystr(key_path))
-
-    visit(tree, "")
-    return out
-
-
-def _match_statics(where: str, header: dict, like: Any) -> None:
-    """Refuse a `like` whose static configuration differs from the one saved."""
-    saved = header.get("static")
-    if saved is None:  # written before static fields were stored
-        return
-    mine = _statics(like)
-    for path, fields in saved.items():
-        ours = mine.get(path, {})
-        for name, value in fields.items():
-            if name in ours and ours[name] != value:
-                raise _mismatch(
-                    where,
-                    path,
-                    f"static field {name!r} is {_show_static(value)} in the checkpoint but "
-                    f"{_show_static(ours[name])} in like; build like with the configuration "
-                    "that was saved",
-                )
-
-
-def _neurojax_version() -> str:
-    package = sys.modules.get(__name__.rpartition(".")[0])
-    return str(getattr(package, "__version__", "unknown"))
-
-
-def _fsync_directory(directory: pathlib.Path) -> None:
-    # Makes the rename itself durable; not possible on every platform (Windows), hence best
-    # effort.
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-# Temporary files of a save: `.<target name>.<host>-<pid>.<random>.tmp` beside the target,
-# so that a later save can tell a file of a writer that no longer exists (killed) from one
-# still being written by another process.
-_HOST = "".join(c if c.isalnum() or c == "-" else "_" for c in os.uname().nodename) or "host"
-
-
-def _writer_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by another user
-        return True
-    return True
-
-
-def _remove_stale_temporaries(path: pathlib.Path) -> list[pathlib.Path]:
-    """Remove the temporary files of earlier saves to `path` whose writer process (on this
-    host) no longer exists: a save killed between creating its temporary file and renaming
-    it leaves one behind. Files of live writers, of other hosts and of other targets are
-    kept. Returns the paths removed."""
-    removed = []
-    prefix = f".{path.name}.{_HOST}-"
-    try:
-        entries = list(os.scandir(path.absolute().parent))
-    except OSError:
-        return removed
-    for entry in entries:
-        name = entry.name
-        if not (name.startswith(prefix) and name.endswith(".tmp")):
-            continue
-        pid_text = name[len(prefix) :].split(".", 1)[0]
-        if not pid_text.isdigit() or _writer_alive(int(pid_text)):
-            continue
-        with contextlib.suppress(OSError):
-            os.unlink(entry.path)
-            removed.append(pathlib.Path(entry.path))
-    return removed
-
-
-def _atomic_write(owner: str, path: pathlib.Path, write: Callable[[BinaryIO], None]) -> None:
-    """Write a file with `write(fileobj)` so that `path` is either the old or the new file.
-
-    Temporary files that killed saves to the same `path` left behind are removed first
-    (`_remove_stale_temporaries`). An `OSError` (a full disk, a read-only folder) is raised
-    again, of the same class and errno, with `owner` and the target path in its message."""
-    directory = path.absolute().parent
-    if not directory.is_dir():
-        raise FileNotFoundError(
-            f"{owner}: the directory {str(directory)!r} of path {str(path)!r} does not exist"
-        )
-    if path.is_dir():
-        raise IsADirectoryError(f"{owner}: path {str(path)!r} is a directory, expected a file")
-    _remove_stale_temporaries(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    tmp = None
-    try:
-        while True:
-            tmp = directory / f".{path.name}.{_HOST}-{os.getpid()}.{secrets.token_hex(8)}.tmp"
-            try:
-                # Mode 0o666 lets the umask decide the permissions, as for any new file.
-                fd = os.open(tmp, flags, 0o666)
-                break
-            except FileExistsError:
-                continue
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(err, OSError):
-            reason = err.strerror or str(err)
-            new = type(err)(f"{owner}: cannot write {str(path)!r}: {reason}")
-            # errno only: with strerror or filename set, str() would drop the message.
-            new.errno = err.errno
-            raise new from err
-        raise
-    _fsync_directory(directory)
 
 
 def _zipinfo(name: str) -> zipfile.ZipInfo:
@@ -400,57 +133,6 @@ def _zipinfo(name: str) -> zipfile.ZipInfo:
 
 
 # ----------------------------------------------------------------------------- save
-
-
-def _encode(owner: str, spec: dict[str, Any], x: Any, index: int) -> np.ndarray | None:
-    """Complete `spec` with how the leaf is stored; return the array to store (or None)."""
-    kind, path = spec["kind"], spec["path"]
-    if isinstance(x, jax.ShapeDtypeStruct):
-        raise TypeError(
-            f"{owner}: leaf {_show(path)} is a jax.ShapeDtypeStruct, which has no values to save"
-        )
-    if kind in ("array", "key"):
-        if kind == "key":
-            data = np.asarray(jax.random.key_data(x))
-            spec["data_shape"] = [int(s) for s in data.shape]
-            spec["data_dtype"] = _dtype_name(data.dtype)
-            encoding = "npy"
-        else:
-            data = np.asarray(x)
-            if data.dtype.kind == "O" or data.dtype.names is not None:
-                raise TypeError(
-                    f"{owner}: leaf {_show(path)} is a NumPy array of dtype {data.dtype}, which "
-                    "cannot be stored without pickle; only numeric, bool and string arrays can"
-                )
-            if data.dtype.kind in _NATIVE_KINDS:
-                encoding = "npy"
-            else:
-                try:
-                    known = jnp.dtype(data.dtype.name) == data.dtype
-                except TypeError:
-                    known = False
-                if not known:
-                    raise TypeError(
-                        f"{owner}: leaf {_show(path)} has dtype {data.dtype}, which neither .npy "
-                        "nor jax.numpy can name"
-                    )
-                encoding = "raw"
-                data = _bytes_of(data).reshape(data.shape + (data.dtype.itemsize,))
-        spec["encoding"] = encoding
-        spec["member"] = f"leaves/{index:05d}.npy"
-        spec["sha256"] = _sha256(data)
-        return data
-    if kind == "bool":
-        spec["value"] = bool(x)
-    elif kind == "int":
-        spec["value"] = int(x)
-    elif kind == "float":
-        spec["value"] = float(x).hex()
-    elif kind == "complex":
-        spec["value"] = [complex(x).real.hex(), complex(x).imag.hex()]
-    elif kind == "str":
-        spec["value"] = str(x)
-    return None
 
 
 def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) -> None:
@@ -508,8 +190,6 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
     p = _as_path(owner, path)
     if sharded is not None and not isinstance(sharded, bool):
         raise TypeError(f"{owner}: sharded must be None, True or False, got {sharded!r}")
-    from . import _sharded_io  # orbax-checkpoint is optional: loaded only for this layout
-
     if sharded is None:
         sharded = _sharded_io.wants_sharded(tree)
     elif not sharded:
@@ -540,6 +220,7 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
         "nodes": [list(node) for node in _nodes(tree)],
         "leaves": specs,
         "static": _statics(tree),
+        "structure": _structure(tree),
     }
     header_bytes = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
@@ -551,182 +232,6 @@ def save(path: str | os.PathLike, tree: PyTree, *, sharded: bool | None = None) 
                     np.lib.format.write_array(out, data, allow_pickle=False)
 
     _atomic_write(owner, p, write)
-
-
-# ----------------------------------------------------------------------------- load
-
-
-class _Corrupt(Exception):
-    """Internal: what is wrong with a checkpoint file (turned into a ValueError)."""
-
-
-def _check_header(header: Any, members: set[str]) -> None:
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise _Corrupt(f"its header is invalid: {what}")
-
-    def is_shape(s: Any) -> bool:
-        return isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
-
-    need(isinstance(header, dict), "not a JSON object")
-    need(header.get("format") == FORMAT, f"format is {header.get('format')!r}, not {FORMAT!r}")
-    version = header.get("format_version")
-    need(isinstance(version, int) and version >= 1, f"format_version is {version!r}")
-    if version > FORMAT_VERSION:
-        raise _Corrupt(
-            f"it has format_version {version}, written by a newer neurojax "
-            f"({header.get('neurojax_version')}); this one reads versions up to "
-            f"{FORMAT_VERSION}; upgrade neurojax"
-        )
-    nodes, leaves = header.get("nodes"), header.get("leaves")
-    need(
-        isinstance(nodes, list)
-        and all(
-            isinstance(n, list) and len(n) == 2 and all(isinstance(s, str) for s in n)
-            for n in nodes
-        ),
-        "nodes must be a list of [path, type] pairs",
-    )
-    need(isinstance(leaves, list), "leaves must be a list")
-    static = header.get("static", {})
-    need(
-        isinstance(static, dict) and all(isinstance(f, dict) for f in static.values()),
-        "static must map node paths to objects of static fields",
-    )
-    for i, spec in enumerate(leaves):
-        need(isinstance(spec, dict), f"leaves[{i}] is not an object")
-        need(isinstance(spec.get("path"), str), f"leaves[{i}] has no path")
-        kind = spec.get("kind")
-        need(kind in _KINDS, f"leaves[{i}] has unknown kind {kind!r}")
-        where = f"leaf {_show(spec['path'])}"
-        if kind in ("array", "key"):
-            need(is_shape(spec.get("shape")), f"{where} has no valid shape")
-            member = spec.get("member")
-            need(
-                isinstance(member, str) and member in members,
-                f"{where}: its array is missing from the archive",
-            )
-            sha = spec.get("sha256")
-            need(
-                isinstance(sha, str)
-                and len(sha) == 64
-                and all(c in "0123456789abcdef" for c in sha),
-                f"{where} has no SHA-256",
-            )
-            need(spec.get("encoding") in ("npy", "raw"), f"{where} has unknown encoding")
-        if kind == "array":
-            need(isinstance(spec.get("dtype"), str), f"{where} has no dtype")
-        if kind == "key":
-            need(isinstance(spec.get("impl"), str), f"{where} has no PRNG implementation")
-            need(is_shape(spec.get("data_shape")), f"{where} has no key data shape")
-            need(isinstance(spec.get("data_dtype"), str), f"{where} has no key data dtype")
-            need(spec.get("encoding") == "npy", f"{where} has unknown encoding")
-        value = spec.get("value")
-        if kind in ("bool", "int", "str"):
-            need(type(value) is {"bool": bool, "int": int, "str": str}[kind], f"{where}: bad value")
-        if kind in ("float", "complex"):
-            parts = [value] if kind == "float" else value
-            need(
-                isinstance(parts, list) and len(parts) == (1 if kind == "float" else 2),
-                f"{where}: bad value",
-            )
-            try:
-                for part in parts:
-                    float.fromhex(part)
-            except (TypeError, ValueError):
-                raise _Corrupt(f"its header is invalid: {where}: bad value") from None
-
-
-def _mismatch(where: str, path: str, what: str) -> ValueError:
-    return ValueError(f"load: like does not match the checkpoint {where} at {_show(path)}: {what}")
-
-
-def _match(where: str, header: dict, like_nodes: list, like_specs: list) -> None:
-    """Raise a ValueError naming the first leaf or node where `like` differs."""
-    saved: dict[str, tuple[str, Any]] = {}
-    for path, kind in header["nodes"]:
-        saved[path] = ("node", kind)
-    for spec in header["leaves"]:
-        saved[spec["path"]] = ("leaf", spec)
-    mine: dict[str, tuple[str, Any]] = {}
-    for path, kind in like_nodes:
-        mine[path] = ("node", kind)
-    for spec in like_specs:
-        mine[spec["path"]] = ("leaf", spec)
-
-    def text(entry: tuple[str, Any]) -> str:
-        what, item = entry
-        if what == "node":
-            return "None" if item == "NoneType" else f"a {item}"
-        return _describe(item)
-
-    def top_level(paths: list[str]) -> list[str]:
-        # A missing subtree is reported once, by its root.
-        out: list[str] = []
-        for p in paths:
-            if not any(p.startswith(q) and p[len(q) : len(q) + 1] in (".", "[") for q in out):
-                out.append(p)
-        return out
-
-    for path in list(saved) + [p for p in mine if p not in saved]:
-        a, b = saved.get(path), mine.get(path)
-        if a is None:
-            extra = top_level([p for p in mine if p not in saved])
-            raise _mismatch(
-                where,
-                path,
-                f"like has {text(b)} here, which the checkpoint does not have (parts of like not "
-                f"in the checkpoint: {', '.join(_show(p) for p in extra[:5])}"
-                f"{', ...' if len(extra) > 5 else ''}); the checkpoint has "
-                f"{len(header['leaves'])} leaves, like {len(like_specs)}",
-            )
-        if b is None:
-            missing = top_level([p for p in saved if p not in mine])
-            raise _mismatch(
-                where,
-                path,
-                f"the checkpoint has {text(a)} here, which like does not have (parts of the "
-                f"checkpoint missing from like: {', '.join(_show(p) for p in missing[:5])}"
-                f"{', ...' if len(missing) > 5 else ''}); the checkpoint has "
-                f"{len(header['leaves'])} leaves, like {len(like_specs)}",
-            )
-        if a[0] != b[0] or (a[0] == "node" and a[1] != b[1]):
-            raise _mismatch(where, path, f"the checkpoint has {text(a)}, like {text(b)}")
-        if a[0] == "node":
-            continue
-        s, m = a[1], b[1]
-        if s["kind"] != m["kind"]:
-            raise _mismatch(where, path, f"the checkpoint has {text(a)}, like {text(b)}")
-        if s["kind"] == "key" and s["impl"] != m["impl"]:
-            raise _mismatch(
-                where,
-                path,
-                f"the checkpoint has a PRNG key of implementation {s['impl']!r}, like one of "
-                f"{m['impl']!r}",
-            )
-        if s["kind"] in ("array", "key") and s["shape"] != m["shape"]:
-            raise _mismatch(
-                where,
-                path,
-                f"the checkpoint has shape {tuple(s['shape'])}, like {tuple(m['shape'])}",
-            )
-        if s["kind"] == "key" and s["data_shape"] != m["data_shape"]:
-            raise ValueError(
-                f"load: cannot read checkpoint {where}: its header is invalid: leaf "
-                f"{_show(path)} holds key data of shape {tuple(s['data_shape'])}, but keys of "
-                f"shape {tuple(s['shape'])} ({s['impl']}) have data of shape "
-                f"{tuple(m['data_shape'])}"
-            )
-        if s["kind"] == "array" and s["dtype"] != m["dtype"]:
-            raise _mismatch(
-                where, path, f"the checkpoint has dtype {s['dtype']}, like {m['dtype']}"
-            )
-    order = [spec["path"] for spec in header["leaves"]]
-    if order != [spec["path"] for spec in like_specs]:
-        raise ValueError(
-            f"load: like has the leaves of the checkpoint {where} in a different order; "
-            "build like with the same container types as the saved tree"
-        )
 
 
 def _read_array(zf: zipfile.ZipFile, spec: dict) -> np.ndarray:
@@ -855,8 +360,6 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
         ) from None
     except IsADirectoryError:
         # A directory is a checkpoint of a sharded or multi-process state (`save`).
-        from . import _sharded_io
-
         return _sharded_io.load_sharded(owner, p, like)
     with f:
         try:
@@ -877,8 +380,11 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
                 except RecursionError:
                     raise _Corrupt("its header is damaged (nested too deeply)") from None
                 _check_header(header, members)
-                _match(where, header, like_nodes, like_specs)
-                _match_statics(where, header, like)
+                try:
+                    _match(where, header, like_nodes, like_specs)
+                    _match_statics(where, header, like)
+                except ValueError as err:
+                    raise ValueError(str(err) + _structure_note(header, like)) from None
                 values = [
                     _read_array(zf, spec) if spec["kind"] in ("array", "key") else None
                     for spec in header["leaves"]
@@ -896,17 +402,22 @@ def load(path: str | os.PathLike, like: PyTree) -> PyTree:
         for spec, value, x in zip(header["leaves"], values, like_leaves, strict=True)
     ]
     out = jtu.tree_unflatten(treedef, leaves)
-    # The values did not pass through the constructors: check what they would have checked
-    # (a projection's compressed rows inside its populations, finite weights, parameters in
-    # range), so that a forged file with a valid checksum cannot make a kernel read or write
-    # outside its arrays.
-    from ._reliability import revalidate
+    _revalidate(f"load: checkpoint {where}", out)
+    return out
 
+
+def _revalidate(owner: str, tree: Any) -> None:
+    """Run, on a tree whose values did not pass through the constructors, the checks each
+    class declares (`__check_init__` along its hierarchy, a layout's or a network's
+    `check_invariants`): a projection's compressed rows inside its populations, per-synapse
+    delays inside the ring, finite weights, parameters in range. A forged file with a valid
+    checksum then cannot make a kernel read or write outside its arrays, nor the pure-JAX
+    path drop a synapse. `ValueError` naming `owner`, the class and the field."""
     try:
-        revalidate(f"load: checkpoint {where}", out)
+        for module in _validation.modules(tree):
+            _validation.check_module(owner, module)
     except (ValueError, TypeError) as err:
         raise ValueError(str(err)) from None
-    return out
 
 
 # ----------------------------------------------------------------------------- recordings
@@ -941,7 +452,13 @@ def _flatten_named(owner: str, prefix: str, tree: Any, out: dict[str, np.ndarray
         out[name] = arr
 
 
-def save_recording(path: str | os.PathLike, recording: Recording, *, compress: bool = True) -> None:
+def save_recording(
+    path: str | os.PathLike,
+    recording: Recording,
+    *,
+    compress: bool = True,
+    populations: str | list[str] | None = None,
+) -> None:
     """Export a `nj.Recording` to a NumPy `.npz` file.
 
     The keys of the archive are `t` (time [ms] at the end of each recorded step), `spikes`
@@ -957,6 +474,10 @@ def save_recording(path: str | os.PathLike, recording: Recording, *, compress: b
         recording: the `Recording` returned by `nj.simulate`.
         compress: compress the arrays (zlib; spike rasters shrink many times). Read either
             way with `numpy.load`.
+        populations: which of a network's populations to write, as for `to_sonata`: `None`
+            (default) every neuron population, leaving out the inputs (spike sources,
+            `recording.sources`) with their recorded values; `"all"` every population; or
+            a list of names.
 
     Example:
     ```python
@@ -977,9 +498,23 @@ def save_recording(path: str | os.PathLike, recording: Recording, *, compress: b
     if not isinstance(compress, bool):
         raise TypeError(f"{owner}: compress must be a bool, got {compress!r}")
     arrays: dict[str, np.ndarray] = {}
+    spikes, left_out = recording.spikes, set()
+    if isinstance(spikes, Mapping) and spikes:
+        keep = _chosen(owner, recording, list(spikes), populations)
+        left_out = set(spikes) - set(keep)
+        spikes = {name: spikes[name] for name in keep}
+    elif populations not in (None, "all"):
+        raise ValueError(
+            f"{owner}: populations chooses among a network's populations; this recording is "
+            f"of a single population (got populations={populations!r})"
+        )
     _flatten_named(owner, "t", recording.t, arrays)
-    _flatten_named(owner, "spikes", recording.spikes, arrays)
-    _flatten_named(owner, "values", recording.values, arrays)
+    _flatten_named(owner, "spikes", spikes, arrays)
+    values: dict[str, np.ndarray] = {}
+    _flatten_named(owner, "values", recording.values, values)
+    for name, arr in values.items():
+        if not left_out.intersection(name.split("/")[1:]):
+            arrays[name] = arr
     writer = np.savez_compressed if compress else np.savez
     _atomic_write(owner, p, lambda f: writer(f, **arrays))
 

@@ -767,6 +767,194 @@ CASES = [
     ),
 ]
 
+# --- round 3 (issue 42): what is edited in memory or forged is checked as what is built, at
+# the start of simulate, on the compiled kernel's path and the pure-JAX path alike.
+
+
+def _merged():
+    """Two projections E -> E with equal kinetics that share one synaptic state."""
+    c1 = nj.connect.fixed_prob(jax.random.key(2), 10, 10, 0.3, weight=0.5)
+    c2 = nj.connect.fixed_prob(jax.random.key(3), 10, 10, 0.3, weight=-0.5)
+    projs = [nj.Projection("E", "E", c, synapse=nj.Exponential(5.0)) for c in (c1, c2)]
+    return nj.Network({"E": (nj.LIF(), 10)}, projs, dt=0.1, merge_synapses=True)
+
+
+merged = _merged()
+merged_state = merged.init_state(KEY)
+merged_edited = eqx.tree_at(lambda n: n.projections[1].synapse.tau, merged, jnp.asarray(9.0, F32))
+stp_net = nj.Network(
+    {"E": (nj.LIF(), 10)},
+    [nj.Projection("E", "E", conn, short_term=nj.TsodyksMarkram.preset("depressing"))],
+    dt=0.1,
+)
+stp_state = stp_net.init_state(KEY)
+stp_u3 = eqx.tree_at(lambda n: n.projections[0].short_term.u, stp_net, jnp.asarray(3.0, F32))
+ev_net = nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("E", "E", conn, method="event")], dt=0.1)
+ev_state = ev_net.init_state(KEY)
+csr_bad = eqx.tree_at(
+    lambda n: n.projections[0].layout.indices,
+    ev_net,
+    ev_net.projections[0].layout.indices.at[2].set(10),
+)
+_delayed = nj.Network(
+    {"E": (nj.LIF(), 10)},
+    [nj.Projection("E", "E", conn, delay=np.linspace(0.1, 1.0, conn.nse))],
+    dt=0.1,
+)
+_delayed_state = _delayed.init_state(KEY)
+
+
+def _forged_delay(value):
+    d = _delayed.projections[0].delay_steps
+    return eqx.tree_at(lambda n: n.projections[0].delay_steps, _delayed, d.at[3].set(value))
+
+
+_proc = nj.Network(
+    {"E": (nj.LIF(), 50)},
+    [nj.Projection("E", "E", nj.connect.procedural.fixed_prob(KEY, 50, 50, 0.1, weight=0.5))],
+    dt=0.1,
+)
+_proc_counts = _proc.projections[0].layout.conn.counts
+proc_forged = eqx.tree_at(
+    lambda n: n.projections[0].layout.conn.counts, _proc, _proc_counts.at[4].set(10**6)
+)
+_learn = nj.Network(
+    {"E": (nj.LIF(), 10)},
+    [nj.Projection("E", "E", conn, delay=0.5, learnable_delays=True, max_delay=2.0)],
+    dt=0.1,
+)
+_learn_nan = eqx.tree_at(
+    lambda n: n.projections[0].delay_ms, _learn, _learn.projections[0].delay_ms.at[1].set(jnp.nan)
+)
+izh = nj.Izhikevich()
+izh_nan_u = eqx.tree_at(lambda s: s.u, izh.init_state(3), jnp.array([0.0, jnp.nan, 0.0], F32))
+lif_nan_v = eqx.tree_at(lambda s: s.v, lif_state, jnp.array([jnp.nan, -65.0, -65.0], F32))
+
+
+def _reference(call):
+    def run():
+        with nj.kernels.use("reference"):
+            return call()
+
+    return run
+
+
+CASES += [
+    (
+        "sim-merged-synapse-edited",
+        sim(model=merged_edited, state=merged_state, inputs=None),
+        ValueError,
+        r"simulate: projections\[1\] \(E -> E\) shares the synaptic state of projections\[0\] "
+        r"\(merge_synapses=True\), but its synapse differs",
+    ),
+    (
+        "sim-stp-u-edited",
+        sim(model=stp_u3, state=stp_state, inputs=None),
+        ValueError,
+        r"simulate: the TsodyksMarkram fails its constructor's check: TsodyksMarkram: u must be "
+        r"in \(0, 1\], got 3.0",
+    ),
+    (
+        "sim-csr-index-edited",
+        sim(model=csr_bad, state=ev_state, inputs=None),
+        ValueError,
+        r"simulate: EventLayout: 1 postsynaptic indices outside \[0, 10\), e.g. \[10\]",
+    ),
+    (
+        "sim-csr-index-edited-reference",
+        _reference(sim(model=csr_bad, state=ev_state, inputs=None)),
+        ValueError,
+        r"simulate: EventLayout: 1 postsynaptic indices outside \[0, 10\)",
+    ),
+    (
+        "sim-delay-forged-100",
+        sim(model=_forged_delay(100), state=_delayed_state, inputs=None),
+        ValueError,
+        r"simulate: projections\[0\] \(E -> E\): delay_steps holds 1 delay\(s\) outside "
+        r"\[0, 10\] steps, the ring buffer's 11 slots, e.g. \[100\] \(first at synapse 3\)",
+    ),
+    (
+        "sim-delay-forged-negative",
+        _reference(sim(model=_forged_delay(-100), state=_delayed_state, inputs=None)),
+        ValueError,
+        r"simulate: projections\[0\] \(E -> E\): delay_steps .* e.g. \[-100\]",
+    ),
+    (
+        "sim-procedural-row-forged",
+        _reference(sim(model=proc_forged, state=_proc.init_state(KEY), inputs=None)),
+        ValueError,
+        r"simulate: ProceduralLayout: conn.counts holds 1 row length\(s\) outside "
+        r"\[0, max_fan_out=\d+\], e.g. \[1000000\] \(first at presynaptic neuron 4\)",
+    ),
+    (
+        "sim-learnable-delay-nan",
+        sim(model=_learn_nan, state=_learn.init_state(KEY), inputs=None),
+        ValueError,
+        r"simulate: projections\[0\] \(E -> E\): the learnable delays hold 1 NaN or infinite "
+        r"value\(s\) \(first at synapse 1\)",
+    ),
+    (
+        "sim-initial-v-nan",
+        sim(state=lif_nan_v),
+        ValueError,
+        r"simulate: the initial state field v holds 1 NaN value\(s\), the first at index \(0,\)",
+    ),
+    (
+        "sim-initial-u-nan",
+        sim(model=izh, state=izh_nan_u),
+        ValueError,
+        r"simulate: the initial state field u holds 1 NaN value\(s\), the first at index \(1,\)",
+    ),
+    (
+        "sim-state-none",
+        sim(state=None),
+        TypeError,
+        r"simulate: state is None; pass the initial state, made with LIF.init_state",
+    ),
+    (
+        "sim-network-given-neuron-state",
+        sim(model=net, state=lif_state, inputs=None),
+        TypeError,
+        r"simulate: state is a LIFState, but Network.init_state makes a NetworkState",
+    ),
+    (
+        "stp-u-str",
+        lambda: nj.TsodyksMarkram(u="0.5"),
+        TypeError,
+        r"TsodyksMarkram: parameter u must be a real number or array: .*string '0.5'",
+    ),
+    (
+        "lif-tau-none",
+        lambda: nj.LIF(tau_m=None),
+        TypeError,
+        r"LIF: parameter tau_m must be a real number or array",
+    ),
+    (
+        "model-coba-int-key",
+        lambda: nj.models.coba(0),
+        TypeError,
+        r"coba: key must be a JAX PRNG key such as jax.random.key\(0\), got int 0",
+    ),
+    (
+        "model-microcircuit-int-key",
+        lambda: nj.models.microcircuit(0, scale=0.01),
+        TypeError,
+        r"microcircuit: key must be a JAX PRNG key such as jax.random.key\(0\), got int 0",
+    ),
+    (
+        "compilation-cache-int",
+        lambda: nj.enable_compilation_cache(5),
+        TypeError,
+        r"enable_compilation_cache: path must be a folder .* got int 5",
+    ),
+    (
+        "compilation-cache-file",
+        lambda: nj.enable_compilation_cache(__file__),
+        ValueError,
+        r"enable_compilation_cache: path .*test_adversarial.py' is not a folder",
+    ),
+]
+
 # --- the command line: (id, argv, message regex); each exits with code 2 before any work
 CLI_CASES = [
     (
@@ -846,3 +1034,170 @@ def test_the_table_covers_at_least_100_inputs_of_every_area():
         "cli",
     ):
         assert any(i.startswith(prefix) for i in ids), prefix
+
+
+# ------------------------------------------------------------------ round 3 (issue 42)
+
+
+def _runtime_error(call, match):
+    """`call()` fails when the compiled run executes (an `equinox` check on traced values),
+    with a message that matches `match`."""
+    with pytest.raises(Exception, match=match):
+        jax.block_until_ready(call())
+
+
+def test_edits_traced_under_jit_are_refused_when_the_run_executes():
+    # Under the caller's jit the edited values are tracers: the start check cannot read them
+    # and flags them instead, naming the field, before any spike is delivered.
+    def run(model, state):
+        return jax.jit(lambda m: nj.simulate(m, state, dt=0.1, n_steps=20)[0].step)(model)
+
+    _runtime_error(
+        lambda: run(merged_edited, merged_state),
+        r"projections\[1\] \(E -> E\) shares the synaptic state of projections\[0\]",
+    )
+    _runtime_error(lambda: run(stp_u3, stp_state), r"TsodyksMarkram: u must be in \(0, 1\]")
+    with nj.kernels.use("reference"):
+        _runtime_error(
+            lambda: run(csr_bad, ev_state),
+            r"EventLayout: indices hold a postsynaptic index outside \[0, 10\)",
+        )
+        _runtime_error(
+            lambda: run(_forged_delay(100), _delayed_state),
+            r"projections\[0\] \(E -> E\): delay_steps holds a delay outside \[0, 10\] steps",
+        )
+    # the same networks unedited run under jit
+    assert int(run(merged, merged_state)) == 20
+    assert int(run(stp_net, stp_state)) == 20
+
+
+@pytest.mark.parametrize(
+    "forged, like, match",
+    [
+        (lambda: csr_bad, lambda: ev_net, r"EventLayout: 1 postsynaptic indices outside \[0, 10\)"),
+        (
+            lambda: _forged_delay(100),
+            lambda: _delayed,
+            r"delay_steps holds 1 delay\(s\) outside \[0, 10\] steps",
+        ),
+        (
+            lambda: _forged_delay(-100),
+            lambda: _delayed,
+            r"delay_steps holds 1 delay\(s\) outside .*\[-100\]",
+        ),
+        (
+            lambda: proc_forged,
+            lambda: _proc,
+            r"ProceduralLayout: conn.counts holds 1 row length\(s\) outside",
+        ),
+        (
+            lambda: stp_u3,
+            lambda: stp_net,
+            r"TsodyksMarkram fails its constructor's check.*u must be in \(0, 1\]",
+        ),
+        (
+            lambda: merged_edited,
+            lambda: merged,
+            r"projections\[1\] .* shares the synaptic state of projections",
+        ),
+    ],
+)
+def test_forged_checkpoints_are_refused_by_load(tmp_path, forged, like, match):
+    # The file's checksums are right (nj.save wrote it): only the classes' checks, run again
+    # by load, can refuse it.
+    nj.save(tmp_path / "net.nj", forged())
+    with pytest.raises(ValueError, match=r"load: checkpoint .*" + match):
+        nj.load(tmp_path / "net.nj", like())
+    nj.save(tmp_path / "good.nj", like())
+    assert bool(eqx.tree_equal(nj.load(tmp_path / "good.nj", like()), like()))
+
+
+def test_the_start_check_is_cached_and_checks_an_edited_leaf_again():
+    from neurojax.network import _checks
+
+    _checks._CACHE.clear()
+    nj.simulate(merged, merged_state, dt=0.1, n_steps=2)
+    assert len(_checks._CACHE) == 1
+    # the same objects again: answered by the cache (a counted module walk would show it)
+    walked = []
+    original = _checks.modules
+    _checks.modules = lambda tree: walked.append(1) or original(tree)
+    try:
+        nj.simulate(merged, merged_state, dt=0.1, n_steps=2)
+        assert walked == []
+        with pytest.raises(ValueError, match=r"shares the synaptic state"):
+            nj.simulate(merged_edited, merged_state, dt=0.1, n_steps=2)
+        assert walked == [1]
+    finally:
+        _checks.modules = original
+
+
+@pytest.mark.parametrize(
+    "variable, read, allowed",
+    [
+        ("NEUROJAX_CPU_KERNEL", "_config._env_default", "1, true, yes, on, 0, false, no, off"),
+        ("NEUROJAX_CROSS_PLATFORM", "_config._env_cross_platform", "1, true, yes, on, 0"),
+        ("NEUROJAX_PALLAS_INTERPRET", "_pallas._env_default", "gpu, tpu"),
+    ],
+)
+def test_environment_variables_refuse_unknown_values(monkeypatch, variable, read, allowed):
+    from neurojax.kernels import _config, _pallas
+
+    module, name = read.split(".")
+    fn = getattr({"_config": _config, "_pallas": _pallas}[module], name)
+    monkeypatch.setenv(variable, "maybe")
+    with pytest.raises(ValueError) as info:
+        fn()
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"{variable}='maybe' is not one of" in message and allowed in message
+    for value in ("0", "OFF", " no "):
+        monkeypatch.setenv(variable, value)
+        assert fn() in ("reference", False, "off")
+    monkeypatch.setenv(variable, "")
+    fn()  # empty: the default
+
+
+def test_an_unknown_kernel_switch_stops_the_import_with_one_line():
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "NEUROJAX_CPU_KERNEL": "maybe"}
+    out = subprocess.run(
+        [sys.executable, "-c", "import neurojax"], capture_output=True, text=True, env=env
+    )
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ValueError: neurojax: the environment variable NEUROJAX_CPU_KERNEL='maybe' is not "
+        "one of 1, true, yes, on, 0, false, no, off; set one of those or unset it"
+    )
+
+
+def test_cli_refuses_an_unknown_compilation_cache_switch(monkeypatch, capsys):
+    from neurojax import cli
+
+    monkeypatch.setenv("NEUROJAX_COMPILATION_CACHE", "maybe")
+
+    def attempt():
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["run", "hh", "--duration", "1"])
+        assert stop.value.code == 2
+
+    assert _compiles_during(attempt) == []
+    err = capsys.readouterr().err
+    assert "NEUROJAX_COMPILATION_CACHE='maybe' is not one of" in err and "Traceback" not in err
+
+
+def test_no_cache_is_written_into_a_refused_cache_folder(tmp_path, monkeypatch):
+    import os
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("NEUROJAX_CACHE_DIR", str(shared))
+    monkeypatch.delenv("NEUROJAX_COMPILATION_CACHE_DIR", raising=False)
+    before = jax.config.jax_compilation_cache_dir
+    with pytest.raises(ValueError, match=r"neurojax cache folder .*writable by other users"):
+        nj.enable_compilation_cache()
+    assert list(shared.iterdir()) == []  # no xla/ folder made inside it
+    assert jax.config.jax_compilation_cache_dir == before

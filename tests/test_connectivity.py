@@ -628,7 +628,7 @@ BAD = [
         "key-int",
         lambda: C.fixed_prob(0, 10, 10, 0.1),
         TypeError,
-        r"fixed_prob: key must be a JAX PRNG key such as jax.random.key\(0\), got 0",
+        r"fixed_prob: key must be a JAX PRNG key such as jax.random.key\(0\), got int 0",
     ),
     (
         "key-batch",

@@ -29,6 +29,8 @@ pq = pytest.importorskip("quantities")
 
 DT = 0.1
 N_STEPS = 3000
+# The `sorting` enumeration of the SONATA spike-file specification.
+SORTING_ENUM = {"none": 0, "by_id": 1, "by_time": 2}
 
 # Elephant 1.2 still passes `copy=` to quantities 0.16, which warns (the suite turns warnings
 # into errors); the warning is about Elephant's call, not about these tests.
@@ -72,7 +74,9 @@ def test_sonata_layout_read_with_h5py(network_run, tmp_path):
         assert sorted(f["spikes"]) == ["E", "I"]
         for name in ("E", "I"):
             group = f["spikes"][name]
-            assert group.attrs["sorting"] == "by_time"
+            # SONATA's enum (uint8: none 0, by_id 1, by_time 2), as the spec defines it.
+            assert h5py.check_enum_dtype(group.attrs.get_id("sorting").dtype) == SORTING_ENUM
+            assert group.attrs["sorting"] == 2
             assert group["timestamps"].attrs["units"] == "ms"
             assert group["timestamps"].dtype == np.float64
             assert group["node_ids"].dtype == np.uint64
@@ -94,13 +98,204 @@ def test_sonata_sorting_by_id_and_trials(batched_run, tmp_path):
     nj.io.to_sonata(rec, path, trial=(1, 2), population="lif", sorting="by_id")
     with h5py.File(path, "r") as f:
         group = f["spikes/lif"]
-        assert group.attrs["sorting"] == "by_id"
+        assert group.attrs["sorting"] == SORTING_ENUM["by_id"]
         times, ids = group["timestamps"][()], group["node_ids"][()]
     want_t, want_i = _expected(np.asarray(rec.spikes)[:, 1, 2], rec.t)
     order = np.lexsort((want_t, want_i))
     np.testing.assert_array_equal(ids, want_i[order])
     np.testing.assert_array_equal(times, want_t[order])
     assert np.all(np.diff(ids.astype(np.int64)) >= 0)
+
+
+def test_sonata_read_with_libsonata(network_run, tmp_path):
+    """libsonata (what NEURON and BBP tools read SONATA with) reads the file: populations,
+    sorting, and every (id, time) pair equal to the raster's."""
+    libsonata = pytest.importorskip("libsonata")
+    _, rec = network_run
+    for sorting in ("by_time", "by_id", "none"):
+        path = tmp_path / f"{sorting}.h5"
+        nj.io.to_sonata(rec, path, sorting=sorting)
+        reader = libsonata.SpikeReader(str(path))
+        assert sorted(reader.get_population_names()) == ["E", "I"]
+        for name in ("E", "I"):
+            population = reader[name]
+            assert population.sorting == sorting
+            assert population.time_units == "ms"
+            times, ids = _expected(rec.spikes[name], rec.t)
+            got = population.get()
+            want = list(zip(ids.tolist(), times.tolist(), strict=True))
+            assert sorted(got) == sorted(want) and len(got) == times.size > 0
+
+
+def test_sonata_reads_sorting_as_enum_or_string(tmp_path):
+    """`from_sonata` reads the spec's enum (libsonata, BMTK) and the string form (neurojax
+    before the enum); an unknown code or name is refused naming the file, population, field."""
+    enum = h5py.enum_dtype(SORTING_ENUM, basetype=np.uint8)
+    cases = {
+        "enum": ("by_id", dict(data=1, dtype=enum)),
+        "string": ("by_time", dict(data="by_time", dtype=h5py.string_dtype())),
+        "bytes": ("none", dict(data=np.bytes_(b"none"))),
+    }
+    for label, (want, attr) in cases.items():
+        path = tmp_path / f"{label}.h5"
+        with h5py.File(path, "w") as f:
+            group = f.create_group("spikes/E")
+            group.attrs.create("sorting", **attr)
+            group.create_dataset("timestamps", data=[0.5])
+            group.create_dataset("node_ids", data=np.array([2], np.uint64))
+        assert nj.io.from_sonata(path)["E"]["sorting"] == want
+    for label, attr, shown in (
+        ("code", dict(data=7, dtype=np.uint8), "'<code 7>'"),
+        ("name", dict(data="by_value", dtype=h5py.string_dtype()), "'by_value'"),
+    ):
+        path = tmp_path / f"bad_{label}.h5"
+        with h5py.File(path, "w") as f:
+            group = f.create_group("spikes/E")
+            group.attrs.create("sorting", **attr)
+            group.create_dataset("timestamps", data=[0.5])
+            group.create_dataset("node_ids", data=np.array([2], np.uint64))
+        with pytest.raises(
+            ValueError,
+            match=rf"from_sonata: '.*bad_{label}.h5', population /spikes/E: attribute sorting "
+            rf"must be one of \('by_time', 'by_id', 'none'\), got {shown}",
+        ):
+            nj.io.from_sonata(path)
+
+
+@pytest.fixture(scope="module")
+def microcircuit_run():
+    """A scale-0.01 microcircuit with its Poisson `background` (several spikes per step)."""
+    net, state = nj.models.microcircuit(jr.key(0), scale=0.01)
+    _, rec = nj.simulate(net, state, dt=DT, n_steps=200)
+    # The emitted counts, by the float outputs themselves (spike_dtype=None): a second path.
+    _, raw = nj.simulate(net, state, dt=DT, n_steps=200, spike_dtype=None)
+    return net, rec, raw
+
+
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
+def test_recording_keeps_counts_of_a_multi_spike_source(microcircuit_run):
+    """With the default spike_dtype="bool" a source of counts is recorded as counts: the
+    recorded spikes equal the emitted ones, step by step, and more than one per step occurs."""
+    net, rec, raw = microcircuit_run
+    assert rec.sources == ("background",)
+    background = np.asarray(rec.spikes["background"])
+    emitted = np.asarray(raw.spikes["background"])
+    assert background.dtype == np.uint8 and emitted.max() > 1
+    np.testing.assert_array_equal(background, emitted)
+    assert rec.spikes["L4E"].dtype == np.bool_  # neurons: 0/1, as before
+
+
+def test_writers_leave_a_poisson_source_out_unless_asked(tmp_path):
+    """A small network with a PoissonSource input: the default export holds the neurons
+    only, populations="all" the source too, every spike of both."""
+    net = nj.Network(
+        {"ext": (nj.PoissonSource(200.0), 20), "E": (nj.LIF(), 10)},
+        [nj.Projection("ext", "E", nj.connect.fixed_prob(jr.key(1), 20, 10, 0.5, weight=8.0))],
+    )
+    _, rec = nj.simulate(net, net.init_state(jr.key(2)), dt=DT, n_steps=500)
+    assert rec.sources == ("ext",)
+    n_ext, n_e = int(rec.spikes["ext"].sum()), int(rec.spikes["E"].sum())
+    assert n_ext > 100 and n_e > 10
+    nj.io.to_sonata(rec, tmp_path / "default.h5")
+    assert list(nj.io.from_sonata(tmp_path / "default.h5")) == ["E"]
+    nj.io.to_sonata(rec, tmp_path / "all.h5", populations="all")
+    back = nj.io.from_sonata(tmp_path / "all.h5")
+    assert [back[k]["node_ids"].size for k in ("E", "ext")] == [n_e, n_ext]
+    assert [g.name for g in nj.io.to_neo(rec, dt=DT).groups] == ["E"]
+    assert [g.name for g in nj.io.to_neo(rec, dt=DT, populations=["ext"]).groups] == ["ext"]
+    nj.io.to_nwb(rec, tmp_path / "all.nwb", dt=DT, populations="all")
+    with pynwb.NWBHDF5IO(str(tmp_path / "all.nwb"), "r") as io:
+        units = io.read().units.to_dataframe()
+    assert sorted(set(units["population"])) == ["E", "ext"]
+    assert sum(len(x) for x in units["spike_times"]) == n_e + n_ext
+    nj.io.save_recording(tmp_path / "default.npz", rec)
+    with np.load(tmp_path / "default.npz") as data:
+        assert sorted(data.files) == ["spikes/E", "t"]
+
+
+def test_recording_keeps_counts_of_a_source_run_alone():
+    """The source stepped alone, every step and in windows of record_every steps (the counts
+    are added, not the steps with a spike), against its float outputs."""
+    from neurojax.models._microcircuit import PoissonCounts
+
+    source = PoissonCounts(levels=jnp.array([8000.0, 2000.0]), level=jnp.arange(40) % 2, n_terms=17)
+    state = source.init_state(40, key=jr.key(3))
+    for every in (1, 10):
+        _, rec = nj.simulate(source, state, dt=DT, n_steps=300, record_every=every)
+        _, raw = nj.simulate(
+            source, state, dt=DT, n_steps=300, record_every=every, spike_dtype=None
+        )
+        assert rec.spikes.dtype == np.uint8 and np.asarray(raw.spikes).max() > 1
+        np.testing.assert_array_equal(np.asarray(rec.spikes), np.asarray(raw.spikes))
+    # The mean count per step is lambda = rate * dt: 0.8 and 0.2 (300 steps x 20 sources,
+    # standard error about 0.012 and 0.006).
+    per_step = np.asarray(rec.spikes, np.float64).sum(0) / 300
+    np.testing.assert_allclose(
+        [per_step[0::2].mean(), per_step[1::2].mean()], [0.8, 0.2], atol=0.05
+    )
+
+
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
+def test_exports_leave_inputs_out_unless_asked(microcircuit_run, tmp_path):
+    """Every writer writes the neuron populations by default; populations="all" adds the
+    Poisson background with every spike it emitted; a list chooses."""
+    net, rec, raw = microcircuit_run
+    neurons = [n for n in rec.spikes if n != "background"]
+    nj.io.to_sonata(rec, tmp_path / "default.h5")
+    with h5py.File(tmp_path / "default.h5", "r") as f:
+        assert sorted(f["spikes"]) == sorted(neurons)
+    nj.io.to_sonata(rec, tmp_path / "all.h5", populations="all")
+    back = nj.io.from_sonata(tmp_path / "all.h5")
+    assert sorted(back) == sorted(rec.spikes)
+    emitted = int(np.asarray(raw.spikes["background"]).sum())
+    assert back["background"]["node_ids"].size == emitted > 0
+    counts = np.bincount(back["background"]["node_ids"], minlength=net.sizes["background"])
+    np.testing.assert_array_equal(counts, np.asarray(raw.spikes["background"]).sum(0))
+    nj.io.to_sonata(rec, tmp_path / "two.h5", populations=["L4I", "L4E"])
+    assert list(nj.io.from_sonata(tmp_path / "two.h5")) == ["L4E", "L4I"]
+
+    nj.io.to_nwb(rec, tmp_path / "default.nwb", dt=DT)
+    with pynwb.NWBHDF5IO(str(tmp_path / "default.nwb"), "r") as io:
+        pops = set(io.read().units.to_dataframe()["population"])
+    assert pops == set(neurons)
+    nj.io.to_nwb(rec, tmp_path / "bg.nwb", dt=DT, populations=["background"])
+    with pynwb.NWBHDF5IO(str(tmp_path / "bg.nwb"), "r") as io:
+        units = io.read().units.to_dataframe()
+    assert sum(len(x) for x in units["spike_times"]) == emitted
+    block = nj.io.to_neo(rec, dt=DT)
+    assert [g.name for g in block.groups] == neurons
+    block = nj.io.to_neo(rec, dt=DT, populations="all")
+    assert sum(t.size for t in block.groups[-1].spiketrains) == emitted
+
+    with pytest.raises(
+        ValueError, match=r"to_sonata: populations names \['L9'\], which the recording does not"
+    ):
+        nj.io.to_sonata(rec, tmp_path / "x.h5", populations=["L4E", "L9"])
+    with pytest.raises(TypeError, match=r"to_nwb: populations must be None .*got 3"):
+        nj.io.to_nwb(rec, tmp_path / "x.nwb", dt=DT, populations=3)
+    with pytest.raises(ValueError, match=r"to_neo: populations lists a name twice"):
+        nj.io.to_neo(rec, dt=DT, populations=["L4E", "L4E"])
+    only_bg = _with_spikes(rec, {"background": rec.spikes["background"]})
+    with pytest.raises(ValueError, match=r"to_sonata: every population .* is an input"):
+        nj.io.to_sonata(only_bg, tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists() and not (tmp_path / "x.nwb").exists()
+
+
+@pytest.mark.slow  # the microcircuit's build and two compilations: 40 s loaded
+def test_save_recording_leaves_inputs_out_unless_asked(microcircuit_run, tmp_path):
+    _, rec, raw = microcircuit_run
+    nj.io.save_recording(tmp_path / "default.npz", rec)
+    with np.load(tmp_path / "default.npz") as data:
+        assert "spikes/background" not in data.files and "spikes/L4E" in data.files
+    nj.io.save_recording(tmp_path / "all.npz", rec, populations="all")
+    with np.load(tmp_path / "all.npz") as data:
+        np.testing.assert_array_equal(data["spikes/background"], raw.spikes["background"])
+    with pytest.raises(ValueError, match=r"save_recording: populations names \['E'\]"):
+        nj.io.save_recording(tmp_path / "x.npz", rec, populations=["E"])
+
+
+def _with_spikes(rec, spikes):
+    return nj.Recording(t=rec.t, spikes=spikes, values=rec.values, sources=rec.sources)
 
 
 def test_sonata_reads_seconds_and_gids(tmp_path):

@@ -306,6 +306,64 @@ def test_mismatched_like_is_rejected_naming_the_leaf(saved, change, match):
     assert_identical(like, before)
 
 
+def _ring(key, p=0.2):
+    """A small network whose connectivity (and so its arrays' shapes) is drawn from `key`."""
+    conn = nj.connect.fixed_prob(jr.key(key), 20, 20, p, weight=1.0)
+    net = nj.Network({"E": (nj.LIF(), 20)}, [nj.Projection("E", "E", conn)])
+    return net, net.init_state(jr.key(0)), int(conn.nse)
+
+
+def test_mismatch_says_whether_the_network_or_only_a_state_differs(saved, tmp_path):
+    """The header's structure fingerprints say which modules differ: a network built with
+    other arguments (its model, not only its state), or only a state (another size)."""
+    net, state, nnz = _ring(1)
+    other, other_state, other_nnz = _ring(2, p=0.3)
+    assert nnz != other_nnz
+    save(tmp_path / "run.nj", {"net": net, "state": state})
+    with pytest.raises(
+        ValueError,
+        match=r"load: like does not match the checkpoint '.*run\.nj' at \['net'\]\S*: .*"
+        r"\. The structure fingerprints stored in the checkpoint show "
+        r"that the model itself differs, not only a state: \['net'\] \(a Network, model; "
+        r"inside it \['net'\]\.projections\[0\]\S*\).*build it as the saved one was",
+    ):
+        load(tmp_path / "run.nj", {"net": other, "state": other_state})
+    path, tree = saved
+    with pytest.raises(
+        ValueError,
+        match=r"at \['state'\]\.v: the checkpoint has shape \(3,\), like \(4,\)\. The structure "
+        r"fingerprints stored in the checkpoint show that a state differs: \['state'\] \(a "
+        r"LIFState, state\)\. A state's shapes come from the model that made it",
+    ):
+        load(path, edit(tree, state=nj.LIF().init_state(4)))
+    # A file written before the fingerprints (no "structure") gives the plain message.
+    rewrite(
+        path,
+        header=lambda h: json.dumps({k: v for k, v in json.loads(h).items() if k != "structure"}),
+    )
+    with pytest.raises(ValueError) as err:
+        load(path, edit(tree, state=nj.LIF().init_state(4)))
+    assert str(err.value).endswith("the checkpoint has shape (3,), like (4,)")
+    np.testing.assert_array_equal(load(path, tree)["state"].v, tree["state"].v)
+
+
+def test_header_without_static_loads_with_a_warning_naming_what_came_from_like(tmp_path):
+    net, state, _ = _ring(1)
+    save(tmp_path / "run.nj", {"net": net, "state": state})
+    rewrite(
+        tmp_path / "run.nj",
+        header=lambda h: json.dumps({k: v for k, v in json.loads(h).items() if k != "static"}),
+    )
+    with pytest.warns(
+        UserWarning,
+        match=r"load: checkpoint '.*run\.nj' has no 'static' section \(written by an older "
+        r"neurojax, or edited\), so the static configuration of like is used unchecked: "
+        r"\['net'\] \(sizes, dt, .*\)",
+    ):
+        back = load(tmp_path / "run.nj", {"net": net, "state": state})
+    np.testing.assert_array_equal(back["state"].populations["E"].v, state.populations["E"].v)
+
+
 def test_load_rejects_traced_like_and_bad_path(saved):
     path, tree = saved
     with pytest.raises(TypeError, match=r"load: leaf \['count'\] is a traced value"):
@@ -458,7 +516,11 @@ def test_save_recording_round_trip(tmp_path):
         n_steps=60,
         record=lambda s, out: {"v": s.populations["E"].v, "w": s.plastic[0].weights},
     )
-    save_recording(tmp_path / "net.npz", rec)
+    # The input population (a spike source) is left out unless asked, as by every writer.
+    save_recording(tmp_path / "neurons.npz", rec)
+    with np.load(tmp_path / "neurons.npz", allow_pickle=False) as data:
+        assert sorted(data.files) == ["spikes/E", "t", "values/v", "values/w"]
+    save_recording(tmp_path / "net.npz", rec, populations="all")
     with np.load(tmp_path / "net.npz", allow_pickle=False) as data:
         assert sorted(data.files) == ["spikes/E", "spikes/src", "t", "values/v", "values/w"]
         np.testing.assert_array_equal(data["t"], np.asarray(rec.t))

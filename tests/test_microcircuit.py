@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import sparse
 from scipy import stats
 
 import neurojax as nj
+from neurojax.connectivity._fixed_total import fixed_total_pairs
 from neurojax.models import _microcircuit as mc
 
 DATA = Path(__file__).parent / "data"
@@ -421,7 +423,7 @@ def _via_projection(keys, n_pre, n_post, n, weight, delay, to_na, dt):
     k_pairs, k_w, k_d = keys
     mean, std, low, high = weight
     d_mean, d_std, d_min = delay
-    idx = mc.fixed_total_pairs(k_pairs, n_pre, n_post, n, True, True)
+    idx = fixed_total_pairs(k_pairs, n_pre, n_post, n, True, True)
     w = mc._truncated_normal(k_w, n, mean, std, low, high) * to_na
     d = mc._truncated_normal(k_d, n, d_mean, d_std, d_min, np.inf)
     conn = mc._bcoo(idx, w, n_pre, n_post)
@@ -448,9 +450,10 @@ def test_direct_pathway_equals_the_projection_route(n_pre, n_post, n, weight, de
     keys = tuple(jax.random.split(jax.random.key(n), 3))
     to_na, dt = 1e-3 * 0.9, 0.1
     want, d = _via_projection(keys, n_pre, n_post, n, weight, delay, to_na, dt)
+    pw = mc._Pathway("a", "b", n_pre, n_post, n, weight, (delay[0], delay[1] / delay[0]), keys)
     with ThreadPoolExecutor(2) as pool:
         got = mc._stored_pathway(
-            pool, keys, "a", "b", n_pre, n_post, n, weight, delay, to_na, dt, nj.Exponential(0.5)
+            pool, pw, nj.network.EventLayout, to_na, delay[2], dt, nj.Exponential(0.5)
         )
     assert want.delay_steps is not None and got.max_delay == want.max_delay == d.max()
     lw, lg = jax.tree_util.tree_flatten(want), jax.tree_util.tree_flatten(got)
@@ -463,8 +466,8 @@ def test_direct_pathway_equals_the_projection_route(n_pre, n_post, n, weight, de
 
 
 def test_a_custom_layout_gets_the_same_synapses():
-    """A Layout subclass goes through `nj.Projection` and the BCOO: the same synapses as the
-    event layout built directly."""
+    """A Layout subclass is built through its `from_csr`: the same synapses as the event
+    layout built directly."""
 
     class Rows(nj.network.EventLayout):
         pass
@@ -478,3 +481,33 @@ def test_a_custom_layout_gets_the_same_synapses():
             np.testing.assert_array_equal(getattr(p.layout, name), getattr(q.layout, name))
         np.testing.assert_array_equal(p.delay_steps, q.delay_steps)
         assert p.max_delay == q.max_delay
+
+
+def test_layout_from_csr_equals_from_bcoo_and_checks_its_arguments():
+    """The public `Layout.from_csr`: the rows as the BCOO route stores them (event layout
+    directly, a BCOO-based layout through the default), and each malformed argument named."""
+    indptr = np.array([0, 2, 2, 5])
+    indices = np.array([1, 3, 0, 0, 2], np.int32)
+    w = np.array([0.5, -1.0, 2.0, 0.25, 1.5])
+    rows = np.repeat(np.arange(3), np.diff(indptr))
+    conn = sparse.BCOO(
+        (jnp.asarray(w, jnp.float32), jnp.asarray(np.stack([rows, indices], 1))), shape=(3, 4)
+    )
+    for cls in (nj.network.EventLayout, nj.network.BCOOLayout):
+        got, delay = cls.from_csr(3, 4, indptr, indices, w, delay=np.arange(5.0))
+        want, _ = cls.from_bcoo(conn)
+        np.testing.assert_array_equal(got.to_bcoo().todense(), want.to_bcoo().todense())
+        np.testing.assert_array_equal(delay, np.arange(5.0))
+    ev = nj.network.EventLayout
+    with pytest.raises(ValueError, match=r"indptr must be n_pre \+ 1 = 4 integers"):
+        ev.from_csr(3, 4, indptr[:-1], indices, w)
+    with pytest.raises(ValueError, match="indptr must start at 0 and never decrease"):
+        ev.from_csr(3, 4, np.array([0, 3, 2, 5]), indices, w)
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, n_post = 4\), got \[0, 4\]"):
+        ev.from_csr(3, 4, indptr, np.array([1, 3, 0, 0, 4]), w)
+    with pytest.raises(ValueError, match="weights must be finite, got 1 NaN"):
+        ev.from_csr(3, 4, indptr, indices, np.array([0.5, np.nan, 2.0, 0.25, 1.5]))
+    with pytest.raises(ValueError, match="delay must be 5 real numbers"):
+        ev.from_csr(3, 4, indptr, indices, w, delay=np.ones(4))
+    with pytest.raises(ValueError, match="n_post must be a positive int, got 0"):
+        ev.from_csr(3, 0, indptr, indices, w)

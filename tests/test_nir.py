@@ -332,9 +332,14 @@ def test_neurojax_to_nir_to_neurojax_keeps_parameters_and_outputs(tmp_path):
     assert [type(graph.nodes[n]).__name__ for n in graph.nodes] == [
         "Input", "Affine", "LIF", "Affine", "LIF", "Linear", "Affine", "LI", "Output",
     ]  # fmt: skip
-    net = nj.nir.from_nir(tmp_path / "m.nir", dt=1.0)
+    # Seconds by default, and the graph says so.
+    assert graph.metadata["time_unit"] == "s"
+    net = nj.nir.from_nir(tmp_path / "m.nir", dt=1e-3)
+    assert net.time_unit == "s"
     np.testing.assert_array_equal(net.nodes["layer0_affine"].weight, model.layers[0].weight.T)
-    np.testing.assert_array_equal(net.nodes["layer0_lif"].tau, model.layers[0].neuron.tau_m)
+    np.testing.assert_allclose(
+        net.nodes["layer0_lif"].tau, model.layers[0].neuron.tau_m * 1e-3, rtol=1e-6
+    )
     np.testing.assert_array_equal(net.nodes["layer1_recurrent"].weight, model.layers[1].recurrent.T)
     x = _inputs((30, 2, 4))
     expected = model(x, dt=1.0)
@@ -354,7 +359,7 @@ def test_convolutional_model_round_trip():
         [conv, pool, flat, nj.training.SpikingDense(flat.out_shape, 4, key=k2, weight_scale=8.0)]
     )
     x = _inputs((12, 2, 6, 6), key=4)
-    net = nj.nir.from_nir(nj.nir.to_nir(model), dt=1.0)
+    net = nj.nir.from_nir(nj.nir.to_nir(model), dt=1e-3)
     assert float(conv(x).sum()) > 0
     np.testing.assert_allclose(np.asarray(net(x)), np.asarray(model(x)), atol=1e-5)
 
@@ -458,6 +463,40 @@ def test_time_scale_writes_seconds():
     x = _inputs((20, 3))
     net = nj.nir.from_nir(graph, dt=1e-3)
     np.testing.assert_array_equal(np.asarray(net(x)), np.asarray(model(x, dt=1.0)))
+
+
+def test_default_export_is_in_seconds_and_a_unit_mix_up_is_warned(tmp_path):
+    """to_nir writes seconds (and says so); from_nir with dt in the graph's unit gives the
+    model's spikes, and a dt a thousand times off either way warns naming both."""
+    model = nj.training.SpikingDense(3, 2, key=jr.key(0), weight_scale=6.0)
+    x = _inputs((40, 3))
+    want = np.asarray(model(x, dt=1.0))
+    assert want.sum() > 0
+    graph = nj.nir.to_nir(model, tmp_path / "s.nir")
+    np.testing.assert_allclose(graph.nodes["layer0_lif"].tau, [0.01, 0.01], rtol=1e-6)
+    assert nir.read(tmp_path / "s.nir").metadata["time_unit"] == "s"
+    net = nj.nir.from_nir(tmp_path / "s.nir", dt=1e-3)  # 1 ms, in seconds
+    np.testing.assert_array_equal(np.asarray(net(x)), want)
+    # The round trip of the imported network keeps the unit and the values.
+    again = nj.nir.to_nir(net)
+    assert again.metadata["time_unit"] == "s"
+    np.testing.assert_array_equal(again.nodes["layer0_lif"].tau, graph.nodes["layer0_lif"].tau)
+    # A graph in seconds read with a dt in ms: the time constants are 0.01 of dt.
+    with pytest.warns(
+        UserWarning,
+        match=r"from_nir: the graph's time constants \(median 0.01, from 0.01 to 0.01\) are "
+        r"0.01 times dt=1; the graph's metadata says its time unit is 's'",
+    ):
+        nj.nir.from_nir(graph, dt=1.0)
+    # A graph in ms read with a dt in seconds (the issue's mix-up): 10 ms / 1e-3 = 1e4.
+    in_ms = nj.nir.to_nir(model, time_scale=1.0)
+    with pytest.warns(UserWarning, match=r"are 1e\+04 times dt=0.001; .*time unit is 'ms'"):
+        nj.nir.from_nir(in_ms, dt=1e-3)
+    del in_ms.metadata["time_unit"]
+    with pytest.warns(UserWarning, match=r"\(the graph does not state its time unit\)"):
+        nj.nir.from_nir(in_ms, dt=1e-3)
+    # In range, no warning (the suite turns warnings into errors).
+    nj.nir.from_nir(in_ms, dt=1.0)
 
 
 def test_nested_graphs_are_inlined():
@@ -649,7 +688,8 @@ def test_missing_nir_package_gives_an_install_hint(monkeypatch):
 
 
 def test_imported_graph_under_jit_vmap_and_grad():
-    graph = nj.nir.to_nir(_dense_model())
+    graph = nj.nir.to_nir(_dense_model(), time_scale=1.0)  # in ms, as neurojax
+    assert graph.metadata["time_unit"] == "ms"
     net = nj.nir.from_nir(graph, dt=1.0)
     x = _inputs((20, 3, 4), key=8)
     eager = net(x)
@@ -750,8 +790,12 @@ def test_graph_exported_by_norse():
     ours = np.asarray(nj.nir.from_nir(graph, dt=dt, method="euler")(jnp.asarray(x.numpy())))
     np.testing.assert_array_equal(ours, ref)
     # The graph as exported describes a neuron 100 times faster than Norse's: it does not match.
+    # from_nir says so: the time constants are a hundredth of dt.
     lif.tau = dt / tau_mem_inv
-    wrong = np.asarray(nj.nir.from_nir(graph, dt=dt, method="euler")(jnp.asarray(x.numpy())))
+    with pytest.warns(
+        UserWarning, match=r"from_nir: the graph's time constants .* are 0.01 times dt=0.001"
+    ):
+        wrong = np.asarray(nj.nir.from_nir(graph, dt=dt, method="euler")(jnp.asarray(x.numpy())))
     assert np.any(wrong != ref)
 
 

@@ -356,3 +356,22 @@ def test_distal_reward_singles_out_the_rewarded_synapse():
     assert others[-1].mean() < 0.25 * 4.0
     assert np.quantile(others[-1], 0.99) < 0.6 * 4.0
     assert chosen[-1] > others[-1].max() + 1.0
+
+
+def test_modulated_rules_declare_their_interface():
+    """The network's neuromodulated path calls only what `nj.plasticity.ModulatedRule`
+    declares: RewardSTDP is one, and a rule that leaves a declared method out is refused
+    when built, before any network runs it."""
+    assert isinstance(nj.RewardSTDP(), nj.plasticity.ModulatedRule)
+    rule = nj.RewardSTDP(tau_c=200.0)
+    # float32 1 - exp(-dt/tau_c) loses ~4 digits to cancellation at dt/tau_c = 5e-4
+    np.testing.assert_allclose(
+        float(rule.eligibility_gain(0.1)), 200.0 * (1.0 - np.exp(-0.1 / 200.0)), rtol=2e-4
+    )
+
+    class Incomplete(nj.plasticity.ModulatedRule):
+        def modulator_name(self):
+            return "dopamine"
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()

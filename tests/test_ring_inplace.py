@@ -22,6 +22,7 @@ import math
 import re
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,7 +30,7 @@ import pytest
 
 import neurojax as nj
 from neurojax._simulate import simulate
-from neurojax.models._microcircuit import POPULATIONS, _SpikeIds
+from neurojax.models._microcircuit import POPULATIONS
 
 DATA = Path(__file__).parent / "data" / "ring_inplace_microcircuit.json"
 MODES = ("auto", "reference")  # the compiled CPU kernel, the pure-JAX path
@@ -85,6 +86,24 @@ def test_ring_copies_finds_a_copied_ring():
 
 
 # ---------------------------------------------------------------- the reduced microcircuit
+
+
+class _SpikeIds(eqx.Module):
+    """The network stepped with, as its output, the ids of this step's spiking neurons of the
+    eight populations (`cap` entries, -1 past the last) and their number: the program whose
+    stored results this module compares against."""
+
+    net: nj.Network
+    cap: int = eqx.field(static=True)
+
+    def init_state(self, *args, **kwargs):
+        return self.net.init_state(*args, **kwargs)
+
+    def step(self, state, inputs, dt):
+        state, out = self.net.step(state, inputs, dt)
+        x = jnp.concatenate([out[p] for p in POPULATIONS], axis=-1) > 0
+        (ids,) = jnp.nonzero(x, size=self.cap, fill_value=-1)
+        return state, (ids.astype(jnp.int32), jnp.sum(x, dtype=jnp.int32))
 
 
 def _microcircuit(merge_synapses: bool = False):

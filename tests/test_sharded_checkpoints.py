@@ -134,6 +134,44 @@ def test_interrupted_save_leaves_the_previous_checkpoint(run, tmp_path, monkeypa
     _same(nj.load(path, {"state": state})["state"], mid)
 
 
+def test_what_killed_saves_left_is_removed_when_the_next_save_starts(run, tmp_path, monkeypatch):
+    """A save killed inside orbax's write leaves its `*.orbax-checkpoint-tmp*` folder (about
+    0.5 GB for a large state); one killed after the write, a data folder no header names.
+    The next save removes both before it writes anything, and keeps the committed data."""
+    import orbax.checkpoint as ocp
+
+    net, state, mid = run
+    path = tmp_path / "ckpt"
+    nj.save(path, {"state": state}, sharded=True)
+    committed = json.loads((path / "neurojax_checkpoint.json").read_text())["data"]
+    real_save = ocp.PyTreeCheckpointer.save
+
+    def killed_in_write(self, directory, *args, **kwargs):
+        tmp = directory.parent / f"{directory.name}.orbax-checkpoint-tmp-1700000000"
+        (tmp / "d").mkdir(parents=True)
+        (tmp / "d" / "shard").write_bytes(b"\0" * 4096)
+        raise KeyboardInterrupt("kill -9 during the write")
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "save", killed_in_write)
+    with pytest.raises(KeyboardInterrupt):
+        nj.save(path, {"state": mid}, sharded=True)
+    (path / "data-00000000deadbeef").mkdir()  # complete data of a save killed before commit
+    leftovers = sorted(p.name for p in path.iterdir() if p.name != committed)
+    assert len(leftovers) == 3 and any("orbax-checkpoint-tmp" in n for n in leftovers)
+    seen = []
+
+    def check_then_write(self, directory, *args, **kwargs):
+        seen.append(sorted(p.name for p in path.iterdir()))
+        return real_save(self, directory, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.PyTreeCheckpointer, "save", check_then_write)
+    nj.save(path, {"state": mid}, sharded=True)
+    # At the start of the write, only the header and the committed data were left.
+    assert seen == [sorted([committed, "neurojax_checkpoint.json"])]
+    assert len([p for p in path.iterdir() if p.name.startswith("data-")]) == 1
+    _same(nj.load(path, {"state": state})["state"], mid)
+
+
 # When tensorstore fails to read a damaged file, orbax 0.12.8 leaves coroutines of the
 # failed read unawaited; Python reports them when they are collected. The ValueError of
 # `load` is what the test checks.

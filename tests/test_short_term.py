@@ -436,7 +436,9 @@ def test_invalid_parameters_are_refused():
         nj.TsodyksMarkram(u=np.full((2, 2), 0.5))
     with pytest.raises(ValueError, match="TsodyksMarkram.preset: name must be one of"):
         nj.TsodyksMarkram.preset("pseudo-linear")
-    with pytest.raises(TypeError, match="Projection: short_term must be None or an nj.Tsodyks"):
+    with pytest.raises(
+        TypeError, match="Projection: short_term must be None, an nj.TsodyksMarkram or another"
+    ):
         nj.Projection("A", "B", np.eye(2, dtype=np.float32), short_term=0.5)
     with pytest.raises(ValueError, match="short_term.tau_rec has 3 values but the presynaptic"):
         nj.Projection(
@@ -498,3 +500,53 @@ def test_short_term_plasticity_on_a_plastic_projection():
     _, x_static = _record(static, n_steps)
     assert np.count_nonzero(x_static) > 10
     np.testing.assert_allclose(x_plastic, x_static, rtol=1e-6, atol=1e-8)
+
+
+class Halving(nj.synapses.ShortTermRule):
+    """A rule of the reader's own (the `ShortTermRule` docstring's example): each spike
+    releases the available fraction r and halves it; r recovers to 1 with `tau_rec` ms."""
+
+    tau_rec: float = 5.0
+
+    def init_state(self, shape):
+        return jnp.ones(shape, jnp.float32)
+
+    def release(self, r, spikes, step, dt):
+        r = 1.0 - (1.0 - r) * jnp.exp(-dt / self.tau_rec)
+        out = spikes * r
+        return r - 0.5 * out, out
+
+
+def test_a_rule_of_your_own_runs_in_a_network():
+    """`nj.synapses.ShortTermRule` is open for rules outside neurojax: a projection with
+    `Halving` delivers, per spike, the float64 per-step recursion of the same rule (after a
+    delay of 0.7 ms: 7 steps + 1), under jit and vmap over its time constant."""
+    n_steps, n = 3000, 4
+    table = _irregular(n_steps, n, 60.0, 3)
+    net = _network(table, np.eye(n, dtype=np.float32), Halving(), delay=0.7)
+    _, x = _record(net, n_steps)
+    r = np.ones(n)
+    want = np.zeros((n_steps, n))
+    for k in range(n_steps):
+        r = 1.0 - (1.0 - r) * np.exp(-DT / 5.0)
+        want[k] = table[k] * r
+        r = r - 0.5 * want[k]
+    expected = np.zeros_like(want)
+    expected[8:] = want[:-8]
+    assert np.count_nonzero(expected) > 50
+    np.testing.assert_allclose(x, expected, rtol=1e-5, atol=1e-7)
+
+    short = _network(table[:500], np.eye(n, dtype=np.float32), Halving(), delay=0.7)
+
+    def total(tau):
+        edited = eqx.tree_at(lambda m: m.projections[0].short_term.tau_rec, short, tau)
+        state = edited.init_state(jax.random.key(0))
+        _, rec = nj.simulate(edited, state, dt=DT, n_steps=500, record=lambda s, o: s.synapses[0].g)
+        return jnp.sum(rec.values) * DT
+
+    taus = jnp.asarray([2.0, 5.0], jnp.float32)
+    sums = jax.jit(jax.vmap(total))(taus)
+    np.testing.assert_allclose(sums[1], x[:500].sum(), rtol=1e-5)
+    assert sums[0] > sums[1]  # faster recovery leaves more to release
+    with pytest.raises(TypeError, match="another nj.synapses.ShortTermRule, got Delta"):
+        nj.Projection("S", "P", np.eye(n, dtype=np.float32), short_term=nj.Delta())

@@ -218,9 +218,9 @@ def test_batch_block_errors():
     lif = nj.LIF()
     with pytest.raises(ValueError, match="must divide the batch size 5"):
         nj.simulate(lif, lif.init_state((5, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2)
-    with pytest.raises(ValueError, match="cannot be combined with chunk_size"):
+    with pytest.raises(ValueError, match="spike_dtype='ids' cannot be combined with batch_block"):
         nj.simulate(
-            lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2, chunk_size=5
+            lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2, spike_dtype="ids"
         )
     with pytest.raises(TypeError, match="batch_block must be a positive int"):
         nj.simulate(lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=1.5)

@@ -129,7 +129,7 @@ def fixed_prob(
     ```
     """
     owner = "fixed_prob"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     n_pre = check_size(owner, "n_pre", n_pre)
     n_post = check_size(owner, "n_post", n_post)
     p = check_probability(owner, "p", p)
@@ -204,7 +204,7 @@ def fixed_indegree(
     ```
     """
     owner = "fixed_indegree"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     n_pre = check_size(owner, "n_pre", n_pre)
     n_post = check_size(owner, "n_post", n_post)
     k = check_count(owner, "k", k)
@@ -263,7 +263,7 @@ def fixed_outdegree(
     ```
     """
     owner = "fixed_outdegree"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     n_pre = check_size(owner, "n_pre", n_pre)
     n_post = check_size(owner, "n_post", n_post)
     k = check_count(owner, "k", k)
@@ -514,7 +514,7 @@ def block(
     ```
     """
     owner = "block"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     sizes_pre = _group_sizes(owner, "sizes_pre", sizes_pre)
     sizes_post = _group_sizes(owner, "sizes_post", sizes_post)
     allow_self = check_flag(owner, "allow_self", allow_self)

@@ -9,11 +9,10 @@ import math
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 
-from .._validation import _fmt, as_float
+from .._system import available_bytes
+from .._validation import _fmt, as_float, check_key, fmt_list
 
 __all__ = [
     "MAX_SIZE",
@@ -29,6 +28,10 @@ __all__ = [
     "check_positions",
     "check_box",
     "check_same_population",
+    "check_conn_entries",
+    "checked_conn",
+    "csr_problem",
+    "check_finite_weights",
 ]
 
 # Indices are int32; sizes stay below 2**30 so that the samplers' intermediate sums of two
@@ -36,43 +39,8 @@ __all__ = [
 MAX_SIZE = 2**30
 
 
-def check_key(owner: str, key: Any, name: str = "key") -> jax.Array:
-    """A single JAX PRNG key (typed `jax.random.key` or legacy `jax.random.PRNGKey`)."""
-    if isinstance(key, jax.core.Tracer):
-        raise TypeError(
-            f"{owner}: {name} is a traced value; connectivity builders run eagerly on the host,"
-            " so call them outside jit/vmap"
-        )
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(
-                f"{owner}: {name} must be a single PRNG key, got a batch of keys of shape"
-                f" {key.shape}"
-            )
-        return key
-    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32:
-        try:
-            wrapped = jr.wrap_key_data(jnp.asarray(key))
-        except (TypeError, ValueError):
-            wrapped = None
-        if wrapped is not None:
-            if wrapped.shape != ():
-                raise ValueError(
-                    f"{owner}: {name} must be a single PRNG key, got raw key data of shape "
-                    f"{np.shape(key)} (a batch of {wrapped.shape} keys)"
-                )
-            return wrapped
-    if hasattr(key, "dtype"):
-        shown = f"array of shape {np.shape(key)} and dtype {key.dtype}"
-    else:
-        shown = repr(key)
-    raise TypeError(
-        f"{owner}: {name} must be a JAX PRNG key such as jax.random.key(0), got {shown}"
-    )
-
-
 def check_optional_key(owner: str, key: Any) -> jax.Array | None:
-    return None if key is None else check_key(owner, key)
+    return None if key is None else check_key(owner, key, eager=True)
 
 
 def _int(owner: str, name: str, value: Any, rule: str) -> int:
@@ -204,13 +172,96 @@ _BYTES_PER_SYNAPSE = 24
 def check_synapse_memory(owner: str, expected: float, how: str) -> None:
     """Refuse, before any sampling, a connectivity whose expected number of synapses cannot
     fit in the memory available (Linux `MemAvailable`; no check where it is unknown)."""
-    from .._simulate import _available_bytes
-
     need = expected * _BYTES_PER_SYNAPSE
-    available = _available_bytes(on_host=True)
+    available = available_bytes(on_host=True)
     if available is not None and need > available:
         raise ValueError(
             f"{owner}: {how} = {expected:.4g} synapses expected, about {need / 1e9:.3g} GB "
             f"while building ({_BYTES_PER_SYNAPSE} bytes each), more than the "
             f"{available / 1e9:.3g} GB of memory available"
         )
+
+
+# ----------------------------------------------------------------------------- stored synapses
+
+
+def checked_conn(owner: str, conn: Any) -> Any:
+    """`conn` (a 2-D BCOO) without JAX's padding entries, after `check_conn_entries`.
+
+    JAX marks unused entries of a BCOO (after slicing, `sum_duplicates`, ...) with the index
+    `(n_pre, n_post)` and a zero value; those carry no synapse and are removed. Any other
+    index outside the shape is refused."""
+    idx = np.asarray(conn.indices)
+    data = np.asarray(conn.data)
+    pad = None
+    if idx.ndim == 2 and idx.shape[1:] == (2,) and idx.shape[0] and not _inside(idx, conn.shape):
+        # padding lies outside the shape: looked for only when some index is
+        pad = (idx == np.asarray(conn.shape)).all(axis=1) & (data == 0)
+    if pad is not None and pad.any():
+        from jax.experimental import sparse
+
+        keep = np.flatnonzero(~pad)
+        conn = sparse.BCOO((conn.data[keep], conn.indices[keep]), shape=conn.shape)
+    check_conn_entries(owner, tuple(conn.shape), conn.indices, conn.data)
+    return conn
+
+
+def _inside(idx: np.ndarray, shape) -> bool:
+    """Whether every row of the `(nnz, 2)` indices lies inside `shape` (four reductions, no
+    temporary array)."""
+    return all(
+        int(idx[:, axis].min()) >= 0 and int(idx[:, axis].max()) < int(shape[axis])
+        for axis in (0, 1)
+    )
+
+
+def check_conn_entries(owner: str, shape: tuple[int, int], indices: Any, data: Any) -> None:
+    """Every synapse of a BCOO `(n_pre, n_post)` inside the shape, and every weight finite.
+
+    A layout would otherwise drop an out-of-range entry (JAX's sparse and scatter operations
+    do) or wrap a negative one, and compute with NaN weights: a silently wrong network.
+    """
+    idx = np.asarray(indices)
+    if idx.ndim != 2 or idx.shape[1] != 2:
+        raise ValueError(f"{owner}: conn.indices must have shape (nnz, 2), got {idx.shape}")
+    if idx.shape[0] and not _inside(idx, shape):
+        for axis, name, n in ((0, "presynaptic", shape[0]), (1, "postsynaptic", shape[1])):
+            col = idx[:, axis]
+            bad = (col < 0) | (col >= n)
+            if bad.any():
+                raise ValueError(
+                    f"{owner}: conn has {int(bad.sum())} synapse(s) whose {name} index is "
+                    f"outside [0, {n}) for shape {tuple(shape)}, e.g. {fmt_list(col[bad])} "
+                    f"(first at entry {int(np.argmax(bad))}); indices must lie inside the shape"
+                )
+    w = np.asarray(data)
+    if w.dtype.kind == "c":
+        raise TypeError(f"{owner}: conn weights must be real, got dtype {w.dtype}")
+    check_finite_weights(owner, "conn", "weight(s)", w)
+
+
+def check_finite_weights(owner: str, name: str, field: str, w: np.ndarray) -> None:
+    """Refuse NaN or infinite weights in the host array `w`, naming `name` and `field`."""
+    # NaN propagates to the minimum and an infinity is the minimum or the maximum: two
+    # reductions without a temporary, the detailed search only when one is not finite
+    if w.dtype.kind == "f" and w.size and not (np.isfinite(w.min()) and np.isfinite(w.max())):
+        bad = ~np.isfinite(w)
+        raise ValueError(
+            f"{owner}: {name} has {int(bad.sum())} non-finite {field} (NaN or inf), e.g. "
+            f"{fmt_list(w[bad])} (first at entry {int(np.argmax(bad))}); weights must be finite"
+        )
+
+
+def csr_problem(indptr: np.ndarray, n_rows: int, nnz: int) -> str | None:
+    """What is wrong with the compressed-row pointer `indptr` of `n_rows` rows over `nnz`
+    synapses (None when nothing is)."""
+    if indptr.shape != (n_rows + 1,):
+        return f"has shape {indptr.shape}, expected ({n_rows + 1},)"
+    if indptr.size and indptr[0] != 0:
+        return f"starts at {int(indptr[0])}, expected 0"
+    steps = np.diff(indptr.astype(np.int64))
+    if (steps < 0).any():
+        return f"decreases at row {int(np.argmax(steps < 0))}"
+    if indptr.size and indptr[-1] != nnz:
+        return f"ends at {int(indptr[-1])}, but there are {nnz} synapses"
+    return None

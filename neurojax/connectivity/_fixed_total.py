@@ -227,7 +227,7 @@ def fixed_total_number(
         Comput Biol 18(9): e1010086. NEST's `fixed_total_number` rule.
     """
     owner = "fixed_total_number"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     n_pre = check_size(owner, "n_pre", n_pre)
     n_post = check_size(owner, "n_post", n_post)
     n = check_count(owner, "n", n)

@@ -105,7 +105,7 @@ def random_positions(key: PRNGKeyArray, n: int, extent: Sequence[float]) -> Floa
     ```
     """
     owner = "random_positions"
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     n = check_size(owner, "n", n)
     if isinstance(extent, (int, float, np.number)) or np.ndim(extent) != 1:
         raise TypeError(
@@ -332,7 +332,7 @@ def _cell_pairs(
 
 
 def _check_common(owner, key, pos_pre, pos_post, allow_self, max_per_post):
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     pos_pre = check_positions(owner, "pos_pre", pos_pre)
     pos_post = check_positions(owner, "pos_post", pos_post)
     if pos_pre.shape[1] != pos_post.shape[1]:

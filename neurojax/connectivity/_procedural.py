@@ -418,7 +418,7 @@ class Procedural(eqx.Module):
 
 
 def _rng(owner: str, key) -> tuple[np.random.Generator, jax.Array]:
-    key = check_key(owner, key)
+    key = check_key(owner, key, eager=True)
     data = jnp.asarray(jr.key_data(key), jnp.uint32).reshape(-1)
     if data.shape != (2,):
         raise ValueError(

@@ -48,7 +48,8 @@ from pathlib import Path
 
 import jax
 
-from .._reliability import check_private_path
+from .._system import cache_dir as _cache_dir
+from .._system import check_private_path
 
 __all__ = ["library", "register_targets", "build_seconds"]
 
@@ -88,14 +89,6 @@ def _sources() -> tuple[Path, ...]:
 def _headers() -> tuple[Path, ...]:
     # Included by relative path: part of the library's tag, not compiled on their own.
     return tuple(sorted(_HERE.glob("*.h")))
-
-
-def _cache_dir() -> Path:
-    base = os.environ.get("NEUROJAX_CACHE_DIR")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "neurojax"
 
 
 def _compiler() -> str | None:

@@ -8,14 +8,16 @@ a platform without an implementation runs; useful to compare and to debug).
 The mode is a JAX configuration option (`jax.config.neurojax_kernels`) that is read when a
 function is traced and is part of `jax.jit`'s cache key: flipping it retraces what needs
 retracing, with no cache to clear. The environment variable `NEUROJAX_CPU_KERNEL=0` (also
-`false`, `no`) makes `"reference"` the default of a process.
+`false`, `no`, `off`; `1`, `true`, `yes`, `on` keep `"auto"`) makes `"reference"` the default
+of a process; any other value is refused with a `ValueError` naming the variable.
 """
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import jax
+
+from .._system import env_flag
 
 __all__ = ["MODES", "mode", "set_mode", "use", "cross_platform", "cross_platform_enabled"]
 
@@ -23,8 +25,8 @@ MODES = ("auto", "reference")
 
 
 def _env_default() -> str:
-    value = os.environ.get("NEUROJAX_CPU_KERNEL", "1").strip().lower()
-    return "reference" if value in ("0", "false", "no") else "auto"
+    # yes/no spellings; any other value is refused (naming the variable), never read as "on"
+    return "auto" if env_flag("NEUROJAX_CPU_KERNEL", True) else "reference"
 
 
 def jax_option(name: str, default, help: str, values: tuple[str, ...] | None = None):
@@ -120,8 +122,7 @@ def use(value: str) -> Iterator[None]:
 
 
 def _env_cross_platform() -> bool:
-    value = os.environ.get("NEUROJAX_CROSS_PLATFORM", "0").strip().lower()
-    return value in ("1", "true", "yes", "on")
+    return env_flag("NEUROJAX_CROSS_PLATFORM", False)
 
 
 def _make_cross_state():

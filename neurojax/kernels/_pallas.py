@@ -13,13 +13,13 @@ platforms the slots always lower to Triton and Mosaic.
 """
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._system import env_choice
 from ._config import jax_option
 
 __all__ = ["INTERPRET_MODES", "interpret", "interpret_mode", "pallas_interpret"]
@@ -28,12 +28,14 @@ INTERPRET_MODES = ("off", "gpu", "tpu")
 
 
 def _env_default() -> str:
-    value = os.environ.get("NEUROJAX_PALLAS_INTERPRET", "off").strip().lower()
-    if value in ("1", "true", "yes", "gpu"):
+    value = env_choice(
+        "NEUROJAX_PALLAS_INTERPRET",
+        ("0", "false", "no", "off", "1", "true", "yes", "on", "gpu", "tpu"),
+        "off",
+    )
+    if value in ("1", "true", "yes", "on", "gpu"):
         return "gpu"
-    if value == "tpu":
-        return "tpu"
-    return "off"
+    return "tpu" if value == "tpu" else "off"
 
 
 def _make_state():

@@ -203,15 +203,25 @@ def register(kernel: Kernel) -> Kernel:
     return kernel
 
 
-def registry() -> dict[str, Kernel]:
-    """Every registered kernel by name (a copy)."""
-    # Kernels register when their module is imported. `import neurojax` imports every such
-    # module except the assembly calculus and the training layers, which it imports on first
-    # use; import them here so that the registry is complete.
-    import importlib
+# Callables that import modules whose kernels register on import but which a package
+# imports only on first use (see `add_provider`).
+_PROVIDERS: list[Callable[[], Any]] = []
 
-    for name in ("neurojax.assembly", "neurojax.training"):
-        importlib.import_module(name)
+
+def add_provider(load: Callable[[], Any]) -> None:
+    """Have `registry()` call `load()` before it answers: a package that imports its kernel
+    modules on first use (neurojax's assembly calculus and training layers) adds one, so that
+    the registry lists their kernels without this layer naming the packages above it."""
+    if not callable(load):
+        raise TypeError(f"add_provider: expected a callable, got {type(load).__name__}")
+    _PROVIDERS.append(load)
+
+
+def registry() -> dict[str, Kernel]:
+    """Every registered kernel by name (a copy): the kernels of every module imported, and
+    of the modules the providers (`add_provider`) import."""
+    for load in tuple(_PROVIDERS):
+        load()
     return dict(_REGISTRY)
 
 

@@ -26,7 +26,7 @@ import jax
 import jax.random as jr
 
 from .. import connectivity as connect
-from .._validation import check_choice, default_float, normalize_shape
+from .._validation import check_choice, check_key, default_float, normalize_shape
 from ..connectivity._threefry import HostKey
 from ..network import Network, NetworkState, Projection
 from ..neurons import LIF
@@ -124,9 +124,9 @@ def _build(owner, key, n_exc, n_inh, p, batch, method, c, lif_method, outputs, i
     `inputs` the constant drive per population and `draw_v(key, shape)` the initial voltages.
     Each of E->E, E->I, I->E and I->I gets independent Bernoulli(p) pairs from its own key.
     """
+    key = jr.key(0) if key is None else check_key(owner, key)
     n_exc, n_inh = _check_common(owner, n_exc, n_inh, p, method)
     batch = normalize_shape(owner, batch)
-    key = jr.key(0) if key is None else key
     k_v, k_proj = _keys(key)
     lif = LIF(
         tau_m=c["tau_m"],

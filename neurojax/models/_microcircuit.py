@@ -95,9 +95,8 @@ Population names: `"L23E", "L23I", "L4E", "L4I", "L5E", "L5I", "L6E", "L6I"`; sp
 """
 
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -110,9 +109,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import connectivity as connect
 from .._validation import as_float, default_float, normalize_shape
-from ..connectivity._fixed_total import aligned_empty, fixed_total_csr, fixed_total_pairs
+from ..connectivity._fixed_total import aligned_empty, fixed_total_csr
 from ..network import Layout, Network, NetworkState, Projection, SpikeSource
-from ..network._layout import EventLayout, layout_class
+from ..network._layout import layout_class
 from ..network._projection import steps_dtype
 from ..neurons import LIF
 from ..synapses import CurrentOutput, Exponential
@@ -279,6 +278,11 @@ class PoissonCounts(SpikeSource):
     level: Int[Array, " n"]  # which rate each source has
     n_terms: int = eqx.field(static=True)
 
+    @property
+    def max_spikes_per_step(self) -> int:  # type: ignore[override]
+        """A count is at most `n_terms`; `nj.simulate` records the counts, not 0/1."""
+        return self.n_terms
+
     def init_state(self, shape, *, key: PRNGKeyArray | None = None) -> PoissonCountState:
         """A state for `shape` sources (batch dimensions first); `key` is required."""
         shape = normalize_shape("PoissonCounts.init_state", shape)
@@ -430,29 +434,28 @@ class InputLayout(Layout):
 # ---------------------------------------------------------------------- the builder
 
 
-def _procedural(
-    key, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn, *, delay_rel_std=None
-):
-    """A pathway of `n` synapses in the procedural layout: the same laws as the stored
+def _procedural(pw: "_Pathway", to_na, dt, syn):
+    """A pathway of `pw.n` synapses in the procedural layout: the same laws as the stored
     pathway (fixed total number with multapses and autapses, normal weights, normal delays
     conditioned on >= dt/2 and rounded to steps), regenerated at every spike.
 
     Excitatory weights are truncated at 0 as in the stored layout; inhibitory ones are drawn
     untruncated (the procedural normal truncates only below 0): at the published spread of
     10 % of the mean, a draw of the other sign has probability about 1e-23."""
-    rel = c["delay_rel_std"] if delay_rel_std is None else delay_rel_std
+    mean, std = pw.weight[:2]
+    d_mean, rel = pw.delay
     weight = connect.normal(mean * to_na, std * to_na, nonnegative=bool(mean > 0))
     desc = connect.procedural.fixed_total(
-        key,
-        sizes[pre],
-        sizes[post],
-        n,
+        pw.keys[0],
+        pw.n_pre,
+        pw.n_post,
+        pw.n,
         weight=weight,
         delay=connect.normal(d_mean, d_mean * rel),
         dt=dt,
         delay_range=(0.5 * dt, d_mean * (1.0 + 40.0 * rel)),
     )
-    return Projection(pre, post, desc, synapse=syn, output=CurrentOutput())
+    return Projection(pw.pre, pw.post, desc, synapse=syn, output=CurrentOutput())
 
 
 _BLOCK = 1 << 18  # values per block of the host-side draws (2 MB of float64)
@@ -600,26 +603,41 @@ def _delay_steps(key, n: int, mean: float, std: float, low: float, dt: float):
     return state["out"], state["top"]
 
 
+class _Pathway(NamedTuple):
+    """One pathway of the model as data: who connects to whom, how many synapses, the
+    weight and delay laws (before the pA -> nA conversion) and the three keys of its pairs,
+    weights and delays."""
+
+    pre: str
+    post: str
+    n_pre: int
+    n_post: int
+    n: int
+    weight: tuple[float, float, float, float]  # mean, std, low, high [pA]
+    delay: tuple[float, float]  # mean [ms], standard deviation relative to the mean
+    keys: tuple[jax.Array, jax.Array, jax.Array]
+
+
 def _stored_pathway(
-    pool, keys, pre, post, n_pre, n_post, n, weight, delay, to_na, dt, syn
+    pool, pw: _Pathway, layout_cls: type[Layout], to_na, d_min, dt, syn
 ) -> Projection:
-    """One fixed-total pathway in the event layout, built directly as compressed rows: the
-    pairs drawn and sorted on this thread while the weights and the delay steps are drawn on
-    the two of `pool` (NumPy's generators and sort release the GIL; each has its own key's
-    stream, so the synapses are those of `_bcoo` + `nj.Projection`, bit for bit)."""
-    k_pairs, k_w, k_d = keys
-    mean, std, low, high = weight
-    d_mean, d_std, d_min = delay
-    fw = pool.submit(_weights_f32, k_w, n, mean, std, low, high, to_na)
-    fd = pool.submit(_delay_steps, k_d, n, d_mean, d_std, d_min, dt)
-    indptr, indices = fixed_total_csr(k_pairs, n_pre, n_post, n, True)
+    """One fixed-total pathway stored in `layout_cls`, built from compressed rows
+    (`Layout.from_csr`): the pairs drawn and sorted on this thread while the weights and the
+    delay steps are drawn on the two of `pool` (NumPy's generators and sort release the GIL;
+    each has its own key's stream, so the synapses are those of `_bcoo` + `nj.Projection`,
+    bit for bit)."""
+    k_pairs, k_w, k_d = pw.keys
+    fw = pool.submit(_weights_f32, k_w, pw.n, *pw.weight, to_na)
+    d_mean, rel = pw.delay
+    fd = pool.submit(_delay_steps, k_d, pw.n, d_mean, d_mean * rel, d_min, dt)
+    indptr, indices = fixed_total_csr(k_pairs, pw.n_pre, pw.n_post, pw.n, True)
     w = fw.result()
     steps, d_max = fd.result()
-    layout = EventLayout._from_csr(n_pre, n_post, indptr, indices, w)
+    layout, steps = layout_cls.from_csr(pw.n_pre, pw.n_post, indptr, indices, w, delay=steps)
     del w, indices
     return Projection._trusted(
-        pre,
-        post,
+        pw.pre,
+        pw.post,
         layout,
         synapse=syn,
         output=CurrentOutput(),
@@ -627,6 +645,60 @@ def _stored_pathway(
         max_delay=d_max,
         dt=dt,
     )
+
+
+def _pathways(c, sizes, n_syn, w_mean, keys, thalamus, scale, k_scale) -> list[_Pathway]:
+    """Every pathway of the model, recurrent then thalamic, in the order of the
+    projections."""
+    k_conn, k_w, k_d, k_th = keys
+    out = []
+    for a, post in enumerate(POPULATIONS):
+        for b, pre in enumerate(POPULATIONS):
+            n = int(n_syn[a, b])
+            if n == 0:
+                continue
+            mean = float(w_mean[a, b])
+            low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
+            d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
+            i = 8 * a + b
+            out.append(
+                _Pathway(
+                    pre,
+                    post,
+                    sizes[pre],
+                    sizes[post],
+                    n,
+                    (mean, abs(mean) * c["weight_rel_std"], low, high),
+                    (d_mean, c["delay_rel_std"]),
+                    (jr.fold_in(k_conn, i), jr.fold_in(k_w, i), jr.fold_in(k_d, i)),
+                )
+            )
+    if not thalamus:
+        return out
+    n_th = int(c["num_th_neurons"])
+    p_th = np.asarray(c["conn_probs_th"], np.float64)
+    full = _full_synapses(p_th[None, :], np.asarray([n_th]), np.asarray(c["full_num_neurons"]))
+    n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
+    j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
+    j_th /= math.sqrt(k_scale)
+    d_mean = c["delay_th_mean"]
+    for a, post in enumerate(POPULATIONS):
+        n = int(n_th_syn[a])
+        if n == 0:
+            continue
+        out.append(
+            _Pathway(
+                "thalamus",
+                post,
+                n_th,
+                sizes[post],
+                n,
+                (j_th, j_th * c["weight_rel_std"], 0.0, np.inf),
+                (d_mean, c["delay_th_rel_std"]),
+                tuple(jr.fold_in(k_th, 3 * a + i) for i in range(3)),
+            )
+        )
+    return out
 
 
 def _check_real(name: str, value: Any, *, positive: bool = True) -> float:
@@ -665,9 +737,10 @@ def microcircuit(
         background: `"poisson"` (independent Poisson input per neuron) or `"dc"` (its mean
             as a constant current).
         thalamus: add the 902 thalamic neurons firing at 120 Hz from 700 to 710 ms.
-        layout: the storage of the recurrent and thalamic projections, passed to every
-            `nj.Projection` as `method` (default `"event"`, the stored layout; a
-            `nj.network.Layout` subclass plugs in another), or `"procedural"`: no synapse
+        layout: the storage of the recurrent and thalamic projections (default `"event"`,
+            the stored layout; a `nj.network.Layout` subclass that supports per-synapse
+            delays plugs in another, built from each pathway's compressed rows by its
+            `from_csr`), or `"procedural"`: no synapse
             is stored, each pathway is a `nj.connect.procedural.fixed_total` description
             with the same laws (inhibitory weights drawn untruncated, see `_procedural`),
             its synapses regenerated at every spike.
@@ -701,7 +774,10 @@ def microcircuit(
         T. C. Potjans and M. Diesmann (2014), The cell-type specific cortical microcircuit,
         Cereb Cortex 24:785-806. INM-6 `microcircuit-PD14-model` (reference implementation).
     """
+    from .._validation import check_key  # (a separate hunk from the builder's imports)
+
     owner = "microcircuit"
+    key = None if key is None else check_key(owner, key)
     scale = _check_real("scale", scale)
     k_scale = _check_real("k_scale", k_scale)
     dt = _check_real("dt", dt)
@@ -761,74 +837,21 @@ def microcircuit(
         method="exact",
     )
     syn = Exponential(c["tau_syn"])
-    projections = []
-    d_min = 0.5 * dt
-    # the built-in stored layout is built directly as compressed rows (`_stored_pathway`);
-    # another Layout class gets the synapses as a BCOO through `nj.Projection`
-    direct = not procedural and (
-        layout_class(layout, n_pre=2**16, n_post=2**16, per_synapse_delays=True, plastic=False)
-        is EventLayout
+    pathways = _pathways(
+        c, sizes, n_syn, w_mean, (k_conn, k_w, k_d, k_th), thalamus, scale, k_scale
     )
+    d_min = 0.5 * dt  # delays are drawn conditioned on at least half a step
+    projections = []
     # weights and delays on two threads while the pairs are drawn (see `_stored_pathway`)
     with ThreadPoolExecutor(2) as pool:
-        for a, post in enumerate(POPULATIONS):
-            for b, pre in enumerate(POPULATIONS):
-                n = int(n_syn[a, b])
-                if n == 0:
-                    continue
-                kk = jr.fold_in(k_conn, 8 * a + b)
-                mean = w_mean[a, b]
-                std = abs(mean) * c["weight_rel_std"]
-                d_mean = c["delay_exc_mean"] if b % 2 == 0 else c["delay_inh_mean"]
-                if procedural:
-                    projections.append(
-                        _procedural(kk, pre, post, sizes, n, mean, std, to_na, d_mean, c, dt, syn)
-                    )
-                    continue
-                low, high = (0.0, np.inf) if mean > 0 else (-np.inf, 0.0)
-                if direct:
-                    projections.append(
-                        _stored_pathway(
-                            pool,
-                            (kk, jr.fold_in(k_w, 8 * a + b), jr.fold_in(k_d, 8 * a + b)),
-                            pre,
-                            post,
-                            sizes[pre],
-                            sizes[post],
-                            n,
-                            (mean, std, low, high),
-                            (d_mean, d_mean * c["delay_rel_std"], d_min),
-                            to_na,
-                            dt,
-                            syn,
-                        )
-                    )
-                    continue
-                idx = fixed_total_pairs(kk, sizes[pre], sizes[post], n, True, True)
-                w = _truncated_normal(jr.fold_in(k_w, 8 * a + b), n, mean, std, low, high)
-                w *= to_na
-                conn = _bcoo(idx, w, sizes[pre], sizes[post])
-                delay = _truncated_normal(
-                    jr.fold_in(k_d, 8 * a + b),
-                    n,
-                    d_mean,
-                    d_mean * c["delay_rel_std"],
-                    d_min,
-                    np.inf,
-                )
-                projections.append(
-                    Projection(
-                        pre,
-                        post,
-                        conn,
-                        synapse=syn,
-                        output=CurrentOutput(),
-                        delay=delay,
-                        method=layout,
-                        dt=dt,  # the delays kept as whole steps (1 byte each), never as floats
-                    )
-                )
-                del conn, w, delay, idx
+        for pw in pathways:
+            if procedural:
+                projections.append(_procedural(pw, to_na, dt, syn))
+                continue
+            cls = layout_class(
+                layout, n_pre=pw.n_pre, n_post=pw.n_post, per_synapse_delays=True, plastic=False
+            )
+            projections.append(_stored_pathway(pool, pw, cls, to_na, d_min, dt, syn))
         populations = {p: (lif, sizes[p]) for p in POPULATIONS}
         n_total = int(n_of.sum())
         offsets = np.concatenate([[0], np.cumsum(n_of)])
@@ -865,88 +888,15 @@ def microcircuit(
                     )
                 )
         if thalamus:
-            n_th = int(c["num_th_neurons"])
-            p_th = np.asarray(c["conn_probs_th"], np.float64)
-            n_full = np.asarray(c["full_num_neurons"])
-            full = _full_synapses(p_th[None, :], np.asarray([n_th]), n_full)
-            n_th_syn = np.round(full[0] * scale * k_scale).astype(np.int64)
-            j_th = c["psp_th"] * _psc_over_psp(c["c_m"], c["tau_m"], c["tau_syn"])
-            j_th /= math.sqrt(k_scale)
             populations["thalamus"] = (
                 PoissonWindow(c["th_rate"], c["th_start"], c["th_duration"]),
-                n_th,
+                int(c["num_th_neurons"]),
             )
-            for a, post in enumerate(POPULATIONS):
-                n = int(n_th_syn[a])
-                if n == 0:
-                    continue
-                if procedural:
-                    projections.append(
-                        _procedural(
-                            jr.fold_in(k_th, 3 * a),
-                            "thalamus",
-                            post,
-                            {"thalamus": n_th, **sizes},
-                            n,
-                            j_th,
-                            j_th * c["weight_rel_std"],
-                            to_na,
-                            c["delay_th_mean"],
-                            c,
-                            dt,
-                            syn,
-                            delay_rel_std=c["delay_th_rel_std"],
-                        )
-                    )
-                    continue
-                if direct:
-                    th_std = j_th * c["weight_rel_std"]
-                    d_mean = c["delay_th_mean"]
-                    projections.append(
-                        _stored_pathway(
-                            pool,
-                            tuple(jr.fold_in(k_th, 3 * a + i) for i in range(3)),
-                            "thalamus",
-                            post,
-                            n_th,
-                            sizes[post],
-                            n,
-                            (j_th, th_std, 0.0, np.inf),
-                            (d_mean, d_mean * c["delay_th_rel_std"], d_min),
-                            to_na,
-                            dt,
-                            syn,
-                        )
-                    )
-                    continue
-                idx = fixed_total_pairs(jr.fold_in(k_th, 3 * a), n_th, sizes[post], n, True, True)
-                w = _truncated_normal(
-                    jr.fold_in(k_th, 3 * a + 1), n, j_th, j_th * c["weight_rel_std"], 0.0, np.inf
-                )
-                w *= to_na
-                conn = _bcoo(idx, w, n_th, sizes[post])
-                d_mean = c["delay_th_mean"]
-                delay = _truncated_normal(
-                    jr.fold_in(k_th, 3 * a + 2),
-                    n,
-                    d_mean,
-                    d_mean * c["delay_th_rel_std"],
-                    d_min,
-                    np.inf,
-                )
-                projections.append(
-                    Projection(
-                        "thalamus",
-                        post,
-                        conn,
-                        synapse=syn,
-                        output=CurrentOutput(),
-                        delay=delay,
-                        method=layout,
-                        dt=dt,
-                    )
-                )
     inputs = {p: float(dc[a] * 1e-3) for a, p in enumerate(POPULATIONS) if dc[a] != 0.0}
+    # in the order of the reference: recurrent, background, thalamic
+    n_recurrent = sum(pw.pre != "thalamus" for pw in pathways)
+    thalamic = projections[n_recurrent : len(pathways)]
+    projections = projections[:n_recurrent] + projections[len(pathways) :] + thalamic
     net = Network(populations, projections, inputs=inputs, dt=dt, merge_synapses=merge_synapses)
 
     # one program for the whole initial state (per-population draws would compile one each)
@@ -973,22 +923,19 @@ def microcircuit(
 
 
 class _SpikeIds(eqx.Module):
-    """The network stepped with, as its output, the ids of this step's spiking neurons of the
-    eight populations (concatenated in their order; `cap` entries, -1 past the last) and
-    their number, so that a run stores `cap` ints per step instead of a raster of every
-    population and source."""
+    """The network stepped with, as its one output, the spikes of the eight populations
+    concatenated in their order (the background source left out), so that a run recorded
+    with `spike_dtype="ids"` finds the step's spiking neurons in one pass and gives global
+    ids."""
 
     net: Network
-    cap: int = eqx.field(static=True)
 
     def init_state(self, *args, **kwargs):
         return self.net.init_state(*args, **kwargs)
 
     def step(self, state, inputs, dt):
         state, out = self.net.step(state, inputs, dt)
-        x = jnp.concatenate([out[p] for p in POPULATIONS], axis=-1) > 0
-        (ids,) = jnp.nonzero(x, size=self.cap, fill_value=-1)
-        return state, (ids.astype(jnp.int32), jnp.sum(x, dtype=jnp.int32))
+        return state, jnp.concatenate([out[p] for p in POPULATIONS], axis=-1) > 0
 
 
 def run_spike_ids(
@@ -999,61 +946,33 @@ def run_spike_ids(
     progress: bool = False,
     cpu: dict | None = None,
 ):
-    """Run `n_steps` of the (unbatched) microcircuit in compiled chunks, recording the spikes
-    of the eight populations as per-step neuron ids; a chunk in which a step had more spikes
-    than the buffer is rerun with a 4x larger one, so no spike is dropped.
+    """Run `n_steps` of the (unbatched) microcircuit through `nj.simulate` with
+    `spike_dtype="ids"` in chunks of 2 000 steps, recording the spikes of the eight
+    populations as global neuron ids (populations concatenated in `POPULATIONS` order).
 
-    Returns `(final_state, ids, counts, compile_s, run_s)`: `ids` the global ids
-    (populations concatenated in `POPULATIONS` order) of all spikes in step order, `counts`
-    the number of spikes of each step; `compile_s` and `run_s` are wall-clock seconds. A
-    dict `cpu` receives the process CPU seconds (all threads) of compiling and running
-    (`"compile_s"`, `"run_s"`), the fair measure on a shared machine.
+    The public way to the same record is `nj.simulate(net, state, dt=dt, n_steps=n,
+    spike_dtype="ids")`, which gives one `nj.SpikeTimes` per population (and one for the
+    background source).
+
+    Returns `(final_state, ids, counts, compile_s, run_s)`: `ids` the global ids of all
+    spikes in step order, `counts` the number of spikes of each step; `compile_s` and
+    `run_s` are wall-clock seconds (`recording.info`). A dict `cpu` receives the process CPU
+    seconds of the whole call (`"s"`).
     """
     from .._simulate import simulate
 
-    n_total = sum(net.sizes[p] for p in POPULATIONS)
-    cap = min(n_total, max(256, n_total // 64))
-    chunk = min(n_steps, 2000)
-    compiled: dict[tuple[int, int], Any] = {}
-    st, ids_all, counts_all = state, [], []
-    compile_s = run_s = compile_cpu = run_cpu = 0.0
-    done = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n_steps, unit="step", desc="run", dynamic_ncols=True)
-    try:
-        while done < n_steps:
-            length = min(chunk, n_steps - done)
-            model = _SpikeIds(net, cap)
-            if (length, cap) not in compiled:
-                t0, c0 = time.perf_counter(), time.process_time()
-
-                def run(m, s, length=length):
-                    return simulate(m, s, dt=dt, n_steps=length, spike_dtype=None)
-
-                compiled[(length, cap)] = jax.jit(run).lower(model, st).compile()
-                compile_s += time.perf_counter() - t0
-                compile_cpu += time.process_time() - c0
-            t0, c0 = time.perf_counter(), time.process_time()
-            new, rec = compiled[(length, cap)](model, st)
-            jax.block_until_ready(rec)
-            run_s += time.perf_counter() - t0
-            run_cpu += time.process_time() - c0
-            ids, counts = (np.asarray(x) for x in rec.spikes)
-            if counts.max(initial=0) > cap:
-                cap = min(n_total, 4 * cap)  # rerun this chunk with a larger buffer
-                continue
-            st = new
-            ids_all.append(ids[ids >= 0])
-            counts_all.append(counts)
-            done += length
-            if bar is not None:
-                bar.update(length)
-    finally:
-        if bar is not None:
-            bar.close()
+    final, rec = simulate(
+        _SpikeIds(net),
+        state,
+        dt=dt,
+        n_steps=n_steps,
+        spike_dtype="ids",
+        chunk_size=min(n_steps, 2000),
+        progress=progress,
+    )
+    times = rec.spikes
+    first = int(state.step) if np.ndim(state.step) == 0 else 0
+    counts = np.bincount(times.step - first, minlength=n_steps).astype(np.int32)
     if cpu is not None:
-        cpu.update(compile_s=compile_cpu, run_s=run_cpu)
-    return st, np.concatenate(ids_all), np.concatenate(counts_all), compile_s, run_s
+        cpu.update(s=rec.info.cpu_s)
+    return final, times.i, counts, rec.info.compile_s, rec.info.run_s

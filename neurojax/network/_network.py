@@ -13,11 +13,12 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .. import _reliability as _rel
 from .._validation import (
     as_float,
     check_dt,
+    check_key,
     default_float,
+    fmt_list,
     is_concrete,
     normalize_shape,
     zeros,
@@ -614,7 +615,7 @@ class Network(eqx.Module):
         """
         batch = normalize_shape("Network.init_state", batch)
         if key is not None:
-            _rel.check_key("Network.init_state", "key", key)
+            check_key("Network.init_state", key)
         self.memory(batch=batch).check("Network.init_state")  # refused before allocating
         keys = [None] * len(self.sizes) if key is None else list(jr.split(key, len(self.sizes)))
         pops = {}
@@ -643,6 +644,104 @@ class Network(eqx.Module):
                 for p in self.projections
             )
         return NetworkState(pops, synapses, buffers, zeros((), np.int32), plastic, peak, short)
+
+    def expected_state(self, state: Any) -> Any:
+        """The abstract state (`jax.ShapeDtypeStruct` leaves) that `init_state` makes for the
+        trial dimensions of `state`, or None when `state` gives none. `ValueError` when
+        `state` holds other populations than this network's (a state of another network).
+        `nj.simulate` compares a state with it before anything is compiled."""
+        if not isinstance(state, NetworkState):
+            # a state of another kind (a population's): the type alone tells
+            return eqx.filter_eval_shape(lambda k: self.init_state(k), jr.key(0))
+        pops = state.populations
+        if not isinstance(pops, dict):
+            return None
+        if set(pops) != set(self.sizes):
+            raise ValueError(
+                f"the state holds populations {sorted(pops)}, but the network has "
+                f"{sorted(self.sizes)}: a state of another network; make it with this "
+                "network's init_state"
+            )
+        first = next(iter(self.sizes))
+        leaves = jtu.tree_leaves(pops[first])
+        if not leaves or not np.shape(leaves[0]):
+            return None
+        batch = tuple(np.shape(leaves[0])[:-1])
+        return eqx.filter_eval_shape(lambda k: self.init_state(k, batch=batch), jr.key(0))
+
+    def check_invariants(self, owner: str = "Network.check_invariants", *, thorough: bool = True):
+        """What the constructor established and an edit (`eqx.tree_at`) or a forged file can
+        break, beyond each part's own checks: every per-synapse delay inside its ring buffer
+        (`0 <= delay_steps < slots`), learnable delays finite, and the projections that share
+        synaptic state (`merge_synapses=True`) with equal kinetics and outputs.
+
+        Concrete values raise `ValueError` naming `owner`, the projection and the field;
+        traced ones come back as `(bad, message)` flags (see `Layout.check_invariants`)."""
+        flags = []
+        for i, p in enumerate(self.projections):
+            where = f"{owner}: projections[{i}] ({p.pre} -> {p.post})"
+            ring = self.ring_shape[self._ring_index(i)][0]
+            d = p.delay_steps
+            if d is not None:
+                if is_concrete(d):
+                    steps = np.asarray(d)
+                    if steps.size and (steps.min() < 0 or steps.max() >= ring):
+                        bad = (steps < 0) | (steps >= ring)
+                        raise ValueError(
+                            f"{where}: delay_steps holds {int(bad.sum())} delay(s) outside "
+                            f"[0, {ring - 1}] steps, the ring buffer's {ring} slots, e.g. "
+                            f"{fmt_list(steps[bad])} (first at synapse {int(np.argmax(bad))}); "
+                            "such a spike would arrive at another step"
+                        )
+                else:
+                    flags.append(
+                        (
+                            jnp.any((d < 0) | (d >= ring)),
+                            f"{where}: delay_steps holds a delay outside [0, {ring - 1}] steps",
+                        )
+                    )
+            if p.learnable_delays and isinstance(p.delay_ms, jax.Array):
+                if is_concrete(p.delay_ms):
+                    ms = np.asarray(p.delay_ms)
+                    if ms.size and not np.isfinite(ms).all():
+                        raise ValueError(
+                            f"{where}: the learnable delays hold "
+                            f"{int((~np.isfinite(ms)).sum())} NaN or infinite value(s) (first "
+                            f"at synapse {int(np.argmax(~np.isfinite(ms)))}); delays must be "
+                            "finite"
+                        )
+                else:
+                    flags.append(
+                        (
+                            jnp.any(~jnp.isfinite(p.delay_ms)),
+                            f"{where}: the learnable delays hold NaN or infinity",
+                        )
+                    )
+        for i, j in enumerate(self.synapse_of):
+            if i == j:
+                continue
+            p, q = self.projections[i], self.projections[j]
+            for part in ("synapse", "output"):
+                a, b = getattr(p, part), getattr(q, part)
+                same = _same_synapse(a, b)
+                message = (
+                    f"{owner}: projections[{i}] ({p.pre} -> {p.post}) shares the synaptic "
+                    f"state of projections[{j}] (merge_synapses=True), but its {part} differs"
+                )
+                if same is False:
+                    raise ValueError(
+                        f"{message}: {a!r}, not {b!r}; give every projection that shares it "
+                        f"the same {part}, or build the network again"
+                    )
+                if same is None:  # traced parameters: compared when the run executes
+                    leaves = _array_leaves_if_alike(a, b)
+                    diff = [jnp.any(x != y) for x, y in zip(*leaves, strict=True)]
+                    flags.append((jnp.any(jnp.stack(diff)), f"{message} (a traced parameter)"))
+        return flags
+
+    def _ring_index(self, i: int) -> int:
+        ring = self.ring_of[i]
+        return ring[0] if ring is not None else 0
 
     # ------------------------------------------------------------------ the step
 

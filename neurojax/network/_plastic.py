@@ -46,7 +46,7 @@ from ..plasticity import (
     TripletSTDP,
     VogelsSTDP,
 )
-from ..plasticity._base import TRACE_KINDS, replace_state
+from ..plasticity._base import TRACE_KINDS, ModulatedRule, replace_state
 from ..plasticity._reward import block_factors
 from ._propagation import capacity_for, run_capped
 
@@ -747,7 +747,7 @@ def _modulated_step(proj, ps, s_emit, arrivals, s_post, history, k, dt, capacity
     # ten times the cost of the update itself on the COBA network.
     sweep = (k % n_block == 0) & (k > 0)
     phase, a_end = block_factors(rule, k, dt)
-    gain = rule.tau_c * (1.0 - rule.eligibility_decay(dt))
+    gain = rule.eligibility_gain(dt)
     (dx,), (dy,) = rule.trace_decays(dt)
     lay = PlasticLayout(proj.indptr, proj.indices, proj.col_ptr, proj.col_syn, proj.col_pre)
     static = (proj.n_pre, proj.n_post, proj.max_fan_out, proj.max_fan_in, capacity)
@@ -875,7 +875,7 @@ def plastic_step(
         arrivals = jax.lax.dynamic_index_in_dim(history, slot, history.ndim - 2, keepdims=False)
         arr_offset = 0
         history = jax.lax.dynamic_update_index_in_dim(history, s_pre, slot, history.ndim - 2)
-    if rule.modulator_name() is not None:
+    if isinstance(rule, ModulatedRule):
         s_emit = s_group_pre[..., pre_offset : pre_offset + proj.n_pre]
         s_arr = arrivals[..., arr_offset : arr_offset + proj.n_pre]
         s_own_post = s_post[..., post_offset : post_offset + proj.n_post]

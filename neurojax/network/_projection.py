@@ -10,8 +10,8 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
-from .._reliability import checked_conn
 from .._validation import _fmt, check_dt
+from ..connectivity._checks import checked_conn
 from ..connectivity._procedural import Procedural
 from ..synapses import CurrentOutput, Delta
 from ..synapses._base import SynapseDynamics, SynapseOutput
@@ -95,12 +95,13 @@ def _check_conn(conn: Any) -> sparse.BCOO:
 def _check_new_options(short_term, learnable, max_delay, plasticity, d, n_pre, nnz):
     """Check `short_term`, `learnable_delays` and `max_delay` (before any work); return them
     and the delays (one per synapse when learnable)."""
-    from ..synapses import TsodyksMarkram
+    from ..synapses import ShortTermRule
 
     if short_term is not None:
-        if not isinstance(short_term, TsodyksMarkram):
+        if not isinstance(short_term, ShortTermRule):
             raise TypeError(
-                "Projection: short_term must be None or an nj.TsodyksMarkram, got "
+                "Projection: short_term must be None, an nj.TsodyksMarkram or another "
+                "nj.synapses.ShortTermRule, got "
                 f"{type(short_term).__name__}"
             )
         short_term.check_size("Projection", n_pre)
@@ -190,9 +191,10 @@ class Projection(eqx.Module):
             float32 in ms; `projection.delay` then reads `delay_steps * dt` in ms (float32),
             the delays rounded to the grid as the network uses them (as NEST reports
             delays). Learnable delays stay float32 ms (see `learnable_delays`).
-        short_term: `None` or an `nj.TsodyksMarkram` model of short-term depression and
-            facilitation: each spike then delivers `w u+ R-` (per presynaptic neuron; see its
-            docstring), computed when it is sent and carried through the delay. Its state
+        short_term: `None`, an `nj.TsodyksMarkram` model of short-term depression and
+            facilitation (each spike then delivers `w u+ R-`, per presynaptic neuron; see its
+            docstring), or a rule of your own (`nj.synapses.ShortTermRule`): the value is
+            computed when the spike is sent and carried through the delay. Its state
             lives in the network state (`NetworkState.short_term`). Any layout.
         learnable_delays: when True the delays are a differentiable float array (ms, one per
             synapse, kept in `delay` in the layout's synapse order) that `jax.grad` can move:

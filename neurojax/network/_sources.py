@@ -1,7 +1,7 @@
 """Spike sources: populations that emit spikes without integrating an input."""
 
 import abc
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -38,7 +38,9 @@ class SpikeSource(eqx.Module):
       number of devices;
 
     and may override `check_dt(dt)`, which raises when `dt` does not suit the source
-    (called once before a sharded run, and by `step`).
+    (called once before a sharded run, and by `step`), and `max_spikes_per_step`, the most
+    spikes one source emits in one step (default 1: 0/1 spikes). A source that emits counts
+    says how many it can, and `nj.simulate` then records its counts instead of booleans.
 
     Example:
     ```python
@@ -63,6 +65,8 @@ class SpikeSource(eqx.Module):
     rec.spikes["E"].sum()   # 100: each clock spike makes its target fire
     ```
     """
+
+    max_spikes_per_step: ClassVar[int] = 1
 
     @abc.abstractmethod
     def init_state(self, shape: int | tuple[int, ...], *, key: PRNGKeyArray | None = None) -> Any:

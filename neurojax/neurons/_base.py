@@ -1,7 +1,6 @@
 """The interface every neuron model implements, and the helpers its `step` shares."""
 
 import abc
-import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -12,7 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._validation import check_broadcast, default_float, eager, normalize_shape
+from .._validation import (
+    NamesBadParameters,
+    check_broadcast,
+    check_key,
+    default_float,
+    eager,
+    normalize_shape,
+)
 
 __all__ = [
     "NeuronModel",
@@ -24,35 +30,7 @@ __all__ = [
 ]
 
 
-class _NamesBadParameters(type(eqx.Module)):
-    """Construction of a neuron model: a parameter that the converter refuses (a string, a
-    boolean, a complex number) is reported with the model's and the parameter's names."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().__call__(*args, **kwargs)
-        except TypeError as err:
-            if not str(err).startswith("expected a real number"):
-                raise
-            fields = [f for f in dataclasses.fields(cls) if f.init]
-            static = {f.name for f in fields if f.metadata.get("static", False)}
-            given = {**dict(zip([f.name for f in fields], args)), **kwargs}
-            bad = [
-                n
-                for n, v in given.items()
-                if n not in static
-                and (
-                    isinstance(v, (str, bytes, bool, complex))
-                    or getattr(getattr(v, "dtype", None), "kind", "-") in "bcUSO"
-                )
-            ]
-            which = f"parameter {bad[0]}" if bad else "a parameter"
-            raise TypeError(
-                f"{cls.__name__}: {which} must be a real number or array: {err}"
-            ) from None
-
-
-class NeuronModel(eqx.Module, metaclass=_NamesBadParameters):
+class NeuronModel(eqx.Module, metaclass=NamesBadParameters):
     """A population of point neurons with a pure, explicit-state update.
 
     Subclasses hold their parameters as array leaves (scalars, or arrays broadcastable to the
@@ -131,6 +109,26 @@ class NeuronModel(eqx.Module, metaclass=_NamesBadParameters):
                 configurations it knows and answers `None` to every other.
         """
         return None
+
+    def expected_state(self, state: Any) -> Any:
+        """The abstract state (`jax.ShapeDtypeStruct` leaves) that `init_state` makes for a
+        population of the shape of `state`'s `v` (its first float field where it has no
+        `v`), or None when `state` gives no shape. `nj.simulate` compares a state with it
+        before anything is compiled, naming the field that differs."""
+        v = getattr(state, "v", None)
+        if v is None or not hasattr(v, "shape"):
+            floats = [
+                x
+                for x in jax.tree_util.tree_leaves(state)
+                if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+            ]
+            if not floats:
+                return None
+            v = floats[0]
+        if not np.shape(v):
+            return None
+        shape = tuple(np.shape(v))
+        return eqx.filter_eval_shape(lambda: self.init_state(shape))
 
     def _shape(self, shape: Any) -> tuple[int, ...]:
         shape = normalize_shape(f"{type(self).__name__}.init_state", shape)
@@ -258,12 +256,11 @@ def refractory_next(
 
 def _checking_key(init: Any, model: str) -> Any:
     """`init_state` with its `key` checked first: one PRNG key (or None), named in the error."""
-    from .._reliability import check_key
 
     @functools.wraps(init)
     def init_state(self, shape, *args, key=None, **kwargs):
         if key is not None:
-            check_key(f"{model}.init_state", "key", key)
+            check_key(f"{model}.init_state", key)
         return init(self, shape, *args, key=key, **kwargs)
 
     init_state._checks_key = True

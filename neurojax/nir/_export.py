@@ -1,6 +1,8 @@
 """`to_nir`: neurojax layers and imported graphs written as NIR graphs."""
 
 import math
+import os
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -140,7 +142,27 @@ def _check_time_scale(time_scale) -> float:
     return float(time_scale)
 
 
-def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
+def _check_path(path: Any) -> pathlib.Path:
+    """The target file, refused (as `nj.save` does) when it is not a path, its folder does
+    not exist or it is a folder, before anything is written."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError(f"to_nir: path must be a non-empty str or pathlib.Path, got {path!r}")
+    p = pathlib.Path(os.fspath(path))
+    directory = p.absolute().parent
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"to_nir: the directory {str(directory)!r} of path {str(p)!r} does not exist"
+        )
+    if p.is_dir():
+        raise IsADirectoryError(f"to_nir: path {str(p)!r} is a directory, expected a file")
+    return p
+
+
+# The unit a time_scale writes, stated in the graph's metadata (`from_nir` reads it).
+_UNITS = {1e-3: "s", 1.0: "ms"}
+
+
+def to_nir(model: Any, path: Any = None, *, time_scale: float | None = None) -> Any:
     r"""Write a neurojax model as a NIR graph (and optionally to a `.nir` file).
 
     Supported models and the nodes they become (`i` is the layer's index):
@@ -165,26 +187,45 @@ def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
     `dt` is not part of the graph; `nj.nir.from_nir(graph, dt=...)` reads it back exactly
     (`method="exact"`, the same integration as `nj.LIF`'s default).
 
+    **Units.** neurojax works in ms; NIR fixes no unit and the tools that read it (snnTorch,
+    Norse, Sinabs, Lava, ...) assume seconds. By default the time constants of neurojax
+    layers are therefore written in seconds (`time_scale=1e-3`: `tau_m = 10` ms becomes
+    `tau = 0.01`), and the graph's metadata says so (`graph.metadata["time_unit"] = "s"`;
+    `"ms"` with `time_scale=1.0`). Read it back with `dt` in seconds: `from_nir(graph,
+    dt=1e-4)` for 0.1 ms steps. An imported `NIRNetwork` is written in its own unit (by
+    default `time_scale=1.0`, its `time_unit` kept).
+
     Args:
         model: the model to export (see the table).
-        path: where to write the graph as a `.nir` (HDF5) file; `None` writes nothing.
+        path: where to write the graph as a `.nir` (HDF5) file (its folder must exist; an
+            existing file is replaced); `None` writes nothing.
         time_scale: factor applied to every time constant and delay (and the inverse to
-            the `r` of `I`/`IF`, whose ODE has no time constant): neurojax works in ms, so
-            `time_scale=1e-3` writes seconds, the unit most NIR tools assume.
+            the `r` of `I`/`IF`, whose ODE has no time constant). `None` (default): `1e-3`
+            for neurojax layers (ms to s), `1.0` for a `NIRNetwork`.
 
     Returns:
         The `nir.NIRGraph`.
 
+    Raises:
+        TypeError, ValueError: for a model NIR cannot express or a bad `time_scale`.
+        FileNotFoundError, IsADirectoryError: for a `path` whose folder does not exist or
+            that is a folder, before anything is written.
+
     Example:
     ```python
-    graph = nj.nir.to_nir(model, "model.nir", time_scale=1e-3)   # time constants in s
+    graph = nj.nir.to_nir(model, "model.nir")       # time constants in s
+    net = nj.nir.from_nir("model.nir", dt=1e-4)     # 0.1 ms steps, in s
     ```
     """
     nir = require_nir("nj.nir.to_nir")
+    if time_scale is None:
+        time_scale = 1.0 if isinstance(model, NIRNetwork) else 1e-3
     time_scale = _check_time_scale(time_scale)
+    target = None if path is None else _check_path(path)
     if isinstance(model, NIRNetwork):
         nodes = {name: op.to_nir(nir, time_scale) for name, op in model.nodes.items()}
         graph = nir.NIRGraph(nodes=nodes, edges=[tuple(e) for e in model.edges], type_check=False)
+        unit = model.time_unit if time_scale == 1.0 else None
     else:
         layers = model.layers if isinstance(model, Sequential) else (model,)
         if not hasattr(layers[0], "n_in"):
@@ -200,6 +241,12 @@ def to_nir(model: Any, path: Any = None, *, time_scale: float = 1.0) -> Any:
         nodes["output"] = nir.Output(output_type=np.array(_shape(layers[-1].n_out)))
         edges.append((prev, "output"))
         graph = nir.NIRGraph(nodes=nodes, edges=edges, type_check=False)
-    if path is not None:
-        nir.write(path, graph)
+        unit = _UNITS.get(time_scale)
+    if unit is not None:
+        graph.metadata["time_unit"] = unit
+    if target is not None:
+        try:
+            nir.write(target, graph)
+        except OSError as err:
+            raise type(err)(f"to_nir: cannot write {str(target)!r}: {err}") from err
     return graph

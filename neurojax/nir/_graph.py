@@ -1,12 +1,16 @@
 """A NIR graph as a steppable neurojax model, and `from_nir` which builds it."""
 
 import dataclasses
+import os
+import pathlib
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from .._validation import check_choice, check_dt, default_float, normalize_shape
@@ -91,6 +95,8 @@ class NIRNetwork(eqx.Module):
         edges: the graph's edges `(source, target)`.
         dt: the time step the graph was imported for.
         method: `"exact"` or `"euler"` (see `from_nir`).
+        time_unit: the graph's time unit as its metadata states it (`"s"`, `"ms"`), which
+            `to_nir` writes back; `None` when the graph did not say.
     """
 
     nodes: dict
@@ -102,6 +108,7 @@ class NIRNetwork(eqx.Module):
     outputs: tuple[str, ...] = eqx.field(static=True)
     dt: float = eqx.field(static=True)
     method: str = eqx.field(static=True)
+    time_unit: str | None = eqx.field(static=True, default=None)
 
     def init_state(
         self, shape: int | tuple[int, ...] = (), *, key: PRNGKeyArray | None = None
@@ -203,8 +210,44 @@ class NIRNetwork(eqx.Module):
         return state.nodes[name]
 
 
+def _check_structure(nir, graph, prefix: str) -> None:
+    """Refuse nodes that are not a dict of named NIR nodes and edges that are not pairs of
+    node names, before anything reads them."""
+    where = f"the graph {prefix[:-1]!r}" if prefix else "the graph"
+    if not isinstance(graph.nodes, Mapping):
+        raise TypeError(
+            f"from_nir: {where}'s nodes must be a dict {{name: NIR node}}, got "
+            f"{type(graph.nodes).__name__}"
+        )
+    for name, node in graph.nodes.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"from_nir: {where} has a node named {name!r}; names must be str")
+        if not isinstance(node, nir.NIRNode):
+            raise TypeError(
+                f"from_nir: node {prefix + name!r} of {where} must be a NIR node, got "
+                f"{type(node).__name__}"
+            )
+    if isinstance(graph.edges, (str, bytes)) or not hasattr(graph.edges, "__iter__"):
+        raise TypeError(
+            f"from_nir: {where}'s edges must be a list of (source, target) pairs, got "
+            f"{graph.edges!r}"
+        )
+    for i, edge in enumerate(graph.edges):
+        ok = (
+            isinstance(edge, (tuple, list))
+            and len(edge) == 2
+            and all(isinstance(end, str) for end in edge)
+        )
+        if not ok:
+            raise ValueError(
+                f"from_nir: edge {i} of {where} must be a pair (source, target) of node names, "
+                f"got {edge!r}"
+            )
+
+
 def _flatten_graph(nir, graph, prefix: str = ""):
     """Nodes and edges of `graph` with nested graphs inlined (names joined with '.')."""
+    _check_structure(nir, graph, prefix)
     nodes, edges = {}, []
     entry, exit_ = {}, {}
     for name, node in graph.nodes.items():
@@ -356,10 +399,39 @@ def from_nir(
     gradient is `surrogate`'s. Delays become whole numbers of steps and must be multiples of
     `dt`. Neurons start at `v = v_leak` (0 for I and IF) with no synaptic current.
 
+    **Time unit.** NIR fixes no time unit, so `dt` is read in the graph's: snnTorch, Norse
+    and `nj.nir.to_nir` (by default) write seconds, so 0.1 ms is `dt=1e-4`. A graph whose
+    metadata states its unit (`graph.metadata["time_unit"]`, `"s"` or `"ms"`, as `to_nir`
+    writes it) keeps it in `NIRNetwork.time_unit`. When the median time constant of the
+    graph's neurons is more than 1000 times `dt`, or less than a tenth of it (a graph in ms
+    read with a dt in s, or the reverse), `from_nir` warns (`UserWarning`) naming both.
+
+    **Recipes for graphs of other tools** (checked in `tests/test_nir.py` with snnTorch 1.0
+    and Norse 1.1; both need `torch`, and snnTorch's export also `nirtorch`:
+    `pip install snntorch torch nirtorch`, `pip install norse torch`):
+
+    - snnTorch (`snntorch.export_nir.export_to_nir(net, sample)`) writes a `Leaky`'s `beta`
+      as `tau = dt / (1 - beta)` and `r = tau / dt` for its fixed `dt = 1e-4` s, and steps
+      by forward Euler: read it with `from_nir(graph, dt=1e-4, method="euler")`, which
+      steps `v <- beta v + x` and gives snnTorch's spikes exactly (for `reset_mechanism=
+      "zero"`; its default reset by subtraction is not what the exported `LIF` describes).
+      Another `dt` describes another neuron (with `dt=1e-3` and `beta = 0.9`, forward
+      Euler's factor `1 - dt / tau` is 0, not 0.9) and gives other spikes.
+    - Norse (`norse.torch.to_nir(model)`) writes each `LIF`'s `tau` as `dt / tau_mem_inv`
+      (`dt` times the time constant, Norse 1.1); set `graph.nodes[name].tau = 1 /
+      tau_mem_inv` (seconds), then `from_nir(graph, dt=1e-3, method="euler")` gives Norse's
+      spikes.
+
+    **Files and graphs refused.** A path with no file, a folder, a file that is not HDF5, a
+    truncated or damaged one, or an HDF5 file that is not a NIR graph raise
+    (`FileNotFoundError`, `IsADirectoryError`, `ValueError`) naming `from_nir` and the file;
+    nodes that are not NIR nodes, edges that are not `(source, target)` pairs of node names
+    (`"input->node"`), and `Input`/`Output`/`Flatten` shapes that are not positive integers
+    (`[-2]`) are refused naming the node or edge, before any array is made.
+
     Args:
         graph: a `nir.NIRGraph` or a path to a `.nir` file.
-        dt: the time step, static, > 0, in the graph's time unit (NIR does not fix one; most
-            exporters write seconds, `nj.nir.to_nir` writes milliseconds by default).
+        dt: the time step, static, > 0, in the graph's time unit (see Time unit).
         method: `"exact"` or `"euler"` (see Discretisation).
         surrogate: surrogate gradient of the spikes (default `FastSigmoid()`).
 
@@ -368,8 +440,8 @@ def from_nir(
 
     Example:
     ```python
-    net = nj.nir.from_nir("lif.nir", dt=1e-4)
-    spikes = net(x)                  # x: (t, *batch, n_in), time first
+    net = nj.nir.from_nir("lif.nir", dt=1e-4)    # a graph in seconds, 0.1 ms steps
+    spikes = net(x)                              # x: (t, *batch, n_in), time first
     ```
     """
     nir = require_nir("nj.nir.from_nir")
@@ -377,7 +449,7 @@ def from_nir(
     check_choice("from_nir", "method", method, _METHODS)
     surrogate = FastSigmoid() if surrogate is None else as_surrogate(surrogate)
     if isinstance(graph, (str, bytes)) or hasattr(graph, "__fspath__"):
-        graph = nir.read(graph)
+        graph = _read(nir, graph)
     if not isinstance(graph, nir.NIRGraph):
         raise TypeError(
             f"from_nir: graph must be a nir.NIRGraph or a path to a .nir file, got "
@@ -417,6 +489,8 @@ def from_nir(
         )
     order, back = _order(list(ops), edges, inputs)
     ops, shapes = _infer_shapes(ops, raw_nodes, order, edges, back, inputs, dt)
+    unit = _time_unit(graph)
+    _warn_if_units_differ(ops, dt, unit)
     return NIRNetwork(
         nodes=ops,
         edges=tuple((a, b) for a, b in edges),
@@ -427,4 +501,82 @@ def from_nir(
         outputs=outputs,
         dt=dt,
         method=method,
+        time_unit=unit,
+    )
+
+
+def _read(nir, path: Any):
+    """The graph in the `.nir` file at `path`; a missing, non-HDF5, truncated or non-NIR file
+    is refused naming the function and the file."""
+    import h5py  # a dependency of nir
+
+    p = pathlib.Path(os.fsdecode(path))
+    where = repr(str(p))
+    if p.is_dir():
+        raise IsADirectoryError(f"from_nir: graph {where} is a directory, expected a .nir file")
+    if not p.is_file():
+        raise FileNotFoundError(f"from_nir: no file at {where} (graph)")
+    try:
+        hdf5 = h5py.is_hdf5(p)
+    except OSError:
+        hdf5 = False
+    if not hdf5:
+        raise ValueError(
+            f"from_nir: graph {where} is not an HDF5 file (a .nir file is HDF5 written by "
+            "nir.write); it is of another format or damaged"
+        )
+    try:
+        graph = nir.read(p)
+    except Exception as err:  # noqa: BLE001  (h5py and nir raise many types for a bad file)
+        raise ValueError(
+            f"from_nir: graph {where} is not a readable NIR graph (truncated, damaged or not "
+            f"written by nir.write): {type(err).__name__}: {str(err)[:300]}"
+        ) from None
+    if not isinstance(graph, nir.NIRGraph):
+        raise ValueError(
+            f"from_nir: graph {where} holds a single {type(graph).__name__} node, not a "
+            "NIRGraph; wrap it with nir.NIRGraph.from_list"
+        )
+    return graph
+
+
+_TIME_UNITS = ("s", "ms")
+
+
+def _time_unit(graph) -> str | None:
+    metadata = getattr(graph, "metadata", None)
+    unit = metadata.get("time_unit") if isinstance(metadata, Mapping) else None
+    if isinstance(unit, bytes):
+        unit = unit.decode("utf-8", "replace")
+    return unit if unit in _TIME_UNITS else None
+
+
+def _warn_if_units_differ(ops, dt: float, unit: str | None) -> None:
+    """Warn when the graph's time constants and `dt` are orders of magnitude apart: the
+    typical sign of a graph in ms read with a dt in s, or the reverse."""
+    taus = [
+        np.asarray(getattr(op, field), np.float64).reshape(-1)
+        for op in ops.values()
+        for field in ("tau", "tau_syn", "tau_mem")
+        if isinstance(op, _NeuronOp) and getattr(op, field, None) is not None
+    ]
+    if not taus:
+        return
+    values = np.concatenate(taus)
+    ratio = float(np.median(values)) / dt
+    if 0.1 <= ratio <= 1e3:
+        return
+    said = (
+        f"; the graph's metadata says its time unit is {unit!r}"
+        if unit
+        else " (the graph does not state its time unit)"
+    )
+    warnings.warn(
+        f"from_nir: the graph's time constants (median {float(np.median(values)):g}, from "
+        f"{values.min():g} to {values.max():g}) are {ratio:.3g} times dt={dt:g}{said}. dt is "
+        "read in the graph's time unit: a graph in seconds (snnTorch, Norse, nj.nir.to_nir) "
+        "needs dt in seconds (0.1 ms is dt=1e-4), a graph in ms (nj.nir.to_nir with "
+        "time_scale=1.0) dt in ms. See the recipes in from_nir's documentation",
+        UserWarning,
+        stacklevel=3,
     )

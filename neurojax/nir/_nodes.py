@@ -477,20 +477,42 @@ def _int_param(name, node, field, ndim, minimum):
     return tuple(int(v) for v in a)
 
 
-def _type_shape(node, key, which) -> tuple[int, ...] | None:
+def _listed(x) -> Any:
+    try:
+        return np.asarray(x).tolist()
+    except (TypeError, ValueError):
+        return x
+
+
+def _type_shape(name, node, key, which) -> tuple[int, ...] | None:
+    """The shape `node.<which>[key]`, `None` when open; refused unless positive ints."""
     types = getattr(node, which, None) or {}
+    if not isinstance(types, dict):
+        raise _refuse(name, node, which, f"must be a dict {{{key!r}: shape}}, got {types!r}")
     shape = types.get(key)
     if shape is None:
         return None
-    return tuple(int(n) for n in np.asarray(shape).reshape(-1))
+    try:
+        a = np.asarray(shape).reshape(-1)
+        ok = a.dtype.kind in "iuf" and bool(np.all(a == np.round(a))) and bool(np.all(a >= 1))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise _refuse(
+            name,
+            node,
+            which,
+            f"must be a shape of positive ints, got {_listed(shape)!r}",
+        )
+    return tuple(int(n) for n in a)
 
 
 def _io(name, node, method, surrogate, dt):
     if type(node).__name__ == "Input":
-        shape = _type_shape(node, "input", "input_type")
+        shape = _type_shape(name, node, "input", "input_type")
         cls = InputOp
     else:
-        shape = _type_shape(node, "output", "output_type")
+        shape = _type_shape(name, node, "output", "output_type")
         cls = OutputOp
     # An unknown shape (None) is inferred from the graph by `from_nir`.
     return cls(shape=shape)
@@ -535,12 +557,12 @@ def _delay(name, node, method, surrogate, dt):
 
 
 def _flatten(name, node, method, surrogate, dt):
-    in_shape = _type_shape(node, "input", "input_type")
+    in_shape = _type_shape(name, node, "input", "input_type")
     if in_shape is None:  # inferred from the graph by `from_nir`
         return FlattenOp(
             in_shape=None, shape=None, start_dim=int(node.start_dim), end_dim=int(node.end_dim)
         )
-    out_shape = _type_shape(node, "output", "output_type")
+    out_shape = _type_shape(name, node, "output", "output_type")
     if out_shape is None or math.prod(out_shape) != math.prod(in_shape):
         raise _refuse(
             name, node, "output_type",

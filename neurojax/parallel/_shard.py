@@ -76,7 +76,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from .._simulate import Recording
+from .._recording import count_dtype
+from .._simulate import Recording, simulate
 from .._validation import check_dt, check_positive_int, default_float
 from ..network import Layout, Network, NetworkState, SpikeSource, _phases
 from ..neurons import NeuronModel
@@ -624,18 +625,48 @@ class ShardedNetwork(eqx.Module):
         dt = self._check_dt(dt, "run")
         n_steps = check_positive_int("ShardedNetwork.run", "n_steps", n_steps)
         self._check_state(state, "run")
-        ext = self._ext(inputs, "run")
+        self._ext(inputs, "run")
+        # neurojax's one run loop; it takes `fused_run` below: the whole scan in one
+        # shard_map. The clock continues from the state's step count.
+        final, rec = simulate(self, state, inputs, dt=dt, n_steps=n_steps)
+        sources = tuple(n for n, m in self.models.items() if isinstance(m, SpikeSource))
+        return final, Recording(t=rec.t, spikes=rec.spikes, values={}, sources=sources)
+
+    def fused_run(
+        self,
+        state: ShardedNetworkState,
+        inputs: Any,
+        dt: float,
+        n_rec: int,
+        record_every: int,
+        **options: Any,
+    ) -> tuple[ShardedNetworkState, dict[str, Array]] | None:
+        """`nj.simulate`'s run of a chunk: the scan of `n_rec * record_every` local steps
+        inside one `shard_map` (one collective per step, no per-step dispatch). It serves
+        no input or constant currents, spikes as booleans (or counts per window), no
+        `record`, `check`, `checkpoint` or `truncate_backprop`; `None` for the rest, which
+        `simulate` then runs as a scan over `step`."""
+        if (
+            options["kind"] not in ("none", "const")
+            or options["record"] is not None
+            or options["spike_dtype"] != "bool"
+            or options["check"]
+            or options["checkpoint"]
+            or options["truncate_backprop"] is not None
+        ):
+            return None
+        ext = self._ext(inputs if options["kind"] == "const" else None, "simulate")
         # The unpadded models only serve init_state: keep them out of the compiled program.
         shell = dataclasses.replace(self, models={})
-        final, spikes = _run_jit(shell, state, ext, dt=dt, n_steps=n_steps, exchange="bits")
-        # The clock continues from the state's step count, as in `nj.simulate`.
-        if isinstance(state.step, jax.core.Tracer):
-            steps = state.step + jnp.arange(1, n_steps + 1, dtype=state.step.dtype)
-            t = steps.astype(default_float()) * dt
-        else:
-            first = int(state.step)
-            t = jnp.asarray((first + np.arange(1, n_steps + 1)) * dt, default_float())
-        return final, Recording(t=t, spikes=spikes, values={})
+        n_steps = n_rec * record_every
+        final, spikes = _run(shell, state, ext, dt=dt, n_steps=n_steps, exchange="bits")
+        if record_every > 1:
+            counts = count_dtype(record_every)
+            spikes = {
+                k: s.reshape((n_rec, record_every) + s.shape[1:]).sum(axis=1, dtype=counts)
+                for k, s in spikes.items()
+            }
+        return final, spikes
 
 
 def _exchange(s: Bool[Array, " m"], net: ShardedNetwork, how: str) -> Bool[Array, "dev m"]:

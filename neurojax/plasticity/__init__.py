@@ -17,6 +17,7 @@
 - `weight_stats`: mean, standard deviation, extremes and histogram of a set of weights.
 """
 
+from ._base import ModulatedRule as ModulatedRule
 from ._base import PairKernel as PairKernel
 from ._base import PlasticityRule as PlasticityRule
 from ._base import PlasticState as PlasticState

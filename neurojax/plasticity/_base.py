@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-__all__ = ["PlasticState", "PlasticityRule", "PairKernel", "TraceKernel"]
+__all__ = ["PlasticState", "PlasticityRule", "ModulatedRule", "PairKernel", "TraceKernel"]
 
 Traces = tuple[Float[Array, "..."], ...]
 
@@ -252,6 +252,57 @@ class PlasticityRule(eqx.Module):
             ),
             history=jnp.zeros(batch + (d, n_pre), dtype) if d else None,
         )
+
+
+class ModulatedRule(PlasticityRule):
+    """A rule whose weight change is gated by a neuromodulator (a network input, one value
+    per trial and step), as in three-factor learning: spike pairs write to a per-synapse
+    eligibility, and the weights follow `dw/dt = c d(t)` (`nj.RewardSTDP` is one).
+
+    The network runs such a rule on its neuromodulated path: STDP events go to the
+    eligibility (`eligibility_pre`, `eligibility_post`), and every synapse is brought up to
+    date in blocks of `sweep_steps(dt)` steps and whenever it is touched (`catch_up`). A
+    subclass implements the methods below besides `PlasticityRule`'s traces; `on_pre` and
+    `on_post` leave the weight unchanged (the eligibility takes the events).
+    """
+
+    @abc.abstractmethod
+    def modulator_name(self) -> str:
+        """The name of the network input that carries the neuromodulator."""
+
+    @abc.abstractmethod
+    def sweep_steps(self, dt: float) -> int:
+        """Steps per block: every synapse is brought up to date at multiples of it."""
+
+    @abc.abstractmethod
+    def eligibility_decay(self, dt: float) -> Float[Array, ""]:
+        """The eligibility's decay factor per step."""
+
+    @abc.abstractmethod
+    def eligibility_gain(self, dt: float) -> Float[Array, ""]:
+        """The weight change per unit eligibility and unit of the block's summed, decayed
+        neuromodulator (`tau_c (1 - a)` for an exponential eligibility)."""
+
+    @abc.abstractmethod
+    def eligibility_pre(self, pre: Traces, post: Traces, s: Array) -> Array:
+        """Eligibility added at a presynaptic arrival (times the spike value `s`)."""
+
+    @abc.abstractmethod
+    def eligibility_post(self, pre: Traces, post: Traces, s: Array) -> Array:
+        """Eligibility added at a postsynaptic spike (times `s`)."""
+
+    def catch_up(self, w: Array, eligibility: Array, stamp: Array, acc: Array, dt: float):
+        """Weights brought from their last update to the time at which the block's sum is
+        `acc`: `clip(w + eligibility_gain(dt) * eligibility * (acc - stamp))`."""
+        return self.clip(w + self.eligibility_gain(dt) * eligibility * (acc - stamp))
+
+    def on_pre(self, w: Array, pre: Traces, post: Traces, s: Array) -> Array:
+        """An arrival changes no weight at once (it writes to the eligibility)."""
+        return w
+
+    def on_post(self, w: Array, pre: Traces, post: Traces, s: Array) -> Array:
+        """A postsynaptic spike changes no weight at once (it writes to the eligibility)."""
+        return w
 
 
 def replace_state(state: PlasticState, **changes: Any) -> PlasticState:

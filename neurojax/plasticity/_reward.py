@@ -61,7 +61,7 @@ from .._validation import (
     check_positive,
     is_concrete,
 )
-from ._base import PlasticityRule, PlasticState
+from ._base import ModulatedRule, PlasticState
 
 __all__ = ["RewardSTDP", "RewardSTDPState"]
 
@@ -88,7 +88,7 @@ class RewardSTDPState(PlasticState):
     acc: Float[Array, "*batch"]
 
 
-class RewardSTDP(PlasticityRule):
+class RewardSTDP(ModulatedRule):
     r"""Reward-modulated (dopamine-gated) STDP with eligibility traces (Izhikevich 2007).
 
     `dc/dt = -c / tau_c + STDP`, `dw/dt = c d(t)`, integrated exactly and event-driven (see the
@@ -203,19 +203,10 @@ class RewardSTDP(PlasticityRule):
         """Eligibility added at a postsynaptic spike: `a_plus * x_i` (times `s`)."""
         return self.a_plus * pre[0] * s
 
-    def on_pre(self, w, pre, post, s):
-        """An arrival changes no weight at once (it writes to the eligibility)."""
-        return w
-
-    def on_post(self, w, pre, post, s):
-        """A postsynaptic spike changes no weight at once (it writes to the eligibility)."""
-        return w
-
-    def catch_up(self, w, eligibility, stamp, acc, dt: float):
-        """Weights brought from the last update to the time at which the block's sum is
-        `acc`: `clip(w + tau_c (1 - a) eligibility (acc - stamp))`."""
-        gain = self.tau_c * (1.0 - self.eligibility_decay(dt))
-        return self.clip(w + gain * eligibility * (acc - stamp))
+    def eligibility_gain(self, dt: float) -> Float[Array, ""]:
+        """`tau_c (1 - a)`: the weight change per unit eligibility and unit of the block's
+        summed, decayed reward."""
+        return self.tau_c * (1.0 - self.eligibility_decay(dt))
 
     def current_weights(self, state: RewardSTDPState, dt: float) -> Float[Array, "*batch nnz"]:
         """Every synapse's weight now (after the steps run so far): one pass over the

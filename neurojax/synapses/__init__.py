@@ -1,5 +1,6 @@
 """Synaptic kinetics, current and conductance outputs, and electrical synapses."""
 
+from ._base import ShortTermRule as ShortTermRule
 from ._base import SynapseDynamics as SynapseDynamics
 from ._base import SynapseOutput as SynapseOutput
 from ._gap_junction import GapJunction as GapJunction

@@ -8,8 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .._validation import _fmt, as_float, check_nonnegative, check_positive, is_concrete
+from .._validation import (
+    NamesBadParameters,
+    _fmt,
+    as_float,
+    check_nonnegative,
+    check_positive,
+    is_concrete,
+)
 from ..kernels import Example, Fold, Kernel, call, register
+from ._base import ShortTermRule
 
 __all__ = ["TsodyksMarkram", "TsodyksMarkramState"]
 
@@ -27,7 +35,7 @@ class TsodyksMarkramState(eqx.Module):
     last: Int[Array, "*batch n_pre"]  # time of the last event in steps (time = last * dt)
 
 
-class TsodyksMarkram(eqx.Module):
+class TsodyksMarkram(ShortTermRule, metaclass=NamesBadParameters):
     r"""Tsodyks-Markram short-term depression and facilitation of a projection.
 
     Given to a projection as `nj.Projection(..., short_term=nj.TsodyksMarkram(...))`. Every
@@ -118,6 +126,22 @@ class TsodyksMarkram(eqx.Module):
                     f"TsodyksMarkram: {name} must be a scalar or one value per presynaptic "
                     f"neuron (1-D), got shape {getattr(self, name).shape}"
                 )
+
+    def check_invariants(self, owner: str = "TsodyksMarkram.check_invariants", *, thorough=True):
+        """The constructor's ranges on traced parameters (an edit inside the caller's `jit`
+        or `grad`): one `(bad, message)` flag per parameter, read when the run executes
+        (concrete values are checked by `__check_init__`, which `nj.simulate` and `nj.load`
+        run again)."""
+        rules = (
+            ("u", lambda x: ~((x > 0) & (x <= 1)), "in (0, 1]"),
+            ("tau_rec", lambda x: ~(x > 0), "> 0 ms"),
+            ("tau_facil", lambda x: ~(x >= 0), ">= 0 ms"),
+        )
+        return [
+            (jnp.any(bad(getattr(self, name))), f"{owner}: TsodyksMarkram: {name} must be {rule}")
+            for name, bad, rule in rules
+            if not is_concrete(getattr(self, name))
+        ]
 
     @classmethod
     def preset(cls, name: str) -> "TsodyksMarkram":

@@ -19,7 +19,14 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._simulate import simulate
-from .._validation import as_float, check_dt, check_positive, check_positive_int, default_float
+from .._validation import (
+    as_float,
+    check_dt,
+    check_key,
+    check_positive,
+    check_positive_int,
+    default_float,
+)
 from ..neurons import LIF, NeuronModel
 from ._spike_matmul import spike_matmul
 
@@ -66,9 +73,7 @@ def _check_scale(owner: str, name: str, value) -> float:
 def _check_key(owner: str, key) -> PRNGKeyArray:
     if key is None:
         raise ValueError(f"{owner}: key is required to draw the initial weights, got None")
-    from .._reliability import check_key
-
-    check_key(owner, "key", key)
+    check_key(owner, key)
     return key
 
 

@@ -14,7 +14,7 @@ from jaxtyping import Array, Float
 
 from .._propagation import arrival_slot, zeros_after
 
-__all__ = ["Layout", "Delivery"]
+__all__ = ["Layout", "Delivery", "check_csr"]
 
 
 class Delivery(NamedTuple):
@@ -131,6 +131,45 @@ class Layout(eqx.Module):
     ) -> tuple["Layout", np.ndarray | None]:
         """The layout of `conn` and the per-synapse `delay` (or None) in its synapse order."""
 
+    @classmethod
+    def from_csr(
+        cls,
+        n_pre: int,
+        n_post: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        weights: np.ndarray,
+        *,
+        delay: np.ndarray | None = None,
+    ) -> tuple["Layout", np.ndarray | None]:
+        """The layout of synapses given as compressed rows, and `delay` (one per synapse, in
+        row order, or None) reordered to the layout's synapse order, as `from_bcoo` gives.
+
+        Row `r` holds the synapses `indptr[r]:indptr[r + 1]` of `indices` (postsynaptic
+        neurons) and `weights`: the form a connectivity builder that draws row by row makes
+        without an `(nnz, 2)` index array. Checked before anything is built: `indptr` has
+        `n_pre + 1` non-decreasing entries from 0 to the number of synapses, `indices` are
+        integers in `[0, n_post)` and `weights` finite, one per synapse. The default builds
+        a BCOO and calls `from_bcoo`; a layout that stores rows (`EventLayout`) takes them
+        as they are.
+
+        Example:
+        ```python
+        indptr = np.array([0, 2, 3])            # 2 presynaptic neurons
+        indices = np.array([0, 2, 1], np.int32)  # their postsynaptic targets
+        layout, _ = nj.network.EventLayout.from_csr(2, 3, indptr, indices, np.ones(3))
+        ```
+        """
+        indptr, indices, weights, delay = check_csr(
+            f"{cls.__name__}.from_csr", n_pre, n_post, indptr, indices, weights, delay
+        )
+        rows = np.repeat(np.arange(n_pre, dtype=np.int32), np.diff(indptr))
+        conn = sparse.BCOO(
+            (jnp.asarray(weights), jnp.asarray(np.stack([rows, indices], axis=1))),
+            shape=(n_pre, n_post),
+        )
+        return cls.from_bcoo(conn, delay=delay)
+
     @abc.abstractmethod
     def to_bcoo(self) -> sparse.BCOO:
         """The synapses as a BCOO `(n_pre, n_post)` whose data are the weights."""
@@ -142,6 +181,23 @@ class Layout(eqx.Module):
     @abc.abstractmethod
     def product(self, s: Float[Array, "*batch n_pre"]) -> Float[Array, "*batch n_post"]:
         """`s @ W`: the weight each postsynaptic neuron receives from the spikes `s`."""
+
+    def check_invariants(
+        self, owner: str = "Layout.check_invariants", *, thorough: bool = True
+    ) -> list[tuple[jax.Array, str]]:
+        """Check what `from_bcoo` establishes, on a layout that may not have been built by it
+        (edited with `eqx.tree_at`, rebuilt by `nj.load` from a file's values).
+
+        Concrete arrays that break an invariant raise `ValueError` naming `owner`, the layout
+        and the field. Traced arrays (a layout inside the caller's `jit`) cannot be read: the
+        checks a delivery needs to stay inside its arrays come back as `(bad, message)`
+        pairs, `bad` a boolean scalar that is True where the invariant fails, for one
+        `equinox.error_if` after the run. `thorough=False` (what `nj.simulate` asks at the
+        start of a run) may skip what costs more than a pass over the arrays (a sort), as
+        long as what a delivery reads stays checked; `nj.load` asks `thorough=True`. A
+        layout of your own overrides it (the default checks nothing).
+        """
+        return []
 
     @classmethod
     def deliver_group(
@@ -219,3 +275,66 @@ class Layout(eqx.Module):
             indices=jnp.asarray(ind),
             weights=jnp.asarray(wts),
         )
+
+
+def _count(owner: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def check_csr(owner, n_pre, n_post, indptr, indices, weights, delay=None):
+    """Refuse compressed rows that are not what they claim, naming the argument: returns
+    `indptr` as int64, `indices` as int32, `weights` as a float array and `delay` (or None)
+    as arrays, each with one entry per synapse."""
+    n_pre = _count(owner, "n_pre", n_pre)
+    n_post = _count(owner, "n_post", n_post)
+    indptr = np.asarray(indptr)
+    indices = np.asarray(indices)
+    weights = np.asarray(weights)
+    if indptr.dtype.kind not in "iu" or indptr.shape != (n_pre + 1,):
+        raise ValueError(
+            f"{owner}: indptr must be n_pre + 1 = {n_pre + 1} integers, got "
+            f"{indptr.dtype}{list(indptr.shape)}"
+        )
+    indptr = indptr.astype(np.int64, copy=False)
+    nnz = int(indptr[-1])
+    if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
+        raise ValueError(
+            f"{owner}: indptr must start at 0 and never decrease (row r holds the synapses "
+            f"indptr[r]:indptr[r + 1]); got first {int(indptr[0])}, and "
+            f"{int(np.sum(np.diff(indptr) < 0))} decreasing step(s)"
+        )
+    if indices.dtype.kind not in "iu" or indices.shape != (nnz,):
+        raise ValueError(
+            f"{owner}: indices must be indptr[-1] = {nnz} integers, got "
+            f"{indices.dtype}{list(indices.shape)}"
+        )
+    if nnz and (int(indices.min()) < 0 or int(indices.max()) >= n_post):
+        raise ValueError(
+            f"{owner}: indices must lie in [0, n_post = {n_post}), got "
+            f"[{int(indices.min())}, {int(indices.max())}]"
+        )
+    if nnz >= 2**31:
+        raise ValueError(
+            f"{owner}: {nnz} synapses exceed the int32 layout (< 2**31 per projection); split "
+            "the projection"
+        )
+    if weights.dtype.kind not in "fiu" or weights.shape != (nnz,):
+        raise ValueError(
+            f"{owner}: weights must be {nnz} real numbers (one per synapse), got "
+            f"{weights.dtype}{list(weights.shape)}"
+        )
+    if not np.all(np.isfinite(weights)):
+        raise ValueError(
+            f"{owner}: weights must be finite, got {int(np.sum(~np.isfinite(weights)))} "
+            "NaN or infinite value(s)"
+        )
+    if delay is not None:
+        delay = np.asarray(delay)
+        if delay.shape != (nnz,) or delay.dtype.kind not in "fiu":
+            raise ValueError(
+                f"{owner}: delay must be {nnz} real numbers (one per synapse, in row order) "
+                f"or None, got {delay.dtype}{list(delay.shape)}"
+            )
+    return indptr, indices.astype(np.int32, copy=False), weights, delay

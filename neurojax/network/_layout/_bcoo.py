@@ -3,11 +3,13 @@
 from typing import ClassVar
 
 import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float
 
-from ..._validation import as_float
+from ..._validation import as_float, is_concrete
+from ...connectivity._checks import check_conn_entries
 from ._base import Layout
 
 __all__ = ["BCOOLayout"]
@@ -61,3 +63,27 @@ class BCOOLayout(Layout):
         flat = s.reshape(-1, self.n_pre)
         out = (self.conn.T @ flat.T).T
         return out.reshape(s.shape[:-1] + (self.n_post,)).astype(s.dtype)
+
+    def check_invariants(
+        self, owner: str = "BCOOLayout.check_invariants", *, thorough: bool = True
+    ) -> list:
+        """Every synapse inside `(n_pre, n_post)` and every concrete weight finite; traced
+        indices give one flag (see `Layout.check_invariants`)."""
+        conn = self.conn
+        if tuple(conn.shape) != (self.n_pre, self.n_post):
+            raise ValueError(
+                f"{owner}: BCOOLayout: conn has shape {tuple(conn.shape)}, expected "
+                f"({self.n_pre}, {self.n_post})"
+            )
+        if is_concrete(conn.indices) and is_concrete(conn.data):
+            check_conn_entries(f"{owner}: BCOOLayout", tuple(conn.shape), conn.indices, conn.data)
+            return []
+        idx = conn.indices
+        bad = jnp.any((idx < 0) | (idx >= jnp.asarray([self.n_pre, self.n_post], idx.dtype)))
+        return [
+            (
+                bad,
+                f"{owner}: BCOOLayout: conn.indices hold a synapse outside "
+                f"({self.n_pre}, {self.n_post})",
+            )
+        ]

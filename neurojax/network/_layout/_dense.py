@@ -9,7 +9,8 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float
 
-from ..._validation import as_float
+from ..._validation import as_float, is_concrete
+from ...connectivity._checks import check_finite_weights
 from ._base import Layout
 
 __all__ = ["DenseLayout"]
@@ -62,3 +63,17 @@ class DenseLayout(Layout):
         # round the weights to TF32 (a 10-bit mantissa), which would make a GPU run's
         # synaptic input differ from the CPU's by ~1e-3 relative.
         return jnp.matmul(s, self.matrix.astype(s.dtype), precision=jax.lax.Precision.HIGHEST)
+
+    def check_invariants(
+        self, owner: str = "DenseLayout.check_invariants", *, thorough: bool = True
+    ) -> list:
+        """The matrix is `(n_pre, n_post)` and its concrete weights finite (see
+        `Layout.check_invariants`)."""
+        if tuple(self.matrix.shape) != (self.n_pre, self.n_post):
+            raise ValueError(
+                f"{owner}: DenseLayout: matrix has shape {tuple(self.matrix.shape)}, expected "
+                f"({self.n_pre}, {self.n_post})"
+            )
+        if is_concrete(self.matrix):
+            check_finite_weights(owner, "DenseLayout", "matrix entries", np.asarray(self.matrix))
+        return []

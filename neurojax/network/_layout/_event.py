@@ -10,9 +10,10 @@ import numpy as np
 from jax.experimental import sparse
 from jaxtyping import Array, Float, Int
 
-from ..._validation import as_float
+from ..._validation import as_float, fmt_list, is_concrete
+from ...connectivity._checks import check_finite_weights, csr_problem
 from .._propagation import EventArrays, EventSpec, deliver
-from ._base import Delivery, Layout
+from ._base import Delivery, Layout, check_csr
 
 __all__ = ["EventLayout"]
 
@@ -104,29 +105,32 @@ class EventLayout(Layout):
         return (layout.with_columns() if plastic else layout), delay
 
     @classmethod
-    def _from_csr(
-        cls, n_pre: int, n_post: int, indptr: np.ndarray, indices: np.ndarray, weights
-    ) -> "EventLayout":
-        """The layout of compressed rows built by a trusted internal builder (the
-        microcircuit's fixed-total pathways), without `from_bcoo`'s sort and checks: `indptr`
-        (`n_pre + 1`, from 0 to `nnz`, non-decreasing), `indices` (int32, in `[0, n_post)`)
-        and `weights` (float32, finite) are the caller's guarantee. User-given arrays go
-        through `nj.Projection` and `from_bcoo`, which check them."""
-        if indptr[-1] >= 2**31:
-            raise ValueError(
-                f"Projection: {indptr[-1]} synapses exceed the int32 layout (< 2**31 per "
-                "projection); split the projection"
-            )
+    def from_csr(
+        cls,
+        n_pre: int,
+        n_post: int,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        weights: np.ndarray,
+        *,
+        delay: np.ndarray | None = None,
+    ) -> tuple["EventLayout", np.ndarray | None]:
+        """The compressed rows as they are (see `Layout.from_csr`; checked, no sort), and
+        `delay` unchanged: this layout's synapse order is the row order."""
+        indptr, indices, weights, delay = check_csr(
+            "EventLayout.from_csr", n_pre, n_post, indptr, indices, weights, delay
+        )
         counts = np.diff(indptr)
-        return cls(
-            n_pre=n_pre,
-            n_post=n_post,
+        layout = cls(
+            n_pre=int(n_pre),
+            n_post=int(n_post),
             max_fan_out=int(counts.max()) if counts.size else 0,
             # device_put, not jnp.asarray: no program compiled per array shape.
             indptr=jax.device_put(indptr.astype(np.int32)),
             indices=jax.device_put(indices),
             weights=as_float(weights),
         )
+        return layout, delay
 
     def with_columns(self) -> "EventLayout":
         """The same layout plus the synapse ids grouped by postsynaptic neuron (for STDP)."""
@@ -214,3 +218,110 @@ class EventLayout(Layout):
             arrays.append(EventArrays(lay.indptr, lay.indices, weights, dl.delays))
         capacity = deliveries[0].capacity
         return deliver(specs, s, step, arrays, ring, fresh=fresh, capacity=capacity, clear=clear)
+
+    def check_invariants(
+        self, owner: str = "EventLayout.check_invariants", *, thorough: bool = True
+    ) -> list:
+        """Compressed rows over `[0, n_post)` whose widest row is `max_fan_out`, columns (when
+        plastic) that are those of the rows, finite weights (see `Layout.check_invariants`).
+
+        Traced arrays give two flags: a postsynaptic index outside `[0, n_post)` and a row
+        pointer outside `[0, nnz]` (what the pure-JAX delivery would otherwise drop or read
+        past, and the compiled kernel refuses)."""
+        name = "EventLayout"
+        arrays = (self.indptr, self.indices, self.weights, self.col_ptr, self.col_syn, self.col_pre)
+        if not all(x is None or is_concrete(x) for x in arrays):
+            nnz = self.indices.shape[-1]
+            bad_idx = jnp.any((self.indices < 0) | (self.indices >= self.n_post))
+            bad_ptr = jnp.any((self.indptr < 0) | (self.indptr > nnz))
+            if self.indptr.ndim == 1 and self.indptr.shape[0] > 1:
+                bad_ptr = bad_ptr | jnp.any(self.indptr[1:] < self.indptr[:-1])
+                bad_ptr = bad_ptr | jnp.any(self.indptr[1:] - self.indptr[:-1] > self.max_fan_out)
+            return [
+                (
+                    bad_idx,
+                    f"{owner}: {name}: indices hold a postsynaptic index outside "
+                    f"[0, {self.n_post})",
+                ),
+                (
+                    bad_ptr,
+                    f"{owner}: {name}: indptr is not a compressed-row pointer over the "
+                    f"{nnz} synapses with rows of at most max_fan_out={self.max_fan_out}",
+                ),
+            ]
+        indptr = np.asarray(self.indptr)
+        indices = np.asarray(self.indices)
+        weights = np.asarray(self.weights)
+        if indptr.ndim == 2:  # one table per device (`local_tables`): each on its own
+            for d in range(indptr.shape[0]):
+                part = EventLayout(
+                    n_pre=self.n_pre,
+                    n_post=self.n_post,
+                    max_fan_out=self.max_fan_out,
+                    indptr=indptr[d],
+                    indices=indices[d, : int(indptr[d, -1])],
+                    weights=weights[d, : int(indptr[d, -1])],
+                )
+                part._check_rows(f"{owner} (device {d})", name, False, thorough)
+            return []
+        self._check_rows(owner, name, True, thorough)
+        return []
+
+    def _check_rows(self, owner: str, name: str, widest_is_max: bool, thorough: bool) -> None:
+        indptr = np.asarray(self.indptr)
+        indices = np.asarray(self.indices)
+        weights = np.asarray(self.weights)
+        nnz = indices.shape[0] if indices.ndim == 1 else -1
+        if indices.ndim != 1 or weights.shape[-1:] != (nnz,):
+            raise ValueError(
+                f"{owner}: {name}: indices of shape {indices.shape} and weights of shape "
+                f"{weights.shape} do not hold one entry per synapse"
+            )
+        why = csr_problem(indptr, self.n_pre, nnz)
+        if why is not None:
+            raise ValueError(f"{owner}: {name}: indptr {why} (compressed rows of {nnz} synapses)")
+        if nnz and (indices.min() < 0 or indices.max() >= self.n_post):
+            bad = (indices < 0) | (indices >= self.n_post)
+            raise ValueError(
+                f"{owner}: {name}: {int(bad.sum())} postsynaptic indices outside [0, "
+                f"{self.n_post}), e.g. {fmt_list(indices[bad])}"
+            )
+        counts = np.diff(indptr.astype(np.int64))
+        widest = int(counts.max()) if counts.size else 0
+        if widest != self.max_fan_out and (widest_is_max or widest > self.max_fan_out):
+            raise ValueError(
+                f"{owner}: {name}: max_fan_out is {self.max_fan_out}, but the widest row has "
+                f"{widest} synapses"
+            )
+        if self.col_ptr is not None:
+            col_ptr = np.asarray(self.col_ptr)
+            col_syn = np.asarray(self.col_syn)
+            col_pre = np.asarray(self.col_pre)
+            why = csr_problem(col_ptr, self.n_post, nnz)
+            if why is not None:
+                raise ValueError(f"{owner}: {name}: col_ptr {why}")
+            if col_syn.shape != (nnz,) or col_pre.shape != (nnz,):
+                same = False
+            elif thorough:
+                pre = np.repeat(np.arange(self.n_pre), counts)
+                order = np.argsort(indices, kind="stable")
+                same = np.array_equal(col_syn, order) and np.array_equal(col_pre, pre[order])
+            else:  # what a delivery needs to stay inside its arrays, without a sort
+                same = not nnz or (
+                    col_syn.min() >= 0
+                    and col_syn.max() < nnz
+                    and col_pre.min() >= 0
+                    and col_pre.max() < self.n_pre
+                )
+            if not same:
+                raise ValueError(
+                    f"{owner}: {name}: the columns (col_syn, col_pre) are not those of the rows "
+                    "(indptr, indices)"
+                )
+            col_widest = int(np.diff(col_ptr.astype(np.int64)).max()) if col_ptr.size > 1 else 0
+            if col_widest != self.max_fan_in:
+                raise ValueError(
+                    f"{owner}: {name}: max_fan_in is {self.max_fan_in}, but the widest column "
+                    f"has {col_widest} synapses"
+                )
+        check_finite_weights(owner, name, "weights", weights)

@@ -64,7 +64,7 @@ from jax.experimental import sparse
 from jax.scipy.special import ndtr
 from jaxtyping import Array, Float, Int
 
-from ..._validation import default_float
+from ..._validation import default_float, fmt_list, is_concrete
 from ...connectivity._procedural import Procedural, threefry_rows
 from ...connectivity._weights import Distribution, Normal, Uniform
 from ...kernels import Example, Sequential, call, implementations, register
@@ -163,6 +163,50 @@ class ProceduralLayout(Layout):
 
     def _view(self):
         return (self.conn, self.post_start)
+
+    def check_invariants(
+        self, owner: str = "ProceduralLayout.check_invariants", *, thorough: bool = True
+    ) -> list:
+        """The description's row lengths: `counts` of shape `(n_pre,)`, each in
+        `[0, max_fan_out]` (the rows the delivery regenerates are `max_fan_out` wide, and a
+        longer one would be cut short on the pure-JAX path), the longest `max_fan_out`, and
+        for `fixed_prob`/`fixed_total` summing to `n_synapses` (see
+        `Layout.check_invariants`). Traced counts give one flag."""
+        conn = self.conn
+        counts = conn.counts
+        if counts.shape[-1:] != (conn.n_pre,):
+            raise ValueError(
+                f"{owner}: ProceduralLayout: conn.counts has shape {tuple(counts.shape)}, "
+                f"expected ({conn.n_pre},), one row length per presynaptic neuron"
+            )
+        if not is_concrete(counts):
+            bad = jnp.any((counts < 0) | (counts > conn.max_fan_out))
+            return [
+                (
+                    bad,
+                    f"{owner}: ProceduralLayout: conn.counts holds a row length outside "
+                    f"[0, max_fan_out={conn.max_fan_out}]",
+                )
+            ]
+        c = np.asarray(counts).astype(np.int64)
+        if c.size and (c.min() < 0 or c.max() > conn.max_fan_out):
+            bad = (c < 0) | (c > conn.max_fan_out)
+            raise ValueError(
+                f"{owner}: ProceduralLayout: conn.counts holds {int(bad.sum())} row length(s) "
+                f"outside [0, max_fan_out={conn.max_fan_out}], e.g. {fmt_list(c[bad])} (first "
+                f"at presynaptic neuron {int(np.argmax(bad))})"
+            )
+        if c.ndim == 1 and c.size and int(c.max()) != conn.max_fan_out:
+            raise ValueError(
+                f"{owner}: ProceduralLayout: max_fan_out is {conn.max_fan_out}, but the longest "
+                f"row of conn.counts has {int(c.max())} synapses"
+            )
+        if c.ndim == 1 and conn.rule != "distance" and int(c.sum()) != conn.n_synapses:
+            raise ValueError(
+                f"{owner}: ProceduralLayout: conn.counts sums to {int(c.sum())} synapses, but "
+                f"n_synapses is {conn.n_synapses}"
+            )
+        return []
 
     @classmethod
     def deliver_group(
