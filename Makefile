@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP_DEV := $(VENV)/.stamp-dev
+STAMP_DEMO := $(VENV)/.stamp-demo
 STAMP_BENCH := $(VENV)/.stamp-bench
 STAMP_DOCS := $(VENV)/.stamp-docs
 
@@ -25,7 +26,16 @@ $(STAMP_DOCS): pyproject.toml $(STAMP_DEV)
 	$(PY) -m pip install -q -e ".[dev,docs]"
 	touch $@
 
-demo: $(STAMP_DEV)
+# The demo needs neurojax and its own dependencies only (matplotlib, for --plot, is one of
+# them), not the dev extra. Its C++ CPU kernels are built first, as a step of their own that
+# says what it does (once per machine; `python -m neurojax.kernels`); without a C++ compiler
+# the demo goes on with their pure-JAX references.
+$(STAMP_DEMO): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+demo: $(STAMP_DEMO)
+	-$(PY) -m neurojax.kernels
 	$(VENV)/bin/neurojax run coba --plot coba.png
 
 # The default suite leaves out the tests marked slow (long reference and statistics runs);

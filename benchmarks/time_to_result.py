@@ -18,12 +18,20 @@ its wall time from start to exit, measured in interleaved rounds:
 
 Inside each process the peers also report their own build and loop times, printed beside.
 
+- `import neurojax` alone in a fresh Python process (what every script pays first).
+
 Every process runs with Python's default bytecode caching: `PYTHONDONTWRITEBYTECODE` is
 removed from the children's environment (a development container may set it, and then every
 start recompiles neurojax's ~100 modules from source, about 0.5 s, which no user pays);
 `--keep-env` keeps the environment as it is.
 
+The neurojax cases run `python -m neurojax` (and `import neurojax`) from a checkout's root, so
+that checkout's package is the one imported: `--trees A B` times several checkouts (a branch
+against an untouched main) in the same interleaved rounds, each with its own compilation-cache
+folder; the default is this checkout. Rows then carry the checkout's folder name.
+
     python -m benchmarks.time_to_result [--rounds 3] [--duration 1000] [--keep-env]
+        [--trees DIR ...] [--no-peers]
 """
 
 import argparse
@@ -54,12 +62,12 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, str]:
     t0 = time.perf_counter()
     out = subprocess.run(
         ["taskset", "-c", _core(), *cmd],
         env=env,
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=1800,
@@ -76,16 +84,30 @@ def _last_json(text: str) -> dict:
     return {}
 
 
-def neurojax_run(cache_dir: str, duration: float) -> dict:
+def neurojax_run(cache_dir: str, duration: float, tree: Path = ROOT) -> dict:
     env = _env(NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
-    exe = str(Path(sys.executable).with_name("neurojax"))
-    wall, out = _timed([exe, "run", "coba", "--duration", str(duration), "--json"], env)
+    cmd = [sys.executable, "-m", "neurojax", "run", "coba", "--duration", str(duration), "--json"]
+    wall, out = _timed(cmd, env, tree)
     info = _last_json(out)
     timing = info.get("timing", info)
-    return {
-        "wall_s": wall,
-        **{k: timing[k] for k in ("build_s", "compile_s", "run_s") if k in timing},
-    }
+    keep = ("build_s", "kernel_build_s", "compile_s", "run_s")
+    return {"wall_s": wall, **{k: timing[k] for k in keep if k in timing}}
+
+
+_IMPORT = """
+import json, sys, time
+t0 = time.perf_counter()
+import neurojax
+t1 = time.perf_counter()
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"matplotlib", "scipy"})
+print(json.dumps({"import_s": t1 - t0, "loaded": heavy}))
+"""
+
+
+def python_import(tree: Path = ROOT) -> dict:
+    """`import neurojax` alone in a fresh Python process, timed inside it and from outside."""
+    wall, out = _timed([sys.executable, "-c", _IMPORT], _env(), tree)
+    return {"wall_s": wall, **_last_json(out)}
 
 
 _PYTHON_BUILD = """
@@ -101,11 +123,11 @@ print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1}))
 """
 
 
-def python_build(cache_dir: str) -> dict:
+def python_build(cache_dir: str, tree: Path = ROOT) -> dict:
     """`import neurojax` and `nj.models.coba(key)` in a fresh Python process, timed inside
     it (the compilation cache on, in `cache_dir`)."""
     env = _env(NEUROJAX_COMPILATION_CACHE_DIR=cache_dir)
-    wall, out = _timed([sys.executable, "-c", _PYTHON_BUILD], env)
+    wall, out = _timed([sys.executable, "-c", _PYTHON_BUILD], env, tree)
     return {"wall_s": wall, **_last_json(out)}
 
 
@@ -122,12 +144,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--duration", type=float, default=1000.0, help="simulated ms")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument(
+        "--cython-only",
+        action="store_true",
+        help="of the peers, run only Brian2's cython mode (the bar of issue 41)",
+    )
+    ap.add_argument(
         "--keep-env",
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE if set (default: Python's bytecode caching)",
     )
+    ap.add_argument(
+        "--trees",
+        nargs="+",
+        type=Path,
+        default=[ROOT],
+        help="checkouts whose neurojax to time, interleaved (default: this one)",
+    )
     args = ap.parse_args(argv)
     _KEEP_ENV[0] = args.keep_env
+    for tree in args.trees:
+        if not (tree / "neurojax" / "__init__.py").is_file():
+            ap.error(f"--trees: {str(tree)!r} is not a neurojax checkout (no neurojax/__init__.py)")
+    trees = [t.resolve() for t in args.trees]
     if args.rounds < 1 or not args.duration > 0:
         ap.error("--rounds must be >= 1 and --duration > 0")
     rows: dict[str, list[dict]] = {}
@@ -145,20 +183,37 @@ def main(argv: list[str] | None = None) -> None:
         "budget_s": 0.0,
     }
     for _ in range(args.rounds):
-        cache = tempfile.mkdtemp(prefix="nj_cc_")
-        try:
-            record(
-                "neurojax run coba, first (empty compilation cache)",
-                neurojax_run(cache, args.duration),
-            )
-            record("neurojax run coba, repeated", neurojax_run(cache, args.duration))
-            # The command line's programs are compiled with its own flags (one thread), so
-            # the first Python process compiles its own; the second finds them cached.
-            record("python: import neurojax; nj.models.coba(key), first", python_build(cache))
-            record("python: import neurojax; nj.models.coba(key), repeated", python_build(cache))
-        finally:
-            shutil.rmtree(cache, ignore_errors=True)
+        for tree in trees:
+            tag = f" [{tree.name}]" if len(trees) > 1 else ""
+            cache = tempfile.mkdtemp(prefix="nj_cc_")
+            try:
+                record(
+                    f"neurojax run coba, first (empty compilation cache){tag}",
+                    neurojax_run(cache, args.duration, tree),
+                )
+                record(
+                    f"neurojax run coba, repeated{tag}", neurojax_run(cache, args.duration, tree)
+                )
+                # The command line's programs are compiled with its own flags (one thread),
+                # so the first Python process compiles its own; the second finds them cached.
+                record(
+                    f"python: import neurojax; nj.models.coba(key), first{tag}",
+                    python_build(cache, tree),
+                )
+                record(
+                    f"python: import neurojax; nj.models.coba(key), repeated{tag}",
+                    python_build(cache, tree),
+                )
+                record(f"python: import neurojax{tag}", python_import(tree))
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
         if args.no_peers:
+            continue
+        if args.cython_only:
+            spec = dict(b2_spec, mode="cython", repeats=1, budget_s=1e9)
+            record(
+                "brian2 cython (code objects cached)", peer("benchmarks.peers.brian2_coba", spec)
+            )
             continue
         project = tempfile.mkdtemp(prefix="nj_b2_")
         try:
@@ -183,6 +238,18 @@ def main(argv: list[str] | None = None) -> None:
     for name, rs in rows.items():
         walls = [r["wall_s"] for r in rs]
         print(f"{name} | {min(walls):.2f} | {statistics.median(walls):.2f}")
+    # Issue 41's bar: a repeated command against Brian2's cython runtime, round by round
+    # (each pair ran back to back, under the same load).
+    b2 = rows.get("brian2 cython (code objects cached)")
+    for tree in trees if b2 else ():
+        tag = f" [{tree.name}]" if len(trees) > 1 else ""
+        ours = rows[f"neurojax run coba, repeated{tag}"]
+        ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(ours, b2, strict=True)]
+        print(
+            f"neurojax run coba, repeated{tag} / brian2 cython, per round: "
+            + ", ".join(f"{r:.2f}" for r in ratios)
+            + f" (median {statistics.median(ratios):.2f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ export of recordings), `neurojax.surrogate` and `neurojax.validation` (parameter
 checks for writing a model).
 """
 
+# Before anything imports jax.experimental.sparse: its SciPy-based solvers are loaded on
+# first use, so `import neurojax` does not import SciPy (see _lazy_imports).
+from . import _lazy_imports as _lazy_imports
+
 # First: sizes XLA's CPU thread pool before anything creates the CPU client (see _threads).
 from . import _threads as _threads
 from . import analysis as analysis

@@ -4,7 +4,19 @@ XLA compiles every jitted program on its first call in a process: for the COBA n
 about 1 s on a 2-core machine, paid again by every new process. JAX can keep the compiled
 programs on disk and reuse them in later processes whose program is the same (a process still
 traces its programs, which takes a fraction of the compilation); this module turns that on in
-neurojax's cache folder. `neurojax run` turns it on by default.
+neurojax's cache folder.
+
+Where it is on:
+- `neurojax run` (the command line): on by default (`--no-compilation-cache` or
+  `NEUROJAX_COMPILATION_CACHE=0` turn it off). A command owns its process.
+- From Python: off until asked, with one call, `nj.enable_compilation_cache()`, or for every
+  script at once with `NEUROJAX_COMPILATION_CACHE=1` in the environment (read at `import
+  neurojax`). Importing a library does not change a JAX setting that every other program of
+  the process shares (JAX's own default is off): a JAX user's own jitted functions would
+  otherwise be written to disk too.
+Either way a compilation cache the user configured for JAX (`JAX_COMPILATION_CACHE_DIR`, or
+`jax.config.update("jax_compilation_cache_dir", ...)`) is kept as it is: neurojax's programs
+go to that folder.
 """
 
 import os
@@ -17,6 +29,7 @@ from ._system import cache_dir, check_private_path
 __all__ = ["enable_compilation_cache", "compilation_cache_dir"]
 
 _ENV_DIR = "NEUROJAX_COMPILATION_CACHE_DIR"
+_ENV_SWITCH = "NEUROJAX_COMPILATION_CACHE"
 
 
 def compilation_cache_dir() -> Path:
@@ -47,9 +60,17 @@ def enable_compilation_cache(
             (0: all of them, the small samplers of connectivity builders included, which is
             what makes a repeated build fast).
 
-    Returns the folder. Call it before the first compilation you want cached (at the top of a
-    script or notebook). A cached program is reused only by a process whose program, JAX
-    version, device and flags are the same; anything else compiles as usual.
+    Returns the folder in use. Call it before the first compilation you want cached (at the
+    top of a script or notebook; programs compiled before the call are not written). A
+    cached program is reused only by a process whose program, JAX version, device and flags
+    are the same; anything else compiles as usual.
+
+    Without `path`, a folder already configured for JAX's compilation cache
+    (`JAX_COMPILATION_CACHE_DIR` or `jax.config.update("jax_compilation_cache_dir", ...)`)
+    is kept, with its settings, and returned: neurojax does not move a cache you set up.
+    `NEUROJAX_COMPILATION_CACHE=1` in the environment makes `import neurojax` call this (a
+    folder that is refused then leaves the cache off with a warning); `neurojax run` calls
+    it unless given `--no-compilation-cache` or `NEUROJAX_COMPILATION_CACHE=0`.
 
     Example:
     ```python
@@ -73,6 +94,9 @@ def enable_compilation_cache(
             f"for compilation_cache_dir(), got {type(path).__name__} {path!r:.60}"
         )
     folder = Path(path) if path is not None else compilation_cache_dir()
+    configured = jax.config.jax_compilation_cache_dir
+    if path is None and configured:
+        return Path(configured)  # the user's own JAX cache, left as they set it
     if folder.exists() and not folder.is_dir():
         raise ValueError(
             f"enable_compilation_cache: path {str(folder)!r} is not a folder (it is a file); "
@@ -105,4 +129,38 @@ def enable_compilation_cache(
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time_s))
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if configured and configured != str(folder):
+        # JAX opens its cache once per process, at the first compilation after a folder is
+        # set: a cache already opened at another folder is closed so the next one opens here.
+        from jax.experimental.compilation_cache import compilation_cache
+
+        compilation_cache.reset_cache()
     return folder
+
+
+def _enable_from_environment() -> None:
+    """`NEUROJAX_COMPILATION_CACHE=1` at `import neurojax`: the cache on for this process."""
+    import warnings  # here, not with the module's imports: only this function warns
+
+    value = os.environ.get(_ENV_SWITCH, "").strip()
+    if value in ("", "0"):
+        return
+    if value != "1":
+        warnings.warn(
+            f"neurojax: {_ENV_SWITCH} must be 1 (compilation cache on) or 0 (off), got "
+            f"{value!r}; the compilation cache stays off",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    try:
+        enable_compilation_cache()
+    except ValueError as err:
+        warnings.warn(
+            f"neurojax: {_ENV_SWITCH}=1 but the compilation cache stays off: {err}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+_enable_from_environment()

@@ -16,10 +16,20 @@ refused with a warning, and the kernels then run their pure-JAX references.
 
 It is built only when a registered kernel is about to run its CPU implementation (see
 `neurojax.kernels.call`): a process that only runs on a GPU or TPU, or in
-`nj.kernels.use("reference")` mode, never compiles it. Each kernel entry registers its own FFI
-targets with XLA the first time it is dispatched. When no compiler is found or the build
-fails, neurojax warns once and every kernel runs its pure-JAX reference, which gives the same
-results (within each entry's stated tolerance).
+`nj.kernels.use("reference")` mode, never compiles it. A build says so on stderr: one line
+when it starts, with an estimate (the last build's time on this machine, else a typical
+range), and one when it ends, with its time; `build_seconds()` is the time this process
+spent building, which `neurojax run` reports apart from XLA's compile time.
+`python -m neurojax.kernels` builds it ahead of time (what `make demo` does).
+
+It is built on first use rather than when the package is installed: the library is compiled
+for the CPU and the jaxlib it runs with (`-march=native`, jaxlib's FFI headers), neither of
+which a package build knows (pip builds a wheel in an isolated environment, before the
+dependencies are installed, and a wheel may be installed on another machine).
+
+Each kernel entry registers its own FFI targets with XLA the first time it is dispatched.
+When no compiler is found or the build fails, neurojax warns once and every kernel runs its
+pure-JAX reference, which gives the same results (within each entry's stated tolerance).
 """
 
 import contextlib
@@ -29,8 +39,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -39,11 +51,35 @@ import jax
 from .._system import cache_dir as _cache_dir
 from .._system import check_private_path
 
-__all__ = ["library", "register_targets"]
+__all__ = ["library", "register_targets", "build_seconds"]
 
 _HERE = Path(__file__).parent
 _LOCK = threading.Lock()
 _REGISTERED: set[str] = set()  # FFI targets registered with XLA in this process
+_BUILD_SECONDS = [0.0]  # time this process spent compiling the library
+# The last successful build's duration on this machine, beside the libraries: the estimate
+# the next build announces.
+_LAST_BUILD = "last-build-seconds"
+_clock = time.perf_counter  # the build's timer (a test replaces it)
+
+
+def build_seconds() -> float:
+    """Seconds this process has spent compiling the kernel library (0.0 when it was loaded
+    from the cache or never needed). Timed apart so that a first run does not report the
+    one-time C++ build as XLA compilation."""
+    return _BUILD_SECONDS[0]
+
+
+def _estimate(folder: Path) -> str:
+    try:
+        last = float((folder / _LAST_BUILD).read_text())
+    except (OSError, ValueError):
+        return "usually 20-90 s"
+    return f"about {last:.0f} s, as the last build here"
+
+
+def _say(text: str) -> None:
+    print(f"neurojax: {text}", file=sys.stderr, flush=True)
 
 
 def _sources() -> tuple[Path, ...]:
@@ -99,7 +135,23 @@ def _build() -> Path:
     if out.exists():
         check_private_path("neurojax kernels", out, "compiled kernel library")
         return out
-    compile_library(out)
+    _say(
+        f"building the C++ CPU kernels ({len(_sources())} sources, once per machine and JAX "
+        f"version; {_estimate(folder)}) into {folder} ..."
+    )
+    t0 = _clock()
+    try:
+        compile_library(out)
+    except BaseException:
+        seconds = _clock() - t0
+        _BUILD_SECONDS[0] += seconds
+        _say(f"the C++ kernel build failed after {seconds:.1f} s")
+        raise
+    seconds = _clock() - t0
+    _BUILD_SECONDS[0] += seconds
+    with contextlib.suppress(OSError):
+        (folder / _LAST_BUILD).write_text(f"{seconds:.1f}\n")
+    _say(f"C++ kernels built in {seconds:.1f} s (later runs load them from the cache)")
     return out
 
 
@@ -188,3 +240,19 @@ def register_targets(targets: tuple[tuple[str, str], ...]) -> bool:
                 )
                 _REGISTERED.add(target)
     return True
+
+
+def main() -> int:
+    """`python -m neurojax.kernels`: build the library now (or find it built) and say where
+    it is; exit status 1 when it cannot be built. Where JAX's default backend is not the CPU,
+    nothing is built (a CPU run builds it when it needs it)."""
+    backend = jax.default_backend()
+    if backend != "cpu":
+        _say(f"JAX's default backend is {backend}: the C++ CPU kernels are built on first CPU use")
+        return 0
+    before = build_seconds()
+    if library() is None:
+        return 1
+    if build_seconds() == before:
+        _say(f"the C++ CPU kernels are already built: {library_path()}")
+    return 0
