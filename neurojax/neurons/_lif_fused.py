@@ -31,8 +31,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .. import kernels
+from ..kernels import _pallas_run
 from . import _lif
 from ._base import input_current, refractory_clamped, refractory_next
 from ._fused import eligible, scan_spikes, spikes_struct
@@ -101,26 +103,56 @@ def run(
 # front of time: spikes `(*lead, n_rec, *shape)`.
 
 
-def _lif_run_jax(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape):
+FIELDS = ("v", "refractory")
+
+
+def _record_indices(record) -> tuple[int, ...]:
+    if not isinstance(record, tuple) or any(f not in FIELDS for f in record):
+        raise ValueError(f"lif_run: record must be a tuple of names in {FIELDS}, got {record!r}")
+    return tuple(FIELDS.index(f) for f in record)
+
+
+def lif_update(v, r, v_inf, c, v_reset, v_th, t_ref, dt, *, euler):
+    """`LIF.step` on the precomputed `v_inf` and decay factor `c` (as `run` computes them),
+    with the shared refractory helpers: the new `v`, the new refractory time and the spikes
+    (bool). The reference, the GPU kernels' bodies and `lif_step_spikes` run exactly these
+    operations."""
+    clamped = refractory_clamped(r, dt)
+    v_free = v + c * (v_inf - v) if euler else v_inf + (v - v_inf) * c
+    v1 = jnp.where(clamped, v_reset, v_free)
+    spike = (v1 - v_th) / (v_th - v_reset) >= 0
+    v2 = jnp.where(spike, v_reset, v1)
+    r2 = refractory_next(r, clamped, spike.astype(r.dtype), t_ref, dt)  # 0.0/1.0 spikes
+    return v2, r2, spike
+
+
+def _lif_run_jax(
+    v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape, record=()
+):
     dt = dts[0]  # 0.5 * dt inside refractory_clamped is exact: it equals dts[1]
 
     def step(carry, _):
-        # `LIF.step` on the precomputed v_inf and c, with the shared refractory helpers.
-        v, r = carry
-        clamped = refractory_clamped(r, dt)
-        v_free = v + c * (v_inf - v) if euler else v_inf + (v - v_inf) * c
-        v1 = jnp.where(clamped, v_reset, v_free)
-        spike = (v1 - v_th) / (v_th - v_reset) >= 0
-        v2 = jnp.where(spike, v_reset, v1)
-        r2 = refractory_next(r, clamped, spike.astype(r.dtype), t_ref, dt)  # 0.0/1.0 spikes
+        v2, r2, spike = lif_update(*carry, v_inf, c, v_reset, v_th, t_ref, dt, euler=euler)
         return (v2, r2), spike
 
-    (v, r), spikes = scan_spikes(step, (v, r), n_rec, every, v)
     lead = v.ndim - len(shape)
-    return v, r, jnp.moveaxis(spikes, 0, lead) if lead else spikes
+    if not record:
+        (v, r), spikes = scan_spikes(step, (v, r), n_rec, every, v)
+        return v, r, jnp.moveaxis(spikes, 0, lead) if lead else spikes
+    which = _record_indices(record)
+
+    def window(carry, _):
+        carry, spikes = scan_spikes(step, carry, 1, every, carry[0])
+        return carry, (spikes[0], tuple(carry[j] for j in which))
+
+    (v, r), (spikes, fields) = lax.scan(window, (v, r), None, length=n_rec)
+    return v, r, *(jnp.moveaxis(x, 0, lead) if lead else x for x in (spikes, *fields))
 
 
-def _lif_run_cpu(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape):
+def _lif_run_cpu(
+    v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, euler, shape, record=()
+):
+    del record  # `supports` sends a run that records fields to the reference
     lead = v.shape[: v.ndim - len(shape)]
     record = spikes_struct(n_rec, every, v)
     call = jax.ffi.ffi_call(
@@ -149,6 +181,55 @@ def _lif_run_cpu(v, r, v_inf, c, v_reset, v_th, t_ref, dts, *, n_rec, every, eul
     )
 
 
+def _lif_run_gpu(
+    v,
+    r,
+    v_inf,
+    c,
+    v_reset,
+    v_th,
+    t_ref,
+    dts,
+    *,
+    n_rec,
+    every,
+    euler,
+    shape,
+    record=(),
+    block: int = 128,
+    num_warps: int = 4,
+):
+    """The whole run as one Pallas Triton kernel (`neurojax.kernels._pallas_run`): one lane
+    per neuron, every step in a loop inside the kernel with `v` and the refractory time in
+    registers, `lif_update` traced in. The parameters are read once per run; `dt` is a
+    scalar argument."""
+    which = _record_indices(record)
+    n = math.prod(shape)
+    lead = v.shape[: v.ndim - len(shape)]
+    rows = [jnp.reshape(x, (-1, n)) for x in (v, r, v_inf, c, v_reset, v_th, t_ref)]
+
+    def update(st, ps):
+        v_inf, c, v_reset, v_th, t_ref, dt = ps
+        v2, r2, spike = lif_update(*st, v_inf, c, v_reset, v_th, t_ref, dt, euler=euler)
+        return (v2, r2), spike
+
+    (v2, r2), spikes, fields = _pallas_run.whole_run_gpu(
+        update,
+        rows[:2],
+        (*rows[2:], dts[:1]),
+        ("full",) * 5 + ("scalar",),
+        n_rec=n_rec,
+        every=every,
+        record=which,
+        spikes_dtype=spikes_struct(n_rec, every, v).dtype,
+        block=block,
+        num_warps=num_warps,
+        name="nj_lif_run",
+    )
+    rec = [x.reshape(*lead, n_rec, *shape) for x in (spikes, *fields)]
+    return v2.reshape(v.shape), r2.reshape(r.shape), *rec
+
+
 def _examples():
     n = 37  # more than one block of the kernel, and a remainder
     v = jnp.linspace(-70.0, -56.0, n, dtype=jnp.float32)
@@ -168,6 +249,13 @@ def _examples():
             vmap_argnums=(0, 2),
             label=f"every{every}-{'euler' if euler else 'exact'}",
         )
+    yield kernels.Example(
+        args,
+        dict(n_rec=5, every=3, euler=False, shape=(n,), record=("v", "refractory")),
+        grad_argnums=(0, 2),
+        vmap_argnums=(0, 2),
+        label="every3-record",
+    )
 
 
 LIF_RUN = kernels.register(
@@ -175,6 +263,9 @@ LIF_RUN = kernels.register(
         name="lif_run",
         reference=_lif_run_jax,
         cpu=_lif_run_cpu,
+        gpu=_lif_run_gpu,
+        # The C++ kernel records spikes only: a run that records fields runs the reference.
+        supports={"cpu": lambda *args, record=(), **static: not record},
         ffi_targets=(("nj_lif_run", "NjLifRun"),),
         # Neurons are independent: vmap's axis becomes more runs of one call.
         batching=kernels.Fold(trial=(0, 1, 2, 3, 4, 5, 6), shared=(7,)),
