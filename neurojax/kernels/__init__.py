@@ -16,8 +16,6 @@ and the public switch that chooses between them.
   run (see the Architecture page of the docs).
 """
 
-# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
-from . import _pallas_lif as _pallas_lif
 from ._config import cross_platform as cross_platform
 from ._config import mode as mode
 from ._config import set_mode as set_mode

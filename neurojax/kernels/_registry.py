@@ -10,7 +10,9 @@ platforms. Its `Kernel` entry declares, in one place (in the manner of equinox's
   XLA's FFI (`ffi_targets` names the FFI targets and the library's symbols); `gpu` (Pallas,
   Triton backend) and `tpu` (Pallas, Mosaic backend) are the slots for accelerators;
 - `batching`: how a `jax.vmap`ped axis is handled (`Fold`: folded into the operation's own
-  trial axis, one call for the whole batch, on every path; `Sequential`; or a function);
+  trial axis, one call for the whole batch, on every path; `Sequential`; or a function),
+  or a mapping from slot names to such rules where the slots differ (a GPU kernel that takes
+  a per-trial argument the CPU kernel does not; a slot not in it uses `Sequential`);
 - the derivative: by default the JVP of `differentiable` (the reference unless given), so
   gradients never go through a compiled kernel; `jvp` replaces it where a cheaper tangent is
   known;
@@ -169,7 +171,7 @@ class Kernel:
     gpu: Callable[..., Any] | None = None
     tpu: Callable[..., Any] | None = None
     ffi_targets: tuple[tuple[str, str], ...] = ()
-    batching: Callable[..., Any] = Sequential()
+    batching: Callable[..., Any] | Mapping[str, Callable[..., Any]] = Sequential()
     differentiable: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
     supports: Callable[..., bool] | Mapping[str, Callable[..., bool]] | None = None
@@ -300,9 +302,13 @@ def _implementation(kernel: Kernel, frozen: Any, slot: str) -> Callable[..., Any
     def apply(*args):
         return fn(*args)
 
+    rule = kernel.batching
+    if isinstance(rule, Mapping):
+        rule = rule.get(slot, Sequential())
+
     @apply.def_vmap
     def _rule(axis_size, in_batched, *args):
-        return kernel.batching(axis_size, in_batched, args, apply)
+        return rule(axis_size, in_batched, args, apply)
 
     return apply
 
