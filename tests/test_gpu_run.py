@@ -209,3 +209,25 @@ def test_whole_run_arguments_are_checked():
             shape=(4,),
             record=("u",),
         )
+
+
+def test_explain_says_which_slot_runs_and_why():
+    """`nj.kernels.explain` answers for every platform and agrees with the dispatch."""
+    kernel = KERNELS["lif_run"]
+    ex = next(iter(kernel.examples()))
+    plain = nj.kernels.explain("lif_run", *ex.args, **ex.static)
+    assert plain["cuda"].startswith("gpu:") and plain["tpu"].startswith("reference:")
+    assert plain["cpu"].split(":")[0] == (
+        "cpu" if "cpu" in nj.kernels.implementations(kernel, *ex.args, **ex.static) else "reference"
+    )
+    fields = nj.kernels.explain(kernel, *ex.args, **ex.static, record=("v",))
+    assert "supports" in fields["cpu"] and fields["cuda"].startswith("gpu:")
+    with nj.kernels.interpret("gpu"):
+        assert nj.kernels.explain(kernel, *ex.args, **ex.static)["cpu"].startswith("gpu:")
+    with nj.kernels.use("reference"):
+        assert all(
+            v.startswith("reference:")
+            for v in nj.kernels.explain(kernel, *ex.args, **ex.static).values()
+        )
+    with pytest.raises(ValueError, match="kernel must be a Kernel or one of .* got 'nope'"):
+        nj.kernels.explain("nope")

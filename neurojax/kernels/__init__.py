@@ -12,6 +12,8 @@ and the public switch that chooses between them.
 - `nj.kernels.interpret(slot)`: the CPU runs each entry's `"gpu"` or `"tpu"` implementation,
   Pallas kernels in interpret mode (how the accelerator kernels are tested without one);
   `NEUROJAX_PALLAS_INTERPRET=gpu` (or `tpu`) sets it as a process's default.
+- `nj.kernels.explain(kernel, *args, **static)`: which implementation each platform runs
+  for a call, and why (the mode, a missing slot, the entry's `supports`, the CPU library).
 - `Kernel`, `call`, `register`, `Fold`, `Sequential`, `Example`: how a kernel is declared and
   run (see the Architecture page of the docs).
 """
@@ -28,6 +30,7 @@ from ._registry import Fold as Fold
 from ._registry import Kernel as Kernel
 from ._registry import Sequential as Sequential
 from ._registry import call as call
+from ._registry import explain as explain
 from ._registry import implementations as implementations
 from ._registry import register as register
 from ._registry import registry as registry
