@@ -118,6 +118,47 @@ def test_vmap_over_full_states_and_parameters():
     assert "while" not in jaxpr.split("pallas_call")[0]  # no loop over trials around it
 
 
+@pytest.mark.parametrize("model_name", ["lif", "hh"])
+def test_simulate_records_fields_through_the_gpu_kernel(model_name):
+    """`nj.simulate(..., record=fields, record_every=k)` takes the whole-run kernel under the
+    GPU slots (one `pallas_call`) and equals the general scan's recording; on the CPU without
+    the switch the same call keeps the general scan (the C++ kernels record spikes only)."""
+    if model_name == "lif":
+        model, state, current = _lif_case(n=40)
+        record, dt = ("v", "refractory"), 0.1
+    else:
+        model, state, current = _hh_case(n=30)
+        record, dt = ("v", "m"), 0.025
+
+    def run(st, i):
+        return nj.simulate(model, st, i, dt=dt, n_steps=120, record=record, record_every=3)
+
+    with nj.kernels.use("reference"):
+        want_state, want = jax.jit(run)(state, current)
+    with nj.kernels.interpret("gpu"):
+        got_state, got = jax.jit(run)(state, current)
+        jaxpr = str(jax.make_jaxpr(run)(state, current))
+    assert jaxpr.count("pallas_call") == 1
+    np.testing.assert_array_equal(np.asarray(got.spikes), np.asarray(want.spikes))
+    for name in record:
+        assert getattr(got, name).shape == (40, *state.v.shape)
+        np.testing.assert_allclose(
+            np.asarray(getattr(got, name)), np.asarray(getattr(want, name)), rtol=1e-6, atol=1e-4
+        )
+    options = dict(
+        kind="const",
+        record=record,
+        spike_dtype="bool",
+        check=False,
+        checkpoint=False,
+        truncate_backprop=None,
+    )
+    assert model.fused_run(state, current, dt, 40, 3, **options) is None  # CPU: general scan
+    with nj.kernels.interpret("gpu"):
+        assert model.fused_run(state, current, dt, 40, 3, **options) is not None
+        assert model.fused_run(state, current, dt, 40, 3, **{**options, "record": ("u",)}) is None
+
+
 @pytest.mark.parametrize(
     "name,fields", [("lif_run", ("v", "refractory")), ("hh_run", ("v", "m", "h", "n"))]
 )

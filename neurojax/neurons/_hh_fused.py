@@ -58,6 +58,7 @@ def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
         (state.v, state.m, state.h, state.n),
         tuple(getattr(model, name) for name in _PARAMS),
         inputs,
+        recordable=FIELDS,
         **options,
     )
 
@@ -69,12 +70,14 @@ def run(
     dt: float,
     n_rec: int,
     record_every: int = 1,
+    record: tuple[str, ...] | None = None,
 ):
     """Final state and recorded spikes of `n_rec * record_every` steps (see `applies`): the
     bool raster `(n_rec, *shape)` with `record_every=1`, else the spike counts of each window
-    of `record_every` steps, in `simulate`'s count dtype."""
+    of `record_every` steps, in `simulate`'s count dtype; with `record` (field names), also
+    `{name: (n_rec, *shape)}`, each field at the end of each window."""
     current = input_current(inputs, state.v)
-    v, m, h, n, spikes = kernels.call(
+    v, m, h, n, spikes, *fields = kernels.call(
         HH_RUN,
         state.v,
         state.m,
@@ -87,8 +90,12 @@ def run(
         dt=float(dt),
         method=model.method,
         shape=state.v.shape,
+        record=tuple(record or ()),
     )
-    return _hh.HHState(v=v, m=m, h=h, n=n), spikes
+    final = _hh.HHState(v=v, m=m, h=h, n=n)
+    if not record:
+        return final, spikes
+    return final, spikes, dict(zip(record, fields, strict=True))
 
 
 # The kernel's arguments: the state (v, m, h, n), the input current and the parameters of

@@ -61,6 +61,7 @@ def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
         (state.v, state.refractory),
         (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref),
         inputs,
+        recordable=FIELDS,
         **options,
     )
 
@@ -72,10 +73,12 @@ def run(
     dt: float,
     n_rec: int,
     record_every: int = 1,
+    record: tuple[str, ...] | None = None,
 ):
     """Final state and recorded spikes of `n_rec * record_every` steps (see `applies`): the
     bool raster `(n_rec, *shape)` with `record_every=1`, else the spike counts of each window
-    of `record_every` steps, in `simulate`'s count dtype."""
+    of `record_every` steps, in `simulate`'s count dtype; with `record` (field names), also
+    `{name: (n_rec, *shape)}`, each field at the end of each window."""
     v = state.v
     dtype, shape = v.dtype, v.shape
     # The loop-invariant part of `LIF.step`, computed as it computes it.
@@ -91,7 +94,7 @@ def run(
     # `refractory_clamped` compares with 0.5 * dt and `refractory_next` subtracts dt, both
     # Python floats rounded to the state's dtype; the kernel takes the two rounded values.
     dts = jnp.asarray([dt, 0.5 * dt], dtype)
-    v_new, r_new, spikes = kernels.call(
+    v_new, r_new, spikes, *fields = kernels.call(
         LIF_RUN,
         v,
         state.refractory,
@@ -101,8 +104,12 @@ def run(
         every=record_every,
         euler=model.method == "euler",
         shape=shape,
+        record=tuple(record or ()),
     )
-    return _lif.LIFState(v=v_new, refractory=r_new), spikes
+    final = _lif.LIFState(v=v_new, refractory=r_new)
+    if not record:
+        return final, spikes
+    return final, spikes, dict(zip(record, fields, strict=True))
 
 
 # The kernel's arguments: the state (v, refractory), the loop invariants v_inf and c and the
