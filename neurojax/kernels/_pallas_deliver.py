@@ -56,17 +56,6 @@ def _capacity(capacity: int | None, n_source: int) -> int:
     return min(capacity, n_source)
 
 
-def spike_list(s2: jax.Array, capacity: int, size: int) -> tuple[jax.Array, jax.Array]:
-    """The indices of the spiking neurons of each trial of `s2` `(T, n)`, lowest first, in a
-    list of `size >= capacity` entries padded with `n`, and how many of them to handle
-    (at most `capacity`)."""
-    n = s2.shape[-1]
-    mask = s2 > 0
-    idx = jax.vmap(lambda m: jnp.nonzero(m, size=size, fill_value=n)[0])(mask)
-    count = jnp.minimum(jnp.sum(mask, axis=-1, dtype=jnp.int32), capacity)
-    return idx.astype(jnp.int32), count.astype(jnp.int32)
-
-
 def _programs(programs: int | None, n_trials: int, n_tiles: int) -> int:
     """Programs per trial: `programs`, or about 1024 programs in the whole grid (several waves
     of a GPU's streaming multiprocessors), at least 1 and at most one per tile."""
