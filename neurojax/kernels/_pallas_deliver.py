@@ -7,8 +7,15 @@ Both take exactly the arguments of the entry's reference
 `(*trials, n_source)`, the step index, the ring `(*trials, D, n_targets)`, one weight vector
 per projection (`(nnz,)`, or `(*trials, nnz)` for per-trial weights), the CSR tables
 `(indptr, indices, delays or None)` and the static `specs` and `fresh`; and the static
-`capacity`: at most this many spikes per trial are delivered in a step, the lowest neuron
-indices first (None: every neuron of the group).
+`capacity`. The TPU formulation delivers at most `capacity` spikes per trial in a step, the
+lowest neuron indices first (None: every neuron of the group); the GPU kernel reads the whole
+spike vector and delivers every spike (`capacity` is checked, as the CPU kernel ignores it).
+The GPU kernel also takes one step index per trial (`(T,)`), which its batching rule passes
+for a vmapped network step.
+
+Neither imports anything from the network layer: `EventSpec` (the static layout of one
+projection) is defined here and re-exported by `neurojax.network._propagation`, and the TPU
+formulation's sparse path for projections too large to densify is the caller's function.
 """
 
 from typing import NamedTuple

@@ -1,5 +1,9 @@
 """A whole `simulate` run of an uncoupled `HodgkinHuxley` population in one compiled CPU kernel.
 
+On a GPU the entry's `gpu` slot (`_hh_run_gpu`) runs the whole run as one Pallas Triton kernel
+with `HodgkinHuxley.step` traced in, and records state fields too (`simulate` hands it runs
+that record `v`, `m`, `h` or `n` on a GPU and under `nj.kernels.interpret("gpu")`).
+
 `nj.simulate` takes this path by itself, through `HodgkinHuxley.fused_run`, for an
 `nj.HodgkinHuxley` (or a subclass that keeps its `step`) with an `nj.HHState`, with no
 input or one constant float input, spikes recorded with the default `spike_dtype="bool"` (the

@@ -1,4 +1,7 @@
-"""A whole `simulate` run of an uncoupled `LIF` population in one compiled CPU kernel.
+"""A whole `simulate` run of an uncoupled `LIF` population in one compiled CPU kernel, or
+one Pallas Triton kernel on a GPU (the entry's `gpu` slot, `_lif_run_gpu`, which also records
+state fields: on a GPU, and under `nj.kernels.interpret("gpu")`, `simulate` hands it runs that
+record `v` or `refractory` too).
 
 `nj.simulate` takes this path by itself, through `LIF.fused_run`, when it can give exactly the
 numbers of its general `lax.scan` over `LIF.step`: the model is an `nj.LIF` (or a subclass
