@@ -285,8 +285,12 @@ def test_deliver_gpu_has_no_capacity(capacity):
     np.testing.assert_array_equal(need, 0)
 
 
-def test_deliver_gpu_takes_one_step_per_trial():
-    """A per-trial step index (a vmapped network step's counter) equals one call per trial."""
+@pytest.mark.parametrize("slot,dense_max", [("gpu", None), ("tpu", None), ("tpu", 10)])
+def test_deliver_takes_one_step_per_trial(slot, dense_max, monkeypatch):
+    """A per-trial step index (a vmapped network step's counter) equals one call per trial,
+    on the GPU kernel and on the TPU formulation (dense, and its sparse path)."""
+    if dense_max is not None:
+        monkeypatch.setattr(_pallas_deliver, "_DENSE_MAX", dense_max)
     rng = np.random.default_rng(11)
     s, ring, weights, tables, specs = _delivery_case(rng, (3,), per_synapse=True, per_trial=False)
     steps = jnp.asarray([2, 5, 7], jnp.int32)
@@ -296,11 +300,22 @@ def test_deliver_gpu_takes_one_step_per_trial():
             for t in range(3)
         ]
     )
-    with nj.kernels.interpret("gpu"):
-        got = _pallas_deliver.deliver_gpu(
-            s, steps, ring, weights, tables, specs=specs, fresh=False, block_spikes=8
+    with nj.kernels.interpret(slot):
+        got = KERNELS["csr_deliver"].gpu if slot == "gpu" else KERNELS["csr_deliver"].tpu
+        got = got(s, steps, ring, weights, tables, specs=specs, fresh=False, clear=True)[0]
+    want_clear = [
+        _deliver_reference(
+            s[t], steps[t], ring[t], weights, tables, specs=specs, fresh=False, clear=True
         )
-    _close(got, want)
+        for t in range(3)
+    ]
+    _close(got, jnp.stack(want_clear))
+    if slot == "gpu":
+        with nj.kernels.interpret("gpu"):
+            got = _pallas_deliver.deliver_gpu(
+                s, steps, ring, weights, tables, specs=specs, fresh=False, block_spikes=8
+            )
+        _close(got, want)
 
 
 def test_deliver_capacity_is_checked():

@@ -258,6 +258,8 @@ def deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, 
     `sparse(spec, s2, step, weights, table, ring) -> ring`, the caller's sparse delivery
     (the network passes the reference's scatter); without one the call is refused with the
     projection and the size named, before anything runs out of memory.
+
+    `step` is one step index or one per trial (`(T,)`: each trial adds at its own slots).
     """
     specs = _specs(specs)
     first = specs[0]
@@ -269,6 +271,9 @@ def deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, 
     n_trials = s2.shape[0]
     out = (jnp.zeros_like(ring) if fresh else ring).reshape(n_trials, n_slots, n_targets)
     now = jnp.asarray(step, jnp.int32)
+    per_trial_step = now.ndim > 0  # one step per trial (a vmapped network step's counter)
+    if per_trial_step:
+        now = jnp.broadcast_to(now.reshape(-1), (n_trials,))
     for sp, w, (indptr, indices, delays) in zip(specs, weights, tables, strict=True):
         nnz = indices.shape[0]
         if nnz == 0:
@@ -285,7 +290,17 @@ def deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, 
                     f"{n_offsets} delay slot(s) x {sp.n_pre} x {sp.n_post}), above the limit "
                     f"of {_DENSE_MAX}; pass sparse= (the network passes its scatter)"
                 )
-            out = sparse(sp, s2, now, w, (indptr, indices, delays), out)
+            table = (indptr, indices, delays)
+            if per_trial_step:
+                w_t = w.reshape(n_trials, nnz) if per_trial else w
+                out = jax.vmap(
+                    lambda s_t, n_t, w_t, o_t, sp=sp, table=table: sparse(
+                        sp, s_t[None], n_t, w_t, table, o_t[None]
+                    )[0],
+                    in_axes=(0, 0, 0 if per_trial else None, 0),
+                )(s2, now, w_t, out)
+            else:
+                out = sparse(sp, s2, now, w, table, out)
             continue
         counts = indptr[1:] - indptr[:-1]
         rows = jnp.repeat(jnp.arange(sp.n_pre, dtype=jnp.int32), counts, total_repeat_length=nnz)
@@ -301,12 +316,17 @@ def deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, 
             dense = dense.at[offs, rows, indices].add(wf)
             pre = s2[:, sp.pre_offset : sp.pre_offset + sp.n_pre].astype(ring.dtype)
             got = jnp.einsum("tp,dpq->tdq", pre, dense)
+        cols = sp.target_offset + jnp.arange(sp.n_post, dtype=jnp.int32)
         if n_slots == 1:
             slots = jnp.zeros((n_offsets,), jnp.int32)
         else:
             d = jnp.arange(n_offsets, dtype=jnp.int32) if delays is not None else sp.delay_steps
+            if per_trial_step:  # (T, n_offsets): each trial's own arrival slots
+                slots = (now[:, None] + 1 + jnp.broadcast_to(d, (n_offsets,))) % n_slots
+                trial = jnp.arange(n_trials, dtype=jnp.int32)[:, None, None]
+                out = out.at[trial, slots[:, :, None], cols[None, None, :]].add(got)
+                continue
             slots = (now + 1 + d) % n_slots
             slots = jnp.broadcast_to(slots, (n_offsets,))
-        cols = sp.target_offset + jnp.arange(sp.n_post, dtype=jnp.int32)
         out = out.at[:, slots[:, None], cols[None, :]].add(got)
     return out.reshape(ring.shape)

@@ -329,9 +329,9 @@ def _deliver_batching(axis_size, in_batched, args, apply):
     return _fold_trials(axis_size, in_batched, args, apply)
 
 
-def _deliver_batching_gpu(axis_size, in_batched, args, apply):
-    """The GPU slot's rule: the vmapped axis always becomes trials of one call, a vmapped
-    step index included (the kernel takes one step per trial: `jax.vmap` over full network
+def _deliver_batching_trials(axis_size, in_batched, args, apply):
+    """The GPU and TPU slots' rule: the vmapped axis always becomes trials of one call, a
+    vmapped step index included (both take one step per trial: `jax.vmap` over full network
     states batches the step counter). Only connectivity that differs per element of the
     vmapped axis (different CSR tables) runs one call per element."""
     if any(jax.tree.leaves(in_batched[4])):
@@ -485,26 +485,31 @@ def _deliver_examples():
     )
 
 
+def _start_trials(s, step, ring, clear: bool) -> jax.Array:
+    """`_start` for the accelerator slots, whose `step` may be one index per trial (a folded
+    vmapped step): each trial's read slot `step[trial] mod D` is zeroed with `clear`."""
+    if not (clear and ring.shape[-2] > 1 and jnp.ndim(step)):
+        return _start(s, step, ring, False, clear)
+    slot = jnp.arange(ring.shape[-2], dtype=jnp.int32)
+    here = slot == (jnp.asarray(step, jnp.int32) % ring.shape[-2])[..., None]
+    return jnp.where(here[..., None], _zero_for(ring, s), ring)
+
+
 def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The Pallas Triton delivery (`neurojax.kernels._pallas_deliver.deliver_gpu`): it reads
     the whole spike vector in tiles, so it delivers every spike and never needs a larger
     buffer. `step` is one index or one per trial (the GPU batching rule folds a vmapped
     network step's counter); with per-trial steps each trial clears its own slot."""
-    clear = clear and not fresh and ring.shape[-2] > 1
-    if clear and jnp.ndim(step):
-        slot = jnp.arange(ring.shape[-2], dtype=jnp.int32)
-        here = slot == (jnp.asarray(step, jnp.int32) % ring.shape[-2])[..., None]
-        ring = jnp.where(here[..., None], _zero_for(ring, s), ring)
-    else:
-        ring = _start(s, step, ring, False, clear)
+    ring = _start_trials(s, step, ring, clear and not fresh)
     out = deliver_gpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=capacity)
     return out, jnp.zeros(s.shape[:-1], jnp.int32)
 
 
 def _deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The dense TPU delivery: a matrix product costs the same whatever the spike count, so
-    it delivers every spike (`capacity` unused) and never needs a larger buffer."""
-    ring = _start(s, step, ring, False, clear and not fresh)
+    it delivers every spike (`capacity` unused) and never needs a larger buffer. `step` may
+    be one index per trial, as for the GPU slot."""
+    ring = _start_trials(s, step, ring, clear and not fresh)
     out = deliver_tpu(
         s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=None, sparse=_sparse
     )
@@ -527,7 +532,11 @@ DELIVER = register(
         gpu=_deliver_gpu,  # Pallas Triton: spike list, CSR rows, atomic adds
         tpu=_deliver_tpu,  # dense products per delay (XLA; Mosaic has no atomics)
         ffi_targets=((DELIVER_TARGET, "NjCsrDeliver"),),
-        batching={"cpu": _deliver_batching, "gpu": _deliver_batching_gpu, "tpu": _deliver_batching},
+        batching={
+            "cpu": _deliver_batching,
+            "gpu": _deliver_batching_trials,
+            "tpu": _deliver_batching_trials,
+        },
         differentiable=_deliver_dense,
         jvp=_deliver_tangent,
         examples=_deliver_examples,
