@@ -20,7 +20,19 @@ sees, in this order of priority:
    vmapped batch of 64 brains (`benchmarks.assembly`);
 10. `training`: one training step of `benchmarks.training` (n = 4096, batch 16, 500 steps);
 11. `coba_scales`: COBA scaled by 10 and 100 (populations times s, p / s: ~80 inputs per
-    neuron), the neurojax side of the BrainPy comparison.
+    neuron), the neurojax side of the BrainPy comparison;
+12. `coba_vmap`: `jax.vmap` over 64 full COBA states (what a user writes for a sweep);
+13. `microcircuit`: the per-step path on the cortical microcircuit at scales 0.1 and 1
+    (real-time factor);
+14. `coba_cmdbuf` (its own child, `XLA_FLAGS` += `CMDBUF_FLAGS`: XLA:GPU's WHILE and
+    CONDITIONAL command buffers): COBA one trial and 1024 trials, to compare with
+    `coba_one` and `coba_batch`.
+
+Before any timing, `gpu_check` (second, after `machine`) runs the whole-run LIF and HH kernels
+and COBA's per-step kernels on the GPU and on the CPU on the same inputs and compares the
+spike counts of every neuron; a mismatch is written as `"match": false` and logged in
+capitals (without a GPU it runs the GPU slots in Pallas interpret mode: the section's logic is
+tested by `--quick` on any machine).
 
 Then the peers, each in its own process on the same GPU, each guarded (a missing package, a
 crash or a timeout leaves a line with `error`, and the script goes on):
@@ -49,7 +61,7 @@ Peers time the same way with their own synchronisation.
 the children's stderr go to stderr and `DIR/log.txt`.
 
 `--quick` runs every section at tiny sizes (on the CPU backend when there is no GPU; the
-peers that need CUDA are `"skipped: no GPU"`), in about 40-60 s on two cores.
+peers that need CUDA are `"skipped: no GPU"`), in about 2-4 min on two cores.
 
 Run: `python -m benchmarks.gpu --out DIR [--quick] [--sections a,b] [--total S]
 [--repeats R]`.
@@ -76,7 +88,7 @@ from . import _harness
 # JAX load (benchmarks.peers.brainpy_coba), and the parent never needs them.
 
 TOTAL_S = 400.0  # the whole run, peers included: 6 min 40 s, under the 7-minute target
-QUICK_TOTAL_S = 170.0
+QUICK_TOTAL_S = 260.0  # the sections added for issue #37 (gpu_check interprets the GPU kernels)
 STARTUP_MARGIN_S = 2.0
 QUICK_FLOOR_S = 5.0
 
@@ -92,6 +104,7 @@ class Section:
 
 SECTIONS = (
     Section("machine", "neurojax", 20, 8, 25),
+    Section("gpu_check", "neurojax", 40, 15, 40),
     Section("scan_floor", "neurojax", 15, 5, 15),
     Section("coba_one", "neurojax", 40, 15, 30),
     Section("coba_batch", "neurojax", 75, 15, 30),
@@ -102,6 +115,9 @@ SECTIONS = (
     Section("assembly", "neurojax", 45, 10, 30),
     Section("training", "neurojax", 30, 10, 20),
     Section("coba_scales", "neurojax", 50, 10, 20),
+    Section("coba_vmap", "neurojax", 30, 10, 20),
+    Section("microcircuit", "neurojax", 60, 15, 45),
+    Section("coba_cmdbuf", "cmdbuf", 45, 15, 30),
     Section("peer_brainpy", "brainpy", 90, 30, 40),
     Section("peer_cupy_hh", "cupy", 20, 10, 10),
     Section("peer_torch_assembly", "torch", 40, 15, 20),
@@ -131,6 +147,13 @@ FULL = {
     "training_steps": 500,
     "coba_scales": (10, 100),
     "brainpy_scales": (1, 10, 100),
+    "check_steps": 1000,
+    "check_lif_n": 10_000,
+    "check_hh_n": 1000,
+    "vmap_trials": 64,
+    "microcircuit_scales": (0.1, 1.0),
+    "microcircuit_steps": 1000,
+    "cmdbuf_batch": 1024,
 }
 QUICK = {
     "matmul_sizes": (256, 512),
@@ -153,7 +176,17 @@ QUICK = {
     "training_steps": 50,
     "coba_scales": (2,),
     "brainpy_scales": (1,),
+    "check_steps": 100,
+    "check_lif_n": 200,
+    "check_hh_n": 50,
+    "vmap_trials": 2,
+    "microcircuit_scales": (0.01,),
+    "microcircuit_steps": 20,
+    "cmdbuf_batch": 2,
 }
+# XLA:GPU's command buffers (CUDA graphs) for the kinds of commands a step uses, WHILE and
+# CONDITIONAL included (off by default): the `coba_cmdbuf` section runs in a child with them.
+CMDBUF_FLAGS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUSTOM_CALL,WHILE,CONDITIONAL"
 COBA_DT = 0.1  # ms
 HH_DT = 0.01  # ms
 LIF_DT = 0.1  # ms
@@ -929,8 +962,189 @@ def sec_peer_snntorch(ctx: Context) -> None:
         ctx.guard(variant, "snntorch", one)
 
 
+def sec_gpu_check(ctx: Context) -> None:
+    """Each GPU kernel's result against the CPU kernel's on the same inputs, before anything
+    is timed: LIF and HH whole runs (`lif_run`, `hh_run`) and COBA (the per-step delivery),
+    spike counts per neuron compared exactly. Without a GPU the same comparison runs the GPU
+    slots on the CPU in Pallas interpret mode (`nj.kernels.interpret("gpu")`), which tests
+    this section's logic. A mismatch is an `ok` line with `"match": false` and a line on
+    stderr in capitals: the timings after it are of a kernel that disagrees."""
+    import contextlib
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import neurojax as nj
+
+    from .peers import _hh, _lif
+
+    steps = ctx.size["check_steps"]
+    on_gpu = ctx.cuda and jax.default_backend() == "gpu"
+    cpu = jax.devices("cpu")[0]
+
+    def gpu_side():
+        return contextlib.nullcontext() if on_gpu else nj.kernels.interpret("gpu")
+
+    def compare(name, build, fn):
+        args = build()
+        with jax.default_device(cpu):
+            want = jax.tree.map(np.asarray, jax.jit(fn)(*jax.device_put(args, cpu)))
+        with gpu_side():
+            got = jax.tree.map(np.asarray, jax.jit(fn)(*args))
+        counts = [(g.sum(axis=0), w.sum(axis=0)) for g, w in zip(got, want, strict=True)]
+        equal = all(np.array_equal(g, w) for g, w in counts)
+        total = sum(int(w.sum()) for _, w in counts)
+        diff = sum(int(np.abs(g.astype(np.int64) - w).sum()) for g, w in counts)
+        if not equal:
+            _harness.log(f"gpu: GPU/CPU MISMATCH in {name}: {diff} of {total} spikes differ")
+        return {
+            "match": equal,
+            "n_spikes_cpu": total,
+            "spikes_differing": diff,
+            "steps": steps,
+            "gpu_path": "device" if on_gpu else "interpret",
+            **_device_fields(),
+        }
+
+    def lif():
+        n = ctx.size["check_lif_n"]
+        model = nj.LIF(**_lif.PARAMS)
+        currents = jnp.asarray(_lif.batch_currents(n), jnp.float32)
+        return compare(
+            "lif",
+            lambda: (model.init_state(n), currents),
+            lambda st, i: (nj.simulate(model, st, i, dt=LIF_DT, n_steps=steps)[1].spikes,),
+        )
+
+    def hh():
+        n = ctx.size["check_hh_n"]
+        model = nj.HodgkinHuxley(method="rk4")
+        currents = jnp.asarray(_hh.batch_currents(n), jnp.float32)
+        return compare(
+            "hh",
+            lambda: (model.init_state(n), currents),
+            lambda st, i: (nj.simulate(model, st, i, dt=HH_DT, n_steps=steps)[1].spikes,),
+        )
+
+    def coba():
+        net, state = nj.models.coba(jax.random.key(SEED))
+
+        def run(st):
+            spikes = nj.simulate(net, st, dt=COBA_DT, n_steps=steps)[1].spikes
+            return spikes["E"], spikes["I"]
+
+        return compare("coba", lambda: (state,), run)
+
+    for name, fn in (("lif", lif), ("hh", hh), ("coba", coba)):
+        ctx.guard(name, "neurojax", fn)
+
+
+def sec_coba_vmap(ctx: Context) -> None:
+    """`jax.vmap` over full COBA states (keys, voltages, step counters), what a user writes
+    for a sweep: the GPU batching rules fold the trials into each kernel's trial axis."""
+
+    def one() -> dict[str, Any]:
+        import jax
+        import numpy as np
+
+        import neurojax as nj
+
+        trials = ctx.size["vmap_trials"]
+        steps = ctx.size["coba_steps"]
+        every = ctx.size["batch_record_every"]
+        net, _ = nj.models.coba(jax.random.key(SEED))
+        keys = jax.random.split(jax.random.key(SEED + 1), trials)
+        states = jax.vmap(net.init_state)(keys)
+
+        def run(net, states):
+            def one_trial(st):
+                return nj.simulate(net, st, dt=COBA_DT, n_steps=steps, record_every=every)[1]
+
+            return jax.vmap(one_trial)(states).spikes
+
+        timing, spikes, _ = _harness.time_jax(
+            run, (net, states), repeats=ctx.repeats, budget_s=ctx.budget(0.5)
+        )
+        n_spikes = sum(int(np.asarray(x).sum(dtype=np.int64)) for x in spikes.values())
+        return {
+            "trials": trials,
+            "steps": steps,
+            "dt": COBA_DT,
+            **_timing(timing),
+            "run_per_trial_s": timing.run_s / trials,
+            "rate_hz": n_spikes / (4000 * trials * steps * COBA_DT * 1e-3),
+            **_device_fields(),
+        }
+
+    ctx.guard(f"vmap_{ctx.size['vmap_trials']}", "neurojax", one)
+
+
+def sec_microcircuit(ctx: Context) -> None:
+    """The per-step path on the cortical microcircuit (Potjans and Diesmann 2014) at the
+    scales of `microcircuit_scales`: real-time factor (wall time / simulated time)."""
+    steps = ctx.size["microcircuit_steps"]
+    scales = ctx.size["microcircuit_scales"]
+    shares = [0.5 / (len(scales) - i) for i in range(len(scales))]  # later, larger: more
+    for scale, share in zip(scales, shares, strict=True):
+
+        def one(scale=scale, share=share) -> dict[str, Any]:
+            import jax
+            import numpy as np
+
+            import neurojax as nj
+
+            t0 = time.perf_counter()
+            net, state = nj.models.microcircuit(jax.random.key(SEED), scale=scale)
+            jax.block_until_ready(state)
+            build_s = time.perf_counter() - t0
+            dt = 0.1
+            net = _harness.fit_spike_capacity(net, state, dt=dt, n_steps=steps)
+
+            def run(net, state):
+                return nj.simulate(net, state, dt=dt, n_steps=steps, record_every=steps)[1]
+
+            timing, rec, _ = _harness.time_jax(
+                run, (net, state), repeats=ctx.repeats, budget_s=ctx.budget(share)
+            )
+            n_spikes = sum(int(np.asarray(x).sum(dtype=np.int64)) for x in rec.spikes.values())
+            return {
+                "scale": scale,
+                "steps": steps,
+                "dt": dt,
+                "build_s": build_s,
+                **_timing(timing),
+                "real_time_factor": timing.run_s / (steps * dt * 1e-3),
+                "n_spikes": n_spikes,
+                **_device_fields(),
+            }
+
+        ctx.guard(f"scale_{scale}", "neurojax", one)
+
+
+def sec_coba_cmdbuf(ctx: Context) -> None:
+    """COBA one trial and a batch, in a child run with `CMDBUF_FLAGS` in `XLA_FLAGS` (XLA's
+    WHILE and CONDITIONAL command buffers on): compare with `coba_one` and `coba_batch`."""
+    rec_flags = {"xla_flags": os.environ.get("XLA_FLAGS", "")}
+    ctx.guard(
+        "record_every_10",
+        "neurojax",
+        lambda: {**_coba_figure(ctx, batch=1, every=10, share=0.4), **rec_flags},
+    )
+    batch = ctx.size["cmdbuf_batch"]
+    ctx.guard(
+        f"batch_{batch}",
+        "neurojax",
+        lambda: {
+            **_coba_figure(ctx, batch=batch, every=ctx.size["batch_record_every"], share=0.8),
+            **rec_flags,
+        },
+    )
+
+
 SECTION_FUNCS: dict[str, Callable[[Context], None]] = {
     "machine": sec_machine,
+    "gpu_check": sec_gpu_check,
     "scan_floor": sec_scan_floor,
     "coba_one": sec_coba_one,
     "coba_batch": sec_coba_batch,
@@ -941,6 +1155,9 @@ SECTION_FUNCS: dict[str, Callable[[Context], None]] = {
     "assembly": sec_assembly,
     "training": sec_training,
     "coba_scales": sec_coba_scales,
+    "coba_vmap": sec_coba_vmap,
+    "microcircuit": sec_microcircuit,
+    "coba_cmdbuf": sec_coba_cmdbuf,
     "peer_brainpy": sec_peer_brainpy,
     "peer_cupy_hh": sec_peer_cupy_hh,
     "peer_torch_assembly": sec_peer_torch_assembly,
@@ -1107,6 +1324,8 @@ class Runner:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         root = str(_harness.REPO_ROOT)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if any(BY_NAME[name].group == "cmdbuf" for name in batch):
+            env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + CMDBUF_FLAGS).strip()
         self.log(f"gpu: child for {batch}")
         proc = subprocess.Popen(
             cmd,

@@ -520,8 +520,9 @@ def _run_chunk(
             truncate_backprop=truncate_backprop,
         )
         if fused is not None:
-            state, spikes = fused
-            return state, spikes, {}, diag
+            # `(state, spikes)`, or `(state, spikes, {field: record})` when fields are recorded.
+            state, spikes, *values = fused
+            return state, spikes, values[0] if values else {}, diag
 
     def plain_step(st, inp):
         return model.step(st, inp, dt)

@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 
 import neurojax as nj
-from neurojax.kernels import _pallas_deliver, _pallas_lif, _pallas_plastic
+from neurojax.kernels import _pallas_deliver, _pallas_plastic
 from neurojax.network._plastic import PlasticLayout
 from neurojax.network._plastic import _event_update as _event_update_needed
 from neurojax.network._propagation import EventSpec
 from neurojax.network._propagation import _deliver_reference as _deliver_reference_needed
+from neurojax.neurons import _lif_fused as _pallas_lif
 from neurojax.plasticity import PlasticityRule
 
 # Kernel calls trace every platform's implementation (tests/conftest.py).
@@ -235,9 +236,8 @@ def test_deliver_equals_reference(slot, trials, per_synapse, per_trial, fresh):
     _close(got, want)
 
 
-@pytest.mark.parametrize("slot", ["gpu", "tpu"])
 @pytest.mark.parametrize("capacity", [0, 1, 5, 13, 100])
-def test_deliver_capacity_keeps_the_lowest_spikes(slot, capacity):
+def test_deliver_tpu_capacity_keeps_the_lowest_spikes(capacity):
     """A burst above the capacity: the `capacity` lowest spiking neurons of each trial are
     delivered, the others ignored; a capacity above the group's size delivers everything."""
     rng = np.random.default_rng(capacity)
@@ -247,15 +247,78 @@ def test_deliver_capacity_keeps_the_lowest_spikes(slot, capacity):
     want = _deliver_reference(
         _keep_first(s, capacity), step, ring, weights, tables, specs=specs, fresh=False
     )
-    impl = _pallas_deliver.deliver_gpu if slot == "gpu" else _pallas_deliver.deliver_tpu
-    with nj.kernels.interpret(slot):
-        got = jax.jit(lambda *a: impl(*a, specs=specs, fresh=False, capacity=capacity))(
-            s, step, ring, weights, tables
-        )
+    with nj.kernels.interpret("tpu"):
+        got = jax.jit(
+            lambda *a: _pallas_deliver.deliver_tpu(*a, specs=specs, fresh=False, capacity=capacity)
+        )(s, step, ring, weights, tables)
     _close(got, want)
     if capacity < 20:  # the capacity did cut something off
         full = _deliver_reference(s, step, ring, weights, tables, specs=specs, fresh=False)
         assert not np.allclose(np.asarray(got), np.asarray(full))
+
+
+@pytest.mark.parametrize("capacity", [0, 5])
+def test_deliver_gpu_has_no_capacity(capacity):
+    """The GPU kernel reads the spike vector in tiles inside its fixed grid: a burst above any
+    capacity is delivered whole (the registry entry reports no missing buffer), with few
+    programs per trial so that each walks several tiles."""
+    rng = np.random.default_rng(capacity)
+    s, ring, weights, tables, specs = _delivery_case(rng, (2,), per_synapse=True, per_trial=True)
+    step = jnp.asarray(2, jnp.int32)
+    want = _deliver_reference(s, step, ring, weights, tables, specs=specs, fresh=False)
+    with nj.kernels.interpret("gpu"):
+        got = jax.jit(
+            lambda *a: _pallas_deliver.deliver_gpu(
+                *a, specs=specs, fresh=False, capacity=capacity, block_spikes=4, programs=3
+            )
+        )(s, step, ring, weights, tables)
+        ring2, need = nj.kernels.call(
+            KERNELS["csr_deliver"],
+            s,
+            step,
+            ring,
+            weights,
+            tables,
+            specs=specs,
+            fresh=False,
+            capacity=capacity or None,
+        )
+    _close(got, want)
+    _close(ring2, want)
+    np.testing.assert_array_equal(need, 0)
+
+
+@pytest.mark.parametrize("slot,dense_max", [("gpu", None), ("tpu", None), ("tpu", 10)])
+def test_deliver_takes_one_step_per_trial(slot, dense_max, monkeypatch):
+    """A per-trial step index (a vmapped network step's counter) equals one call per trial,
+    on the GPU kernel and on the TPU formulation (dense, and its sparse path)."""
+    if dense_max is not None:
+        monkeypatch.setattr(_pallas_deliver, "_DENSE_MAX", dense_max)
+    rng = np.random.default_rng(11)
+    s, ring, weights, tables, specs = _delivery_case(rng, (3,), per_synapse=True, per_trial=False)
+    steps = jnp.asarray([2, 5, 7], jnp.int32)
+    want = jnp.stack(
+        [
+            _deliver_reference(s[t], steps[t], ring[t], weights, tables, specs=specs, fresh=False)
+            for t in range(3)
+        ]
+    )
+    with nj.kernels.interpret(slot):
+        got = KERNELS["csr_deliver"].gpu if slot == "gpu" else KERNELS["csr_deliver"].tpu
+        got = got(s, steps, ring, weights, tables, specs=specs, fresh=False, clear=True)[0]
+    want_clear = [
+        _deliver_reference(
+            s[t], steps[t], ring[t], weights, tables, specs=specs, fresh=False, clear=True
+        )
+        for t in range(3)
+    ]
+    _close(got, jnp.stack(want_clear))
+    if slot == "gpu":
+        with nj.kernels.interpret("gpu"):
+            got = _pallas_deliver.deliver_gpu(
+                s, steps, ring, weights, tables, specs=specs, fresh=False, block_spikes=8
+            )
+        _close(got, want)
 
 
 def test_deliver_capacity_is_checked():
@@ -265,6 +328,20 @@ def test_deliver_capacity_is_checked():
         _pallas_deliver.deliver_gpu(
             s, jnp.int32(0), ring, weights, tables, specs=specs, fresh=False, capacity=-1
         )
+    with pytest.raises(ValueError, match="programs must be None or an int >= 1, got 0"):
+        _pallas_deliver.deliver_gpu(
+            s, jnp.int32(0), ring, weights, tables, specs=specs, fresh=False, programs=0
+        )
+
+
+def test_deliver_tpu_refuses_a_dense_tensor_too_large_without_a_sparse_path(monkeypatch):
+    """Without the caller's sparse delivery, a projection above the dense limit is refused
+    with its size named, before anything is allocated."""
+    monkeypatch.setattr(_pallas_deliver, "_DENSE_MAX", 10)
+    rng = np.random.default_rng(9)
+    s, ring, weights, tables, specs = _delivery_case(rng, (2,), per_synapse=True, per_trial=True)
+    with pytest.raises(ValueError, match=r"would hold \d+ entries .* above the limit of 10"):
+        _pallas_deliver.deliver_tpu(s, jnp.int32(3), ring, weights, tables, specs=specs, fresh=True)
 
 
 def test_deliver_gpu_under_vmap_of_weights_and_grad_through_registry():
@@ -297,7 +374,8 @@ def test_deliver_tpu_falls_back_to_the_scatter_for_large_projections(monkeypatch
     s, ring, weights, tables, specs = _delivery_case(rng, (2,), per_synapse=True, per_trial=True)
     step = jnp.asarray(3, jnp.int32)
     want = _deliver_reference(s, step, ring, weights, tables, specs=specs, fresh=True)
-    got = _pallas_deliver.deliver_tpu(s, step, ring, weights, tables, specs=specs, fresh=True)
+    with nj.kernels.interpret("tpu"):
+        got = KERNELS["csr_deliver"].tpu(s, step, ring, weights, tables, specs=specs, fresh=True)[0]
     _close(got, want)
 
 

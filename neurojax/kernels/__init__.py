@@ -12,12 +12,12 @@ and the public switch that chooses between them.
 - `nj.kernels.interpret(slot)`: the CPU runs each entry's `"gpu"` or `"tpu"` implementation,
   Pallas kernels in interpret mode (how the accelerator kernels are tested without one);
   `NEUROJAX_PALLAS_INTERPRET=gpu` (or `tpu`) sets it as a process's default.
+- `nj.kernels.explain(kernel, *args, **static)`: which implementation each platform runs
+  for a call, and why (the mode, a missing slot, the entry's `supports`, the CPU library).
 - `Kernel`, `call`, `register`, `Fold`, `Sequential`, `Example`: how a kernel is declared and
   run (see the Architecture page of the docs).
 """
 
-# The entry `lif_step_spikes` lives beside its Pallas kernel; importing it registers it.
-from . import _pallas_lif as _pallas_lif
 from ._config import cross_platform as cross_platform
 from ._config import mode as mode
 from ._config import set_mode as set_mode
@@ -30,6 +30,7 @@ from ._registry import Fold as Fold
 from ._registry import Kernel as Kernel
 from ._registry import Sequential as Sequential
 from ._registry import call as call
+from ._registry import explain as explain
 from ._registry import implementations as implementations
 from ._registry import register as register
 from ._registry import registry as registry

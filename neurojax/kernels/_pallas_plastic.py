@@ -18,7 +18,6 @@ import jax.tree_util as jtu
 from jax import lax
 
 from . import _pallas
-from ._pallas_deliver import spike_list
 
 __all__ = ["plastic_gpu", "plastic_gpu_supports"]
 
@@ -67,6 +66,14 @@ def _phase(
     the CSR layout) or `on_post` (`post_side=True`: postsynaptic spikes, CSC columns) on the
     synapses of the spiking neurons, weights updated in place.
 
+    The grid is `(trial, P)`, `P` programs per trial (about 1024 programs in the grid), fixed
+    whatever the spike count: program `g` walks the tiles `g, g + P, ...` of `block_spikes`
+    neurons inside the kernel, skips a tile without an event (one load) and applies the rule
+    to the rows (columns) of the tile's spiking neurons. No spike list is built outside the
+    kernel. **Barriers**: none inside; a synapse is in one row and one column, so no two
+    lanes of a phase write the same weight, and the `on_post` phase is a second kernel, which
+    XLA starts after the `on_pre` one has finished (its input is the first one's output).
+
     `events` `(T, n_own)`: the spike values; `own_traces`, `other_traces`: flat `(T * n)`
     traces of the spiking side and the other side; `ptr` `(n_own + 1,)` the row (column)
     pointers; `syn_of` `(nnz,)` the synapse at each position (None: the position itself,
@@ -79,9 +86,9 @@ def _phase(
     size = w_flat.shape[0]
     nnz = other_of.shape[0]
     bs = _pallas.next_pow2(min(block_spikes, n_own))
-    n_blocks = -(-n_own // bs)
-    idx, count = spike_list(events, n_own, n_blocks * bs)
-    vals = jnp.take_along_axis(events, jnp.minimum(idx, n_own - 1), axis=1)
+    n_tiles = -(-n_own // bs)
+    n_prog = max(1, min(-(-1024 // n_trials), n_tiles))
+    rounds = -(-n_tiles // n_prog)
     bc = _pallas.next_pow2(min(block_synapses, width))
     n_chunks = -(-width // bc)
     n_own_tr, n_other_tr = len(own_traces), len(other_traces)
@@ -89,9 +96,7 @@ def _phase(
     if syn_of is not None:
         tables.append(syn_of.astype(jnp.int32))
     inputs = [
-        idx.reshape(-1),
-        vals.reshape(-1).astype(w_flat.dtype),
-        count,
+        events.reshape(-1).astype(w_flat.dtype),
         *tables,
         *(jnp.reshape(x, (1,)) for x in leaves),
         *own_traces,
@@ -99,56 +104,67 @@ def _phase(
         w_flat,
     ]
 
-    def kernel(*refs):
-        idx_ref, val_ref, count_ref, ptr_ref, other_ref = refs[:5]
-        pos = 5
+    def update_tile(refs, t, i, s, live):
+        ptr_ref, other_ref = refs[1:3]
+        pos = 3
         syn_ref = None
         if syn_of is not None:
-            syn_ref, pos = refs[5], 6
+            syn_ref, pos = refs[3], 4
         leaf_refs = refs[pos : pos + len(leaves)]
         pos += len(leaves)
         own_refs = refs[pos : pos + n_own_tr]
         other_refs = refs[pos + n_own_tr : pos + n_own_tr + n_other_tr]
         w_ref = refs[-1]  # aliased with refs[-2], the weights handed in
+        rule = rebuild([r[0] for r in leaf_refs])
+        s = s[:, None]
+        mine = tuple(r[t * n_own + i][:, None] for r in own_refs)
+        start = ptr_ref[i]
+        end = ptr_ref[i + 1]
+        lane = jnp.arange(bc, dtype=jnp.int32)
+
+        def chunk(c, carry):
+            j = start[:, None] + c * bc + lane[None, :]
+            ok = live[:, None] & (j < end[:, None])
+            jc = jnp.clip(j, 0, nnz - 1)
+            syn = syn_ref[jc] if syn_ref is not None else jc
+            where = t * nnz + syn
+            wv = w_ref[where]
+            other_at = t * n_other + other_ref[jc]
+            theirs = tuple(r[other_at] for r in other_refs)
+            if post_side:
+                new = rule.on_post(wv, theirs, mine, s)
+            else:
+                new = rule.on_pre(wv, mine, theirs, s)
+            _store(w_ref, where, new.astype(wv.dtype), ok, size, interpret)
+            return carry
+
+        lax.fori_loop(0, n_chunks, chunk, 0)
+
+    def kernel(*refs):
+        ev_ref = refs[0]
         t = pl.program_id(0).astype(jnp.int32)
-        b = pl.program_id(1).astype(jnp.int32)
-        n = count_ref[t]
+        g = pl.program_id(1).astype(jnp.int32)
+        lane = jnp.arange(bs, dtype=jnp.int32)
 
-        @pl.when(b * bs < n)
-        def _():
-            rule = rebuild([r[0] for r in leaf_refs])
-            at = t * (n_blocks * bs) + b * bs
-            i = idx_ref[pl.ds(at, bs)]
-            live = (b * bs + jnp.arange(bs, dtype=jnp.int32)) < n
-            i = jnp.where(live, i, 0)
-            s = val_ref[pl.ds(at, bs)][:, None]
-            mine = tuple(r[t * n_own + i][:, None] for r in own_refs)
-            start = ptr_ref[i]
-            end = ptr_ref[i + 1]
-            lane = jnp.arange(bc, dtype=jnp.int32)
+        def tile(r, carry):
+            k = (g + r * n_prog) * bs + lane
+            inside = k < n_own
+            i = jnp.minimum(k, n_own - 1)
+            s = jnp.where(inside, ev_ref[t * n_own + i], 0)
+            live = inside & (s != 0)
+            lax.cond(
+                jnp.sum(live.astype(jnp.int32)) > 0,  # Triton has no reduce_or
+                lambda: update_tile(refs, t, i, s, live),
+                lambda: None,
+            )
+            return carry
 
-            def chunk(c, carry):
-                j = start[:, None] + c * bc + lane[None, :]
-                ok = live[:, None] & (j < end[:, None])
-                jc = jnp.clip(j, 0, nnz - 1)
-                syn = syn_ref[jc] if syn_ref is not None else jc
-                where = t * nnz + syn
-                wv = w_ref[where]
-                other_at = t * n_other + other_ref[jc]
-                theirs = tuple(r[other_at] for r in other_refs)
-                if post_side:
-                    new = rule.on_post(wv, theirs, mine, s)
-                else:
-                    new = rule.on_pre(wv, mine, theirs, s)
-                _store(w_ref, where, new.astype(wv.dtype), ok, size, interpret)
-                return carry
-
-            lax.fori_loop(0, n_chunks, chunk, 0)
+        lax.fori_loop(0, rounds, tile, 0)
 
     return pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(w_flat.shape, w_flat.dtype),
-        grid=(n_trials, n_blocks),
+        grid=(n_trials, n_prog),
         input_output_aliases={len(inputs) - 1: 0},
         compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
         interpret=interpret,

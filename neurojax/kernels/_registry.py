@@ -10,7 +10,9 @@ platforms. Its `Kernel` entry declares, in one place (in the manner of equinox's
   XLA's FFI (`ffi_targets` names the FFI targets and the library's symbols); `gpu` (Pallas,
   Triton backend) and `tpu` (Pallas, Mosaic backend) are the slots for accelerators;
 - `batching`: how a `jax.vmap`ped axis is handled (`Fold`: folded into the operation's own
-  trial axis, one call for the whole batch, on every path; `Sequential`; or a function);
+  trial axis, one call for the whole batch, on every path; `Sequential`; or a function),
+  or a mapping from slot names to such rules where the slots differ (a GPU kernel that takes
+  a per-trial argument the CPU kernel does not; a slot not in it uses `Sequential`);
 - the derivative: by default the JVP of `differentiable` (the reference unless given), so
   gradients never go through a compiled kernel; `jvp` replaces it where a cheaper tangent is
   known;
@@ -52,6 +54,7 @@ __all__ = [
     "registry",
     "call",
     "implementations",
+    "explain",
 ]
 
 
@@ -169,7 +172,7 @@ class Kernel:
     gpu: Callable[..., Any] | None = None
     tpu: Callable[..., Any] | None = None
     ffi_targets: tuple[tuple[str, str], ...] = ()
-    batching: Callable[..., Any] = Sequential()
+    batching: Callable[..., Any] | Mapping[str, Callable[..., Any]] = Sequential()
     differentiable: Callable[..., Any] | None = None
     jvp: Callable[..., Any] | None = None
     supports: Callable[..., bool] | Mapping[str, Callable[..., bool]] | None = None
@@ -298,6 +301,72 @@ def implementations(kernel: Kernel, *args, **static) -> dict[str, Callable[..., 
     return {p: getattr(kernel, slot) for p, slot in _slots(kernel, *args, **static).items()}
 
 
+def explain(kernel: "Kernel | str", *args, **static) -> dict[str, str]:
+    """Which implementation of `kernel` (an entry or its name) each platform runs for these
+    arguments in the current mode, and why: `{"cpu": ..., "cuda": ..., "tpu": ...}`, each a
+    sentence that starts with the slot that runs (`"cpu"`, `"gpu"`, `"tpu"`) or
+    `"reference"`.
+
+    Unlike `implementations`, it answers for every platform, whichever ones this machine
+    traces, and says what sent a platform to the reference (the mode, a missing slot, the
+    entry's `supports`, the compiled library).
+
+    Example:
+    ```python
+    nj.kernels.explain("lif_run", *args, n_rec=100, every=1, euler=False, shape=(n,))
+    # {"cpu": "cpu: the entry's CPU implementation (nj_lif_run)",
+    #  "cuda": "gpu: the entry's Pallas Triton implementation",
+    #  "tpu": "reference: 'lif_run' has no tpu implementation"}
+    ```
+    """
+    if isinstance(kernel, str):
+        known = registry()
+        if kernel not in known:
+            raise ValueError(
+                f"nj.kernels.explain: kernel must be a Kernel or one of {sorted(known)}, "
+                f"got {kernel!r}"
+            )
+        kernel = known[kernel]
+    if not isinstance(kernel, Kernel):
+        raise TypeError(
+            f"nj.kernels.explain: kernel must be a Kernel or its name, got {type(kernel).__name__}"
+        )
+    if _config.mode() == "reference":
+        why = "reference: nj.kernels.use('reference') (or NEUROJAX_CPU_KERNEL=0) is in force"
+        return {p: why for p in ("cpu", "cuda", "tpu")}
+    out = {}
+    emulated = _pallas.interpret_mode()
+    for platform, slot in (("cpu", "cpu"), ("cuda", "gpu"), ("tpu", "tpu")):
+        if platform == "cpu" and emulated != "off" and getattr(kernel, emulated) is not None:
+            if _supported(kernel, emulated, args, static):
+                out[platform] = (
+                    f"{emulated}: nj.kernels.interpret({emulated!r}) runs the {emulated} slot "
+                    "on the CPU, Pallas calls interpreted"
+                )
+            else:
+                out[platform] = (
+                    f"reference: the {emulated} slot's `supports` refuses these arguments"
+                )
+            continue
+        if getattr(kernel, slot) is None:
+            out[platform] = f"reference: {kernel.name!r} has no {slot} implementation"
+        elif not _supported(kernel, slot, args, static):
+            out[platform] = f"reference: the {slot} slot's `supports` refuses these arguments"
+        elif (
+            platform == "cpu"
+            and kernel.ffi_targets
+            and not _build.register_targets(kernel.ffi_targets)
+        ):
+            out[platform] = "reference: the compiled CPU library is not available"
+        elif platform == "cpu":
+            targets = ", ".join(t for t, _ in kernel.ffi_targets) or "no FFI target"
+            out[platform] = f"cpu: the entry's CPU implementation ({targets})"
+        else:
+            kind = "Pallas Triton" if slot == "gpu" else "TPU"
+            out[platform] = f"{slot}: the entry's {kind} implementation"
+    return out
+
+
 @functools.cache
 def _implementation(kernel: Kernel, frozen: Any, slot: str) -> Callable[..., Any]:
     """The implementation in `slot` of `kernel`, with the entry's batching rule: a vmapped
@@ -310,9 +379,13 @@ def _implementation(kernel: Kernel, frozen: Any, slot: str) -> Callable[..., Any
     def apply(*args):
         return fn(*args)
 
+    rule = kernel.batching
+    if isinstance(rule, Mapping):
+        rule = rule.get(slot, Sequential())
+
     @apply.def_vmap
     def _rule(axis_size, in_batched, *args):
-        return kernel.batching(axis_size, in_batched, args, apply)
+        return rule(axis_size, in_batched, args, apply)
 
     return apply
 

@@ -55,7 +55,7 @@ import numpy as np
 from jax import lax
 
 from ..kernels import Example, Kernel, Sequential, call, register
-from ..kernels._pallas_deliver import deliver_gpu, deliver_tpu
+from ..kernels._pallas_deliver import EventSpec, deliver_gpu, deliver_tpu
 
 __all__ = [
     "EventSpec",
@@ -71,25 +71,6 @@ __all__ = [
 
 # Above this many (batch x presynaptic) neurons, compaction uses jnp.nonzero instead of top_k.
 _TOPK_MAX = 1 << 17
-
-
-class EventSpec(NamedTuple):
-    """Static description of one projection for the event-driven path (hashable).
-
-    The spikes handed to `deliver` may be those of a group of populations concatenated along
-    the neuron axis (`n_source` neurons); the projection's presynaptic population occupies
-    `[pre_offset, pre_offset + n_pre)` of it.
-    """
-
-    n_source: int
-    pre_offset: int
-    n_pre: int
-    n_post: int
-    max_fan_out: int
-    n_slots: int  # ring-buffer length D (max delay in steps + 1), shared by the group's ring
-    delay_steps: int | None  # homogeneous delay in steps; None when per synapse
-    n_targets: int  # width of the group's ring (sum of the projections' n_post)
-    target_offset: int  # where this projection's postsynaptic neurons start in the ring
 
 
 class EventArrays(NamedTuple):
@@ -343,15 +324,34 @@ def _deliver_batching(axis_size, in_batched, args, apply):
     """Fold a vmapped axis into the trials of one call (`nj.parallel.sweep`), as long as the
     step and the connectivity are shared by the batch; the weights may differ per trial.
     Otherwise one call per element of the vmapped axis."""
-    s, step, ring, weights, tables = args
-    s_b, step_b, ring_b, w_b, tables_b = in_batched
-    if step_b or any(jax.tree.leaves(tables_b)):
+    if in_batched[1] or any(jax.tree.leaves(in_batched[4])):
         return Sequential()(axis_size, in_batched, args, apply)
+    return _fold_trials(axis_size, in_batched, args, apply)
+
+
+def _deliver_batching_trials(axis_size, in_batched, args, apply):
+    """The GPU and TPU slots' rule: the vmapped axis always becomes trials of one call, a
+    vmapped step index included (both take one step per trial: `jax.vmap` over full network
+    states batches the step counter). Only connectivity that differs per element of the
+    vmapped axis (different CSR tables) runs one call per element."""
+    if any(jax.tree.leaves(in_batched[4])):
+        return Sequential()(axis_size, in_batched, args, apply)
+    return _fold_trials(axis_size, in_batched, args, apply)
+
+
+def _fold_trials(axis_size, in_batched, args, apply):
+    s, step, ring, weights, tables = args
+    s_b, step_b, ring_b, w_b, _ = in_batched
     trials = s.shape[1:-1] if s_b else s.shape[:-1]
     if not s_b:
         s = jnp.broadcast_to(s, (axis_size, *s.shape))
     if not ring_b:
         ring = jnp.broadcast_to(ring, (axis_size, *ring.shape))
+    if step_b or jnp.ndim(step):  # one step per trial, `(axis_size, *trials)`
+        inner = jnp.shape(step)[1:] if step_b else jnp.shape(step)
+        step = jnp.reshape(step, ((axis_size,) if step_b else (1,)) + inner)
+        step = step.reshape(step.shape + (1,) * (len(trials) - len(inner)))
+        step = jnp.broadcast_to(step, (axis_size, *trials))
     folded = []
     for w, batched in zip(weights, w_b, strict=True):
         per_trial = w.ndim - batched > 1  # one row per inner trial already
@@ -485,23 +485,42 @@ def _deliver_examples():
     )
 
 
+def _start_trials(s, step, ring, clear: bool) -> jax.Array:
+    """`_start` for the accelerator slots, whose `step` may be one index per trial (a folded
+    vmapped step): each trial's read slot `step[trial] mod D` is zeroed with `clear`."""
+    if not (clear and ring.shape[-2] > 1 and jnp.ndim(step)):
+        return _start(s, step, ring, False, clear)
+    slot = jnp.arange(ring.shape[-2], dtype=jnp.int32)
+    here = slot == (jnp.asarray(step, jnp.int32) % ring.shape[-2])[..., None]
+    return jnp.where(here[..., None], _zero_for(ring, s), ring)
+
+
 def _deliver_gpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
-    """The Pallas Triton delivery (`neurojax.kernels._pallas_deliver.deliver_gpu`): at most
-    `capacity` spikes per trial, and the buffer each trial needed beyond it."""
-    ring = _start(s, step, ring, False, clear and not fresh)
+    """The Pallas Triton delivery (`neurojax.kernels._pallas_deliver.deliver_gpu`): it reads
+    the whole spike vector in tiles, so it delivers every spike and never needs a larger
+    buffer. `step` is one index or one per trial (the GPU batching rule folds a vmapped
+    network step's counter); with per-trial steps each trial clears its own slot."""
+    ring = _start_trials(s, step, ring, clear and not fresh)
     out = deliver_gpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=capacity)
-    n_source = s.shape[-1]
-    size = capacity_for(capacity, n_source)
-    count = jnp.sum(s > 0, axis=-1, dtype=jnp.int32)
-    return out, needed(count, size, n_source)
+    return out, jnp.zeros(s.shape[:-1], jnp.int32)
 
 
 def _deliver_tpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None, clear=False):
     """The dense TPU delivery: a matrix product costs the same whatever the spike count, so
-    it delivers every spike (`capacity` unused) and never needs a larger buffer."""
-    ring = _start(s, step, ring, False, clear and not fresh)
-    out = deliver_tpu(s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=None)
+    it delivers every spike (`capacity` unused) and never needs a larger buffer. `step` may
+    be one index per trial, as for the GPU slot."""
+    ring = _start_trials(s, step, ring, clear and not fresh)
+    out = deliver_tpu(
+        s, step, ring, weights, tables, specs=specs, fresh=fresh, capacity=None, sparse=_sparse
+    )
     return out, jnp.zeros(s.shape[:-1], jnp.int32)
+
+
+def _sparse(spec, s2, step, weights, table, ring):
+    """The reference's scatter for one projection: the TPU slot's path for a projection
+    whose dense weight tensor would not fit."""
+    arr = EventArrays(table[0], table[1], weights, table[2])
+    return _deliver_impl((spec,), s2.astype(ring.dtype), step, (arr,), ring, None)[0]
 
 
 DELIVER_TARGET = "nj_csr_deliver"
@@ -513,7 +532,11 @@ DELIVER = register(
         gpu=_deliver_gpu,  # Pallas Triton: spike list, CSR rows, atomic adds
         tpu=_deliver_tpu,  # dense products per delay (XLA; Mosaic has no atomics)
         ffi_targets=((DELIVER_TARGET, "NjCsrDeliver"),),
-        batching=_deliver_batching,
+        batching={
+            "cpu": _deliver_batching,
+            "gpu": _deliver_batching_trials,
+            "tpu": _deliver_batching_trials,
+        },
         differentiable=_deliver_dense,
         jvp=_deliver_tangent,
         examples=_deliver_examples,

@@ -91,7 +91,8 @@ class NeuronModel(eqx.Module, metaclass=NamesBadParameters):
 
         `neurojax.simulate` calls it while tracing each compiled chunk of a run. An override
         must give what the scan over `step` gives (to the tolerance its docstring states)
-        and return `(final_state, spikes)`, with `spikes` the bool raster of shape
+        and return `(final_state, spikes)` (or `(final_state, spikes, {field: record})`
+        when it records the state fields of `record`), with `spikes` the bool raster of shape
         `(n_rec, *shape)` when `record_every == 1`, else the spike counts of each window of
         `record_every` steps in `uint8` (up to 255 steps) or `int32`, of the same shape.
 

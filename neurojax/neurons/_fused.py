@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import kernels
 from .._recording import count_dtype
 
 __all__ = ["eligible", "spikes_struct", "scan_spikes"]
@@ -27,20 +28,24 @@ def eligible(
     checkpoint: bool,
     truncate_backprop: int | None,
     record_every: int = 1,
+    recordable: tuple[str, ...] = (),
 ) -> bool:
     """Whether a fused run can serve this `simulate` call of a model whose state arrays are
     `fields` and whose parameters are `params`.
 
-    It can when only spikes are recorded (the bool raster, or counts with `record_every > 1`)
-    and none of `check`, `checkpoint`, `truncate_backprop` is asked for; the input is `None`
-    or one constant float array (an integer or PyTree input goes through `input_current`'s
+    It can when spikes are recorded (the bool raster, or counts with `record_every > 1`),
+    with state fields only where `_records` allows (names in `recordable`, on a GPU), and
+    none of `check`, `checkpoint`, `truncate_backprop` is asked for; the input is `None` or
+    one constant float array (an integer or PyTree input goes through `input_current`'s
     cast, or its error, on the general path); the state arrays share one shape (not a scalar,
     not empty) and one dtype, float32 or float64; and every parameter and the input is an
     array of that dtype (mixed precision is left to the general path's promotions) that
     broadcasts to the state's shape.
     """
     del record_every  # every window length is served
-    if record is not None or spike_dtype != "bool" or kind not in ("none", "const"):
+    if spike_dtype != "bool" or kind not in ("none", "const"):
+        return False
+    if record is not None and not _records(record, recordable):
         return False
     if check or checkpoint or truncate_backprop is not None:
         return False
@@ -60,6 +65,15 @@ def eligible(
         isinstance(p, jax.Array) and p.dtype == dtype and _broadcasts(p.shape, v.shape)
         for p in params
     )
+
+
+def _records(record: Any, recordable: tuple[str, ...]) -> bool:
+    """Whether a fused run records the state fields `record`: names it can record, and only
+    where its GPU kernel runs (a GPU backend, or `nj.kernels.interpret("gpu")`). The compiled
+    CPU kernels record spikes only, so a CPU run that records fields keeps the general scan."""
+    if not (isinstance(record, tuple) and record and set(record) <= set(recordable)):
+        return False
+    return jax.default_backend() in ("gpu", "cuda") or kernels.interpret_mode() == "gpu"
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:

@@ -1,5 +1,9 @@
 """A whole `simulate` run of an uncoupled `HodgkinHuxley` population in one compiled CPU kernel.
 
+On a GPU the entry's `gpu` slot (`_hh_run_gpu`) runs the whole run as one Pallas Triton kernel
+with `HodgkinHuxley.step` traced in, and records state fields too (`simulate` hands it runs
+that record `v`, `m`, `h` or `n` on a GPU and under `nj.kernels.interpret("gpu")`).
+
 `nj.simulate` takes this path by itself, through `HodgkinHuxley.fused_run`, for an
 `nj.HodgkinHuxley` (or a subclass that keeps its `step`) with an `nj.HHState`, with no
 input or one constant float input, spikes recorded with the default `spike_dtype="bool"` (the
@@ -35,8 +39,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .. import kernels
+from ..kernels import _pallas_run
 from . import _hodgkin_huxley as _hh
 from ._base import input_current
 from ._fused import eligible, scan_spikes, spikes_struct
@@ -56,6 +62,7 @@ def applies(model: Any, state: Any, inputs: Any, **options: Any) -> bool:
         (state.v, state.m, state.h, state.n),
         tuple(getattr(model, name) for name in _PARAMS),
         inputs,
+        recordable=FIELDS,
         **options,
     )
 
@@ -67,12 +74,14 @@ def run(
     dt: float,
     n_rec: int,
     record_every: int = 1,
+    record: tuple[str, ...] | None = None,
 ):
     """Final state and recorded spikes of `n_rec * record_every` steps (see `applies`): the
     bool raster `(n_rec, *shape)` with `record_every=1`, else the spike counts of each window
-    of `record_every` steps, in `simulate`'s count dtype."""
+    of `record_every` steps, in `simulate`'s count dtype; with `record` (field names), also
+    `{name: (n_rec, *shape)}`, each field at the end of each window."""
     current = input_current(inputs, state.v)
-    v, m, h, n, spikes = kernels.call(
+    v, m, h, n, spikes, *fields = kernels.call(
         HH_RUN,
         state.v,
         state.m,
@@ -85,8 +94,12 @@ def run(
         dt=float(dt),
         method=model.method,
         shape=state.v.shape,
+        record=tuple(record or ()),
     )
-    return _hh.HHState(v=v, m=m, h=h, n=n), spikes
+    final = _hh.HHState(v=v, m=m, h=h, n=n)
+    if not record:
+        return final, spikes
+    return final, spikes, dict(zip(record, fields, strict=True))
 
 
 # The kernel's arguments: the state (v, m, h, n), the input current and the parameters of
@@ -96,8 +109,18 @@ def run(
 # front of time: spikes `(*lead, n_rec, *shape)`.
 
 
-def _hh_run_jax(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
-    """The general path: `lax.scan` over `HodgkinHuxley.step`, spikes as `simulate` keeps them."""
+FIELDS = ("v", "m", "h", "n")
+
+
+def _record_indices(record) -> tuple[int, ...]:
+    if not isinstance(record, tuple) or any(f not in FIELDS for f in record):
+        raise ValueError(f"hh_run: record must be a tuple of names in {FIELDS}, got {record!r}")
+    return tuple(FIELDS.index(f) for f in record)
+
+
+def _hh_run_jax(v, m, h, n, current, *params, n_rec, every, dt, method, shape, record=()):
+    """The general path: `lax.scan` over `HodgkinHuxley.step`, spikes as `simulate` keeps them
+    (and the recorded fields at the end of each window)."""
     model = _hh.HodgkinHuxley(**dict(zip(_PARAMS, params, strict=True)), method=method)
 
     def step(st, _):
@@ -105,13 +128,78 @@ def _hh_run_jax(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
         return st, out > 0
 
     state = _hh.HHState(v=v, m=m, h=h, n=n)
-    state, spikes = scan_spikes(step, state, n_rec, every, v)
     lead = v.ndim - len(shape)
-    spikes = jnp.moveaxis(spikes, 0, lead) if lead else spikes
-    return state.v, state.m, state.h, state.n, spikes
+    if not record:
+        state, spikes = scan_spikes(step, state, n_rec, every, v)
+        spikes = jnp.moveaxis(spikes, 0, lead) if lead else spikes
+        return state.v, state.m, state.h, state.n, spikes
+    which = _record_indices(record)
+
+    def window(st, _):
+        st, spikes = scan_spikes(step, st, 1, every, v)
+        return st, (spikes[0], tuple(getattr(st, FIELDS[j]) for j in which))
+
+    state, (spikes, fields) = lax.scan(window, state, None, length=n_rec)
+    rec = (jnp.moveaxis(x, 0, lead) if lead else x for x in (spikes, *fields))
+    return state.v, state.m, state.h, state.n, *rec
 
 
-def _hh_run_cpu(v, m, h, n, current, *params, n_rec, every, dt, method, shape):
+def _hh_run_gpu(
+    v,
+    m,
+    h,
+    n,
+    current,
+    *params,
+    n_rec,
+    every,
+    dt,
+    method,
+    shape,
+    record=(),
+    block: int = 128,
+    num_warps: int = 4,
+):
+    """The whole run as one Pallas Triton kernel (`neurojax.kernels._pallas_run`), the seed's
+    CuPy design: one lane per neuron, every step in a loop inside the kernel with the four
+    state variables in registers, `HodgkinHuxley.step` itself traced in (the same method,
+    rates and spike test as the reference). The input and each parameter keep their own
+    layout: a scalar is a scalar argument, one value per neuron is shared by the trials, and
+    only a parameter with trial axes (a vmapped one) is an array per trial."""
+    which = _record_indices(record)
+    size = math.prod(shape)
+    lead = v.shape[: v.ndim - len(shape)]
+    dtype = v.dtype
+    kinds = tuple(_pallas_run.param_kind(jnp.asarray(p), lead, shape) for p in (current, *params))
+    arrays = tuple(
+        _pallas_run.as_kind(p, kind, lead, shape, dtype)
+        for p, kind in zip((current, *params), kinds, strict=True)
+    )
+
+    def update(st, ps):
+        model = _hh.HodgkinHuxley(**dict(zip(_PARAMS, ps[1:], strict=True)), method=method)
+        new, out = model.step(_hh.HHState(*st), ps[0], dt)
+        return (new.v, new.m, new.h, new.n), out > 0
+
+    final, spikes, fields = _pallas_run.whole_run_gpu(
+        update,
+        [jnp.reshape(x, (-1, size)) for x in (v, m, h, n)],
+        arrays,
+        kinds,
+        n_rec=n_rec,
+        every=every,
+        record=which,
+        spikes_dtype=spikes_struct(n_rec, every, v).dtype,
+        block=block,
+        num_warps=num_warps,
+        name="nj_hh_run",
+    )
+    rec = [x.reshape(*lead, n_rec, *shape) for x in (spikes, *fields)]
+    return (*(x.reshape(v.shape) for x in final), *rec)
+
+
+def _hh_run_cpu(v, m, h, n, current, *params, n_rec, every, dt, method, shape, record=()):
+    del record  # `supports` sends a run that records fields to the reference
     dtype = v.dtype
     lead = v.shape[: v.ndim - len(shape)]
     full = [jnp.broadcast_to(jnp.asarray(p, dtype), v.shape) for p in (current, *params)]
@@ -172,6 +260,13 @@ def _examples():
             vmap_argnums=(0, 4),
             label=f"every{every}-{method}",
         )
+    yield kernels.Example(
+        args,
+        dict(n_rec=8, every=5, dt=0.01, method="rk4", shape=(n,), record=("v", "n")),
+        grad_argnums=(0, 4),
+        vmap_argnums=(0, 4),
+        label="every5-record",
+    )
 
 
 HH_RUN = kernels.register(
@@ -179,6 +274,9 @@ HH_RUN = kernels.register(
         name="hh_run",
         reference=_hh_run_jax,
         cpu=_hh_run_cpu,
+        gpu=_hh_run_gpu,
+        # The C++ kernel records spikes only: a run that records fields runs the reference.
+        supports={"cpu": lambda *args, record=(), **static: not record},
         ffi_targets=(("nj_hh_run", "NjHhRun"),),
         batching=_batching,
         # The kernel's own vectorised exp: equal to the scan to rounding (module docstring).

@@ -363,11 +363,11 @@ class HodgkinHuxley(NeuronModel):
         self, state: HHState, inputs: Any, dt: float, n_rec: int, record_every: int, **options
     ) -> tuple[HHState, Any] | None:
         """The whole run in one call, for an uncoupled population with no input or one
-        constant float input, spikes recorded as the bool raster or as counts, no state
-        field recorded and none of `check`, `checkpoint`, `truncate_backprop`
+        constant float input, spikes recorded as the bool raster or as counts (with state
+        fields on a GPU) and none of `check`, `checkpoint`, `truncate_backprop`
         (`NeuronModel.fused_run` gives the arguments). On CPU one compiled kernel runs all
         steps on XLA's CPU threads, equal to the scan over `step` to rounding (float32 spike
         times within one step); elsewhere the scan itself. `None` for any other run."""
         if not _hh_fused.applies(self, state, inputs, record_every=record_every, **options):
             return None
-        return _hh_fused.run(self, state, inputs, dt, n_rec, record_every)
+        return _hh_fused.run(self, state, inputs, dt, n_rec, record_every, options["record"])

@@ -141,10 +141,10 @@ class LIF(NeuronModel):
     ) -> tuple[LIFState, Any] | None:
         """The whole run in one call, for the runs that `neurojax.simulate` can hand over
         with identical results: an uncoupled population with no input or one constant float
-        input, spikes recorded as the bool raster or as counts, no state field recorded and
+        input, spikes recorded as the bool raster or as counts (with state fields on a GPU) and
         none of `check`, `checkpoint`, `truncate_backprop` (`NeuronModel.fused_run` gives the
         arguments). On CPU one compiled kernel runs all steps, neuron block by neuron block;
         elsewhere a pure-JAX scan of the same arithmetic. `None` for any other run."""
         if not _lif_fused.applies(self, state, inputs, record_every=record_every, **options):
             return None
-        return _lif_fused.run(self, state, inputs, dt, n_rec, record_every)
+        return _lif_fused.run(self, state, inputs, dt, n_rec, record_every, options["record"])
