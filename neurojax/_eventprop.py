@@ -28,7 +28,7 @@ so memory grows with the number of events, never with a number of time steps.
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
@@ -95,7 +95,9 @@ class EventProjection(eqx.Module):
     def __init__(self, pre, post, weight, *, delay=0.0, synapse=None, mask=None, output=None):
         owner = "EventProjection"
         if not isinstance(pre, str) or not isinstance(post, str):
-            raise TypeError(f"{owner}: pre and post must be population names (str), got {pre!r}, {post!r}")
+            raise TypeError(
+                f"{owner}: pre and post must be population names (str), got {pre!r}, {post!r}"
+            )
         if output is not None and not isinstance(output, CurrentOutput):
             kind = "conductance" if isinstance(output, ConductanceOutput) else type(output).__name__
             raise TypeError(
@@ -111,7 +113,9 @@ class EventProjection(eqx.Module):
             )
         w = as_float(weight)
         if w.ndim != 2:
-            raise ValueError(f"{owner}: weight must have shape (n_pre, n_post), got shape {w.shape}")
+            raise ValueError(
+                f"{owner}: weight must have shape (n_pre, n_post), got shape {w.shape}"
+            )
         d = as_float(delay)
         if d.ndim not in (0, 2) or (d.ndim == 2 and d.shape != w.shape):
             raise ValueError(
@@ -119,13 +123,17 @@ class EventProjection(eqx.Module):
                 f"shape {d.shape}"
             )
         if is_concrete(d) and not np.all(np.asarray(d) >= 0):
-            raise ValueError(f"{owner}: delay must be >= 0 ms, got minimum {float(np.min(np.asarray(d)))}")
+            raise ValueError(
+                f"{owner}: delay must be >= 0 ms, got minimum {float(np.min(np.asarray(d)))}"
+            )
         if mask is None:
             m = jnp.ones(w.shape, w.dtype)
         else:
             m = jnp.asarray(mask)
             if m.shape != w.shape:
-                raise ValueError(f"{owner}: mask must have the weight's shape {w.shape}, got {m.shape}")
+                raise ValueError(
+                    f"{owner}: mask must have the weight's shape {w.shape}, got {m.shape}"
+                )
             m = m.astype(w.dtype)
         self.pre, self.post = pre, post
         self.weight, self.delay, self.mask, self.synapse = w, d, m, synapse
@@ -179,13 +187,17 @@ class EventNetwork(eqx.Module):
     def __init__(self, populations, inputs, projections, readouts=()):
         owner = "EventNetwork"
         if not isinstance(populations, Mapping) or not populations:
-            raise TypeError(f"{owner}: populations must be a non-empty dict {{name: (nj.LIF, size)}}, got {populations!r}")
+            raise TypeError(
+                f"{owner}: populations must be a non-empty dict {{name: (nj.LIF, size)}}, got {populations!r}"
+            )
         if not isinstance(inputs, Mapping):
             raise TypeError(f"{owner}: inputs must be a dict {{name: size}}, got {inputs!r}")
         pops, sizes = {}, {}
         for name, entry in populations.items():
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-                raise TypeError(f"{owner}: populations[{name!r}] must be (model, size), got {entry!r}")
+                raise TypeError(
+                    f"{owner}: populations[{name!r}] must be (model, size), got {entry!r}"
+                )
             model, size = entry
             check_eventprop_model(f"{owner}: populations[{name!r}]", model)
             _check_size(owner, f"populations[{name!r}]", size)
@@ -200,17 +212,25 @@ class EventNetwork(eqx.Module):
         readouts = tuple(readouts)
         for name in readouts:
             if name not in sizes:
-                raise ValueError(f"{owner}: readout {name!r} is not a neuron population; populations are {list(sizes)}")
+                raise ValueError(
+                    f"{owner}: readout {name!r} is not a neuron population; populations are {list(sizes)}"
+                )
         projections = tuple(projections)
         kinds: dict[str, Any] = {}
         for k, p in enumerate(projections):
             if not isinstance(p, EventProjection):
-                raise TypeError(f"{owner}: projections[{k}] must be an EventProjection, got {type(p).__name__}")
+                raise TypeError(
+                    f"{owner}: projections[{k}] must be an EventProjection, got {type(p).__name__}"
+                )
             n_pre = sizes.get(p.pre, ins.get(p.pre))
             if n_pre is None:
-                raise ValueError(f"{owner}: projections[{k}].pre = {p.pre!r} is neither a population nor an input")
+                raise ValueError(
+                    f"{owner}: projections[{k}].pre = {p.pre!r} is neither a population nor an input"
+                )
             if p.post not in sizes:
-                raise ValueError(f"{owner}: projections[{k}].post = {p.post!r} is not a neuron population (inputs take no synapses)")
+                raise ValueError(
+                    f"{owner}: projections[{k}].post = {p.post!r} is not a neuron population (inputs take no synapses)"
+                )
             if (p.n_pre, p.n_post) != (n_pre, sizes[p.post]):
                 raise ValueError(
                     f"{owner}: projections[{k}] ({p.pre} -> {p.post}) has weight shape "
@@ -227,14 +247,26 @@ class EventNetwork(eqx.Module):
             if isinstance(syn, Exponential):
                 tau = np.asarray(syn.tau) if is_concrete(syn.tau) else None
                 if tau is not None and tau.ndim:
-                    raise ValueError(f"{owner}: projections[{k}]: synapse tau must be a scalar for EventProp, got shape {tau.shape}")
-                if tau is not None and is_concrete(pops[name].tau_m) and np.any(np.isclose(np.asarray(pops[name].tau_m), tau, rtol=1e-6)):
+                    raise ValueError(
+                        f"{owner}: projections[{k}]: synapse tau must be a scalar for EventProp, got shape {tau.shape}"
+                    )
+                if (
+                    tau is not None
+                    and is_concrete(pops[name].tau_m)
+                    and np.any(np.isclose(np.asarray(pops[name].tau_m), tau, rtol=1e-6))
+                ):
                     raise ValueError(
                         f"{owner}: population {name!r}: tau_m equals the synapse tau ({float(tau)} ms); "
                         "the closed-form solution needs tau_m != tau_s"
                     )
                 for j, q in enumerate(projections):
-                    if q.post == name and j != k and is_concrete(q.synapse.tau) and tau is not None and not np.array_equal(np.asarray(q.synapse.tau), tau):
+                    if (
+                        q.post == name
+                        and j != k
+                        and is_concrete(q.synapse.tau)
+                        and tau is not None
+                        and not np.array_equal(np.asarray(q.synapse.tau), tau)
+                    ):
                         raise ValueError(
                             f"{owner}: projections[{k}] and [{j}] onto {name!r} have different synapse "
                             f"tau ({float(tau)}, {float(np.asarray(q.synapse.tau))} ms); EventProp keeps one current per neuron"
@@ -250,10 +282,18 @@ def _check_size(owner, what, size):
 
 def _check_lif(owner, name, m: LIF):
     if m.method != "exact":
-        raise ValueError(f"{owner}: populations[{name!r}] uses method={m.method!r}; EventProp solves the dynamics exactly (method='exact')")
+        raise ValueError(
+            f"{owner}: populations[{name!r}] uses method={m.method!r}; EventProp solves the dynamics exactly (method='exact')"
+        )
     if is_concrete(m.t_ref) and np.any(np.asarray(m.t_ref) != 0):
-        raise ValueError(f"{owner}: populations[{name!r}] has t_ref={np.asarray(m.t_ref)}; EventProp needs t_ref = 0")
-    if is_concrete(m.v_th) and is_concrete(m.v_rest) and np.any(np.asarray(m.v_th) <= np.asarray(m.v_rest)):
+        raise ValueError(
+            f"{owner}: populations[{name!r}] has t_ref={np.asarray(m.t_ref)}; EventProp needs t_ref = 0"
+        )
+    if (
+        is_concrete(m.v_th)
+        and is_concrete(m.v_rest)
+        and np.any(np.asarray(m.v_th) <= np.asarray(m.v_rest))
+    ):
         raise ValueError(
             f"{owner}: populations[{name!r}] needs v_rest < v_th (no spontaneous firing), got "
             f"v_rest={np.asarray(m.v_rest)}, v_th={np.asarray(m.v_th)}"
@@ -501,7 +541,8 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
     zero = jnp.zeros((n,), dtype)
     x0 = (zero, zero, zero, zero)
     ptrs0 = tuple(
-        jnp.zeros((pj.n_pre, pj.n_post) if pj.per_synapse else (pj.n_pre,), jnp.int32) for pj in cfg.projs
+        jnp.zeros((pj.n_pre, pj.n_post) if pj.per_synapse else (pj.n_pre,), jnp.int32)
+        for pj in cfg.projs
     )
     spiking = jnp.asarray(cfg.spiking) & ~jnp.asarray(cfg.delta)
     ints = jnp.zeros((e_max,), jnp.int32)
@@ -541,7 +582,9 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
             p_star = j = kk = i_a = jnp.zeros((), jnp.int32)
         bound = jnp.minimum(t_a, t_max)
         horizon = jnp.maximum(bound - t, 0.0)
-        lo, hi, found = _bracket(x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon)
+        lo, hi, found = _bracket(
+            x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon
+        )
         found = found & spiking
         s_cross = _solve((x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"]), lo, hi)
         s_cross = jnp.where(found, s_cross, jnp.inf)
@@ -598,12 +641,16 @@ def _run(cfg, prm, s_in, t_max):
 
 
 def _outputs(c):
-    return c["s"], c["counts"], c["x"], c["e"], c["overflow"] | ~c["done"]
+    # overflow code: 1 a neuron fired more than max_spikes, 2 the run needed more events
+    code = jnp.where(c["overflow"], 1, jnp.where(c["done"], 0, 2)).astype(jnp.int32)
+    return c["s"], c["counts"], c["x"], c["e"], code
 
 
 def _run_fwd(cfg, prm, s_in, t_max):
     c = _forward(cfg, prm, s_in, t_max)
-    res = {key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "horizon", "ts", "xs")}
+    res = {
+        key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "horizon", "ts", "xs")
+    }
     return _outputs(c), (prm, s_in, t_max, res)
 
 
@@ -629,8 +676,19 @@ def _run_bwd(cfg, saved, cts):
 
         def f(x_b, t_prev, s_all, s_in, prm, t_max):
             x1, t_e, _ = _event(
-                cfg, res["branch"][e], res["j"][e], res["kk"][e], res["i"][e], res["horizon"][e],
-                x_b, t_prev, s_all, s_in, prm, t_max, spiked=spiked,
+                cfg,
+                res["branch"][e],
+                res["j"][e],
+                res["kk"][e],
+                res["i"][e],
+                res["horizon"][e],
+                x_b,
+                t_prev,
+                s_all,
+                s_in,
+                prm,
+                t_max,
+                spiked=spiked,
             )
             return x1, t_e
 
@@ -699,12 +757,24 @@ def eventprop_run(
     owner = "eventprop_run"
     if not isinstance(net, EventNetwork):
         raise TypeError(f"{owner}: net must be an EventNetwork, got {type(net).__name__}")
-    if isinstance(max_spikes, bool) or not isinstance(max_spikes, (int, np.integer)) or max_spikes < 1:
+    if (
+        isinstance(max_spikes, bool)
+        or not isinstance(max_spikes, (int, np.integer))
+        or max_spikes < 1
+    ):
         raise ValueError(f"{owner}: max_spikes must be a positive int, got {max_spikes!r}")
     if not isinstance(input_spikes, Mapping) or set(input_spikes) != set(net.inputs):
-        got = sorted(input_spikes) if isinstance(input_spikes, Mapping) else type(input_spikes).__name__
-        raise ValueError(f"{owner}: input_spikes must give times for exactly the inputs {sorted(net.inputs)}, got {got}")
-    if isinstance(t_max, bool) or not isinstance(t_max, (int, float, np.floating, np.integer, jax.Array)):
+        got = (
+            sorted(input_spikes)
+            if isinstance(input_spikes, Mapping)
+            else type(input_spikes).__name__
+        )
+        raise ValueError(
+            f"{owner}: input_spikes must give times for exactly the inputs {sorted(net.inputs)}, got {got}"
+        )
+    if isinstance(t_max, bool) or not isinstance(
+        t_max, (int, float, np.floating, np.integer, jax.Array)
+    ):
         raise TypeError(f"{owner}: t_max must be a number of ms, got {t_max!r}")
     if is_concrete(t_max) and not (float(t_max) > 0 and math.isfinite(float(t_max))):
         raise ValueError(f"{owner}: t_max must be a finite number of ms > 0, got {t_max!r}")
@@ -715,27 +785,43 @@ def eventprop_run(
         off += net.sizes[name]
     n = off
     in_names = list(net.inputs)
-    dtype = jnp.result_type(*[p.weight for p in net.projections]) if net.projections else jnp.result_type(float)
+    dtype = (
+        jnp.result_type(*[p.weight for p in net.projections])
+        if net.projections
+        else jnp.result_type(float)
+    )
     s_in = []
     for name in in_names:
         t = jnp.asarray(input_spikes[name])
         if t.ndim == 1:
             t = t[:, None]
         if t.ndim != 2 or t.shape[0] != net.inputs[name]:
-            raise ValueError(f"{owner}: input_spikes[{name!r}] must have shape ({net.inputs[name]}, k_in), got {t.shape}")
+            raise ValueError(
+                f"{owner}: input_spikes[{name!r}] must have shape ({net.inputs[name]}, k_in), got {t.shape}"
+            )
         if not jnp.issubdtype(t.dtype, jnp.floating):
             t = t.astype(dtype)
         if is_concrete(t):
             a = np.asarray(t)
             if np.any(np.isnan(a)) or np.any(a < 0):
-                raise ValueError(f"{owner}: input_spikes[{name!r}] must be >= 0 ms or +inf (no spike), got minimum {np.nanmin(a) if not np.all(np.isnan(a)) else 'nan'}")
+                raise ValueError(
+                    f"{owner}: input_spikes[{name!r}] must be >= 0 ms or +inf (no spike), got minimum {np.nanmin(a) if not np.all(np.isnan(a)) else 'nan'}"
+                )
         s_in.append(jnp.sort(t.astype(dtype), axis=1))
     if max_events is None:
         n_in_spikes = sum(int(t.shape[0] * t.shape[1]) for t in s_in)
         max_events = (n_in_spikes + n * max_spikes) * (len(net.projections) + 1) + 1
         if any(p.per_synapse_delay for p in net.projections):
-            max_events += sum(n_in_spikes * p.n_post if p.pre in net.inputs else p.n_pre * max_spikes * p.n_post for p in net.projections if p.per_synapse_delay)
-    elif isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer)) or max_events < 2:
+            max_events += sum(
+                n_in_spikes * p.n_post if p.pre in net.inputs else p.n_pre * max_spikes * p.n_post
+                for p in net.projections
+                if p.per_synapse_delay
+            )
+    elif (
+        isinstance(max_events, bool)
+        or not isinstance(max_events, (int, np.integer))
+        or max_events < 2
+    ):
         raise ValueError(f"{owner}: max_events must be an int >= 2, got {max_events!r}")
 
     tau_m, tau_s, r, theta, u_r, v_rest = [], [], [], [], [], []
@@ -773,11 +859,22 @@ def eventprop_run(
                 delta=isinstance(p.synapse, Delta),
             )
         )
-    cfg = _Cfg(n=n, k=int(max_spikes), max_events=int(max_events), projs=tuple(projs), delta=tuple(delta), spiking=tuple(spiking))
+    cfg = _Cfg(
+        n=n,
+        k=int(max_spikes),
+        max_events=int(max_events),
+        projs=tuple(projs),
+        delta=tuple(delta),
+        spiking=tuple(spiking),
+    )
     d_list = []
     for p in net.projections:
         d = p.delay.astype(dtype)
-        d = eqx.error_if(d, jnp.any(jax.lax.stop_gradient(d) < 0), f"{owner}: a delay became negative; delays must stay >= 0 ms")
+        d = eqx.error_if(
+            d,
+            jnp.any(jax.lax.stop_gradient(d) < 0),
+            f"{owner}: a delay became negative; delays must stay >= 0 ms",
+        )
         d_list.append(d)
     prm = dict(
         w=[p.weight.astype(dtype) for p in net.projections],
@@ -793,9 +890,13 @@ def eventprop_run(
     s, counts, x, n_events, overflow = _run(cfg, prm, s_in, t_max_arr)
     s = eqx.error_if(
         s,
-        jax.lax.stop_gradient(overflow),
-        f"{owner}: the run needed more than max_spikes={max_spikes} spikes for a neuron or more "
-        f"than max_events={max_events} events; raise them",
+        overflow == 1,
+        f"{owner}: a neuron fired more than max_spikes={max_spikes} spikes; raise max_spikes",
+    )
+    s = eqx.error_if(
+        s,
+        overflow == 2,
+        f"{owner}: the run needed more than max_events={max_events} events; raise max_events",
     )
     vr_all = cat(v_rest)
     u, _, vint, vmax = x

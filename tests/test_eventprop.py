@@ -12,11 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import test_eventprop_reference as ref
 
 import neurojax as nj
 from neurojax._eventprop import EventNetwork, EventProjection, eventprop_run
-
-import test_eventprop_reference as ref
 
 T_MAX = 30.0
 
@@ -30,7 +29,9 @@ def _x64():
 def _net(seed, *, recurrent=False, per_synapse=False, delta=False, readout=False):
     rng = np.random.default_rng(seed)
     n_in, n_hid, n_out = 4, 6, 3
-    lif = nj.LIF(tau_m=10.0 + rng.uniform(0, 5, n_hid), v_rest=-1.0, v_reset=-1.5, v_th=0.0, r_m=1.0)
+    lif = nj.LIF(
+        tau_m=10.0 + rng.uniform(0, 5, n_hid), v_rest=-1.0, v_reset=-1.5, v_th=0.0, r_m=1.0
+    )
     lif_out = nj.LIF(tau_m=12.0, v_rest=0.0, v_reset=0.0, v_th=1.0, r_m=2.0)
     syn = nj.Delta() if delta else nj.Exponential(4.0)
     scale = 6.0 if delta else 1.0
@@ -48,7 +49,9 @@ def _net(seed, *, recurrent=False, per_synapse=False, delta=False, readout=False
         np.fill_diagonal(wr, 0.0)
         projs.append(EventProjection("hid", "hid", wr, delay=2.1, synapse=syn))
     net = EventNetwork(
-        {"hid": (lif, n_hid), "out": (lif_out, n_out)}, {"in": n_in}, projs,
+        {"hid": (lif, n_hid), "out": (lif_out, n_out)},
+        {"in": n_in},
+        projs,
         readouts=("out",) if readout else (),
     )
     times = rng.uniform(0.0, 8.0, (n_in, 2))
@@ -63,12 +66,23 @@ def _reference(net, inputs):
         b = lambda x: np.broadcast_to(np.asarray(x, float), (n,)).copy()  # noqa: E731
         s = syn[name]
         pops[name] = dict(
-            n=n, tau_m=b(model.tau_m), tau_s=None if isinstance(s, nj.Delta) else b(s.tau),
-            r=b(model.r_m), v_th=b(model.v_th), v_reset=b(model.v_reset), v_rest=b(model.v_rest),
+            n=n,
+            tau_m=b(model.tau_m),
+            tau_s=None if isinstance(s, nj.Delta) else b(s.tau),
+            r=b(model.r_m),
+            v_th=b(model.v_th),
+            v_reset=b(model.v_reset),
+            v_rest=b(model.v_rest),
         )
     projs = [
-        dict(pre=p.pre, post=p.post, w=np.asarray(p.weight, float), d=np.asarray(p.delay, float),
-             mask=np.asarray(p.mask) != 0, delta=isinstance(p.synapse, nj.Delta))
+        dict(
+            pre=p.pre,
+            post=p.post,
+            w=np.asarray(p.weight, float),
+            d=np.asarray(p.delay, float),
+            mask=np.asarray(p.mask) != 0,
+            delta=isinstance(p.synapse, nj.Delta),
+        )
         for p in net.projections
     ]
     ins = {k: [list(row) for row in np.asarray(v, float)] for k, v in inputs.items()}
@@ -77,8 +91,14 @@ def _reference(net, inputs):
 
 def _coeffs(net, seed):
     rng = np.random.default_rng(seed + 100)
-    return {name: (rng.normal(size=(net.sizes[name], 4)), rng.normal(size=net.sizes[name]),
-                   rng.normal(size=net.sizes[name]) * 0.01) for name in net.sizes}
+    return {
+        name: (
+            rng.normal(size=(net.sizes[name], 4)),
+            rng.normal(size=net.sizes[name]),
+            rng.normal(size=net.sizes[name]) * 0.01,
+        )
+        for name in net.sizes
+    }
 
 
 def _loss_jax(net, inputs, coeffs):
@@ -118,7 +138,7 @@ def _leaves(net):
     return out
 
 
-def _check_grad(net, inputs, seed, h=1e-6, rtol=1e-4):
+def _check_grad(net, inputs, seed, h=1e-6, rtol=1e-4, only=None):
     coeffs = _coeffs(net, seed)
     base, pattern = _loss_ref(net, inputs, coeffs)
     assert sum(pattern) > 0, "the test network must spike"
@@ -127,6 +147,8 @@ def _check_grad(net, inputs, seed, h=1e-6, rtol=1e-4):
     np.testing.assert_allclose(float(value), base, rtol=1e-9, atol=1e-9)
     checked = 0
     for label, get in _leaves(net):
+        if only is not None and label not in only:
+            continue
         x0 = np.asarray(get(net), float)
         g = np.asarray(get(grad), float)
         g = np.broadcast_to(g, x0.shape) if g.shape != x0.shape else g
@@ -145,13 +167,20 @@ def _check_grad(net, inputs, seed, h=1e-6, rtol=1e-4):
             scale = max(abs(fd), 1e-3)
             assert abs(got - fd) <= rtol * scale, f"{label}{idx}: eventprop {got}, finite diff {fd}"
             checked += 1
-    assert checked > 20
+    assert checked > (10 if only else 20)
     return checked
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind",
-    ["feedforward", "feedforward_synapse_delays", "recurrent", "recurrent_synapse_delays", "readout"],
+    [
+        "feedforward",
+        "feedforward_synapse_delays",
+        "recurrent",
+        "recurrent_synapse_delays",
+        "readout",
+    ],
 )
 def test_gradients_match_finite_differences_of_the_reference(kind):
     net, inputs = _net(
@@ -161,3 +190,128 @@ def test_gradients_match_finite_differences_of_the_reference(kind):
         readout=kind == "readout",
     )
     _check_grad(net, inputs, 3)
+
+
+def test_recurrent_network_with_synapse_delays_matches_finite_differences_on_a_sample():
+    # the fast default version of the slow test above: every weight and delay of the
+    # recurrent projection and a sample of the rest
+    net, inputs = _net(3, recurrent=True, per_synapse=True)
+    _check_grad(net, inputs, 3, only=("w2", "d1", "hid.tau_m", "hid.v_th", "tau_s0"))
+
+
+@pytest.mark.slow
+def test_delta_synapses_spike_at_arrivals_and_match_finite_differences():
+    net, inputs = _net(5, delta=True)
+    _check_grad(net, inputs, 5)
+
+
+def test_forward_spike_times_equal_the_reference_to_float64_precision():
+    net, inputs = _net(7, recurrent=True, per_synapse=True)
+    rec = eventprop_run(net, inputs, t_max=T_MAX, max_spikes=4)
+    out = _reference(net, inputs)
+    for name in net.sizes:
+        for i, train in enumerate(out[name]["spikes"]):
+            got = np.asarray(rec.spike_times[name][i])
+            assert int(rec.counts[name][i]) == len(train)
+            np.testing.assert_allclose(got[: len(train)], train, rtol=0, atol=1e-11)
+            assert np.all(np.isinf(got[len(train) :]))
+        np.testing.assert_allclose(rec.v_max[name], out[name]["v_max"], rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(
+            rec.v_integral[name], out[name]["v_integral"], rtol=1e-11, atol=1e-9
+        )
+
+
+def test_jit_and_vmap_equal_single_eager_runs_and_grad_is_finite():
+    net, inputs = _net(3)
+    batch = jnp.stack([inputs["in"], inputs["in"] + 0.5, inputs["in"] * 0.9])
+
+    def first(net, t):
+        return eventprop_run(net, {"in": t}, t_max=T_MAX).spike_times["hid"][:, 0]
+
+    batched = jax.jit(jax.vmap(first, in_axes=(None, 0)))(net, batch)
+    for b in range(3):
+        np.testing.assert_array_equal(batched[b], first(net, batch[b]))
+
+    def loss(net):
+        s = jax.vmap(first, in_axes=(None, 0))(net, batch)
+        return jnp.sum(jnp.where(jnp.isfinite(s), s, 0.0))
+
+    g = jax.jit(jax.grad(loss))(net)
+    g0 = sum(
+        jax.grad(
+            lambda n, b=b: jnp.sum(
+                jnp.where(jnp.isfinite(first(n, batch[b])), first(n, batch[b]), 0.0)
+            )
+        )(net)
+        .projections[0]
+        .weight
+        for b in range(3)
+    )
+    np.testing.assert_allclose(g.projections[0].weight, g0, rtol=1e-10, atol=1e-12)
+    assert np.all(np.isfinite(np.asarray(g.projections[0].weight)))
+    assert np.any(np.asarray(g.projections[0].weight) != 0)
+
+
+def test_gradient_is_zero_off_the_mask():
+    net, inputs = _net(3)
+    coeffs = _coeffs(net, 3)
+    g = jax.grad(_loss_jax)(net, inputs, coeffs)
+    mask = np.asarray(net.projections[1].mask) != 0
+    assert not mask.all()
+    assert np.all(np.asarray(g.projections[1].weight)[~mask] == 0)
+
+
+@pytest.mark.parametrize(
+    "model, match",
+    [
+        (nj.Izhikevich(), "Izhikevich neurons have no exact spike time|got Izhikevich"),
+        (nj.AdEx(), "got AdEx"),
+        (nj.HodgkinHuxley(), "got HodgkinHuxley"),
+    ],
+)
+def test_models_without_an_exact_spike_time_are_refused(model, match):
+    with pytest.raises(TypeError, match=match):
+        EventNetwork({"a": (model, 2)}, {"in": 1}, [])
+
+
+def test_refusals_name_the_argument():
+    lif = nj.LIF(v_rest=0.0, v_reset=0.0, v_th=1.0)
+    w = np.ones((1, 2))
+    with pytest.raises(TypeError, match="current-based synapses only"):
+        EventProjection("in", "a", w, output=nj.ConductanceOutput(0.0))
+    with pytest.raises(TypeError, match="nj.Exponential\\(tau\\) or nj.Delta\\(\\)"):
+        EventProjection("in", "a", w, synapse=nj.Alpha(5.0))
+    with pytest.raises(ValueError, match="delay must be >= 0 ms"):
+        EventProjection("in", "a", w, delay=-1.0)
+    with pytest.raises(ValueError, match="t_ref=.*t_ref = 0"):
+        EventNetwork(
+            {"a": (nj.LIF(v_rest=0.0, v_reset=0.0, v_th=1.0, t_ref=2.0), 2)}, {"in": 1}, []
+        )
+    with pytest.raises(ValueError, match="v_rest < v_th"):
+        EventNetwork({"a": (nj.LIF(v_rest=2.0, v_reset=0.0, v_th=1.0), 2)}, {"in": 1}, [])
+    with pytest.raises(ValueError, match="tau_m equals the synapse tau"):
+        EventNetwork(
+            {"a": (nj.LIF(tau_m=5.0, v_rest=0.0, v_reset=0.0, v_th=1.0), 2)},
+            {"in": 1},
+            [EventProjection("in", "a", w, synapse=nj.Exponential(5.0))],
+        )
+    net = EventNetwork({"a": (lif, 2)}, {"in": 1}, [EventProjection("in", "a", w)])
+    with pytest.raises(ValueError, match="exactly the inputs \\['in'\\]"):
+        eventprop_run(net, {"x": jnp.zeros((1, 1))}, t_max=10.0)
+    with pytest.raises(ValueError, match="must be >= 0 ms or \\+inf"):
+        eventprop_run(net, {"in": -jnp.ones((1, 1))}, t_max=10.0)
+    with pytest.raises(ValueError, match="t_max must be a finite number of ms > 0"):
+        eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=0.0)
+    with pytest.raises(ValueError, match="max_spikes must be a positive int"):
+        eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=10.0, max_spikes=0)
+
+
+def test_a_neuron_that_fires_more_than_max_spikes_raises():
+    lif = nj.LIF(tau_m=10.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
+    net = EventNetwork(
+        {"a": (lif, 1)}, {"in": 1}, [EventProjection("in", "a", np.full((1, 1), 50.0))]
+    )
+    with pytest.raises(Exception, match="fired more than max_spikes=1"):
+        jax.block_until_ready(
+            eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=50.0, max_spikes=1).spike_times["a"]
+        )

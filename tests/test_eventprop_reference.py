@@ -65,8 +65,13 @@ def simulate(pops, inputs, projs, t_max, readouts=()):
     st = {}
     for name in names:
         p = pops[name]
-        st[name] = dict(u=np.zeros(p["n"]), i=np.zeros(p["n"]), vmax=np.zeros(p["n"]),
-                        vint=np.zeros(p["n"]), spikes=[[] for _ in range(p["n"])])
+        st[name] = dict(
+            u=np.zeros(p["n"]),
+            i=np.zeros(p["n"]),
+            vmax=np.zeros(p["n"]),
+            vint=np.zeros(p["n"]),
+            spikes=[[] for _ in range(p["n"])],
+        )
     heap, seq = [], 0
 
     def emit(pre, j, t):
@@ -92,7 +97,11 @@ def simulate(pops, inputs, projs, t_max, readouts=()):
         for name in names:
             p, s = pops[name], st[name]
             for k in range(p["n"]):
-                tm, ts, r = p["tau_m"][k], p["tau_s"][k] if p["tau_s"] is not None else 1.0, p["r"][k]
+                tm, ts, r = (
+                    p["tau_m"][k],
+                    p["tau_s"][k] if p["tau_s"] is not None else 1.0,
+                    p["r"][k],
+                )
                 u0, i0 = s["u"][k], s["i"][k]
                 for c in _peak(u0, i0, dt, tm, ts, r):
                     s["vmax"][k] = max(s["vmax"][k], _free(u0, i0, c, tm, ts, r))
@@ -110,7 +119,9 @@ def simulate(pops, inputs, projs, t_max, readouts=()):
                 continue
             for k in range(p["n"]):
                 th = p["v_th"][k] - p["v_rest"][k]
-                c = _first_crossing(s["u"][k], s["i"][k], bound - t, p["tau_m"][k], p["tau_s"][k], p["r"][k], th)
+                c = _first_crossing(
+                    s["u"][k], s["i"][k], bound - t, p["tau_m"][k], p["tau_s"][k], p["r"][k], th
+                )
                 if c is not None and t + c < best[0]:
                     best = (t + c, name, k)
         if best[1] is not None and best[0] < t_arr:

@@ -20,6 +20,10 @@ each step in the backward pass) and `truncate_backprop=K` (truncated backpropaga
 time).
 """
 
+from .._eventprop import EventNetwork as EventNetwork
+from .._eventprop import EventProjection as EventProjection
+from .._eventprop import EventRecording as EventRecording
+from .._eventprop import eventprop_run as eventprop_run
 from ._conv import AvgPool2d as AvgPool2d
 from ._conv import Flatten as Flatten
 from ._conv import SpikingConv as SpikingConv
@@ -32,10 +36,19 @@ from ._conv import conv1d as conv1d
 from ._conv import conv2d as conv2d
 from ._conv import conv_output_shape as conv_output_shape
 from ._conv import sum_pool2d as sum_pool2d
+from ._datasets import latency_digits as latency_digits
+from ._datasets import ttfs_encode as ttfs_encode
+from ._datasets import yin_yang as yin_yang
 from ._encoders import current_encode as current_encode
 from ._encoders import latency_encode as latency_encode
 from ._encoders import poisson_encode as poisson_encode
 from ._encoders import rate_encode as rate_encode
+from ._eventprop_losses import first_spike_accuracy as first_spike_accuracy
+from ._eventprop_losses import first_spike_cross_entropy as first_spike_cross_entropy
+from ._eventprop_losses import first_spike_mse as first_spike_mse
+from ._eventprop_losses import first_spike_times as first_spike_times
+from ._eventprop_losses import voltage_integral_cross_entropy as voltage_integral_cross_entropy
+from ._eventprop_losses import voltage_max_cross_entropy as voltage_max_cross_entropy
 from ._layers import LeakyReadout as LeakyReadout
 from ._layers import ReadoutState as ReadoutState
 from ._layers import RecurrentState as RecurrentState
