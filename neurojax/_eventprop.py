@@ -47,6 +47,7 @@ __all__ = [
     "EventRecording",
     "eventprop_run",
     "check_eventprop_model",
+    "simulate_eventprop",
 ]
 
 _NEWTON_BISECT = 20  # bisection steps before Newton: the bracket shrinks by 2^20
@@ -916,4 +917,104 @@ def eventprop_run(
         v_final=out["fin"],
         n_events=n_events,
         t_max=t_max_arr,
+    )
+
+
+def _describe_refusal(model: Any) -> str:
+    """Why `model` cannot run with `gradient="eventprop"`, in one sentence."""
+    name = type(model).__name__
+    projections = getattr(model, "projections", None)
+    if projections is not None and hasattr(model, "sizes"):  # an nj.Network
+        for k, p in enumerate(projections):
+            out = getattr(p, "output", None)
+            if out is not None and not isinstance(out, CurrentOutput):
+                return (
+                    f"projections[{k}] ({p.pre} -> {p.post}) has a "
+                    f"{type(out).__name__}: EventProp supports current-based synapses only (a "
+                    "conductance makes the input depend on v and the sub-threshold solution is "
+                    "no longer closed form)"
+                )
+        return (
+            "an nj.Network runs on a time grid (delays rounded to steps, spikes dated at the end "
+            "of a step); for exact spike times build the same populations and projections as an "
+            "nj.training.EventNetwork of nj.training.EventProjection"
+        )
+    if type(model) is LIF:
+        return (
+            "an uncoupled nj.LIF population has no synaptic input to learn from; wrap it in an "
+            "nj.training.EventNetwork with an input population and projections"
+        )
+    if hasattr(model, "step") and hasattr(model, "init_state"):
+        return (
+            f"{name} has no exact spike time (Izhikevich, AdEx and Hodgkin-Huxley neurons have "
+            "no closed-form sub-threshold solution and no fixed threshold), so EventProp's jump "
+            "conditions do not apply"
+        )
+    return f"{name} is not an nj.training.EventNetwork"
+
+
+_GRID_DEFAULTS = dict(
+    record=None,
+    record_every=1,
+    chunk_size=None,
+    progress=False,
+    check=False,
+    unroll=1,
+    batch_block=None,
+    checkpoint=False,
+    truncate_backprop=None,
+    start=None,
+)
+
+
+def simulate_eventprop(
+    model: Any,
+    state: Any,
+    inputs: Any,
+    *,
+    dt: float,
+    n_steps: int | None,
+    gradient: str = "eventprop",
+    options: Mapping[str, Any] | None = None,
+    max_spikes: int = 4,
+    max_events: int | None = None,
+) -> tuple[None, EventRecording]:
+    """`nj.simulate(..., gradient="eventprop")`: run an `EventNetwork` for `n_steps * dt` ms
+    event by event (see `eventprop_run`); `state` must be `None` (the network starts at
+    rest) and `inputs` the input spike times `{input name: (n, k_in) times}`. Options of
+    `simulate` that belong to the time grid (`record`, `chunk_size`, `checkpoint`, ...) are
+    refused rather than ignored when `options` (their values) differ from the defaults."""
+    if gradient != "eventprop":
+        raise ValueError(f"simulate: gradient must be 'surrogate' or 'eventprop', got {gradient!r}")
+    owner = "simulate(gradient='eventprop')"
+    unsupported = {
+        k: v
+        for k, v in (options or {}).items()
+        if not (
+            v is _GRID_DEFAULTS[k]
+            or (type(v) is type(_GRID_DEFAULTS[k]) and v == _GRID_DEFAULTS[k])
+        )
+    }
+    if not isinstance(model, EventNetwork):
+        raise TypeError(f"{owner}: {_describe_refusal(model)}; or use gradient='surrogate'")
+    if state is not None:
+        raise ValueError(
+            f"{owner}: state must be None (an EventNetwork starts at rest), got "
+            f"{type(state).__name__}"
+        )
+    for name, value in unsupported.items():
+        raise ValueError(
+            f"{owner}: {name}={value!r} belongs to the time-grid simulation and is not "
+            "supported with EventProp (which records exact spike times, voltage maxima and "
+            "integrals); leave it at its default"
+        )
+    if n_steps is None:
+        raise ValueError(f"{owner}: give n_steps (the run lasts n_steps * dt ms)")
+    if not isinstance(inputs, Mapping):
+        raise TypeError(
+            f"{owner}: inputs must be the input spike times {{input name: (n, k_in) array}}, "
+            f"got {type(inputs).__name__}"
+        )
+    return None, eventprop_run(
+        model, inputs, t_max=n_steps * dt, max_spikes=max_spikes, max_events=max_events
     )

@@ -16,6 +16,7 @@ import test_eventprop_reference as ref
 
 import neurojax as nj
 from neurojax._eventprop import EventNetwork, EventProjection, eventprop_run
+from neurojax.training import yin_yang as nt_yin_yang
 
 T_MAX = 30.0
 
@@ -315,3 +316,55 @@ def test_a_neuron_that_fires_more_than_max_spikes_raises():
         jax.block_until_ready(
             eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=50.0, max_spikes=1).spike_times["a"]
         )
+
+
+def test_simulate_switch_runs_eventprop_and_refuses_what_it_cannot_do():
+    net, inputs = _net(3)
+    _, rec = nj.simulate(net, None, inputs, dt=0.1, n_steps=300, gradient="eventprop")
+    direct = eventprop_run(net, inputs, t_max=30.0)
+    np.testing.assert_array_equal(rec.spike_times["hid"], direct.spike_times["hid"])
+
+    def loss(net):
+        _, r = nj.simulate(net, None, inputs, dt=0.1, n_steps=300, gradient="eventprop")
+        s = r.spike_times["hid"]
+        return jnp.sum(jnp.where(jnp.isfinite(s), s, 0.0))
+
+    g = jax.grad(loss)(net)
+    assert np.any(np.asarray(g.projections[0].weight) != 0)
+    with pytest.raises(ValueError, match="gradient must be 'surrogate' or 'eventprop', got 'exact'"):
+        nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="exact")
+    with pytest.raises(ValueError, match="record=\\('v',\\) belongs to the time-grid"):
+        nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="eventprop", record=("v",))
+    izh = nj.Izhikevich()
+    with pytest.raises(TypeError, match="Izhikevich has no exact spike time"):
+        nj.simulate(izh, izh.init_state(2), 1.0, dt=0.1, n_steps=10, gradient="eventprop")
+    hh = nj.HodgkinHuxley()
+    with pytest.raises(TypeError, match="HodgkinHuxley has no exact spike time"):
+        nj.simulate(hh, hh.init_state(2), 1.0, dt=0.1, n_steps=10, gradient="eventprop")
+    lif = nj.LIF()
+    coba = nj.Network(
+        populations={"e": (lif, 3)},
+        projections=[nj.Projection("e", "e", np.ones((3, 3)), output=nj.ConductanceOutput(0.0))],
+    )
+    with pytest.raises(TypeError, match="ConductanceOutput: EventProp supports current-based"):
+        nj.simulate(coba, coba.init_state(), dt=0.1, n_steps=10, gradient="eventprop")
+    # the default path is untouched
+    _, r = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=50, gradient="surrogate")
+    assert r.spikes.shape == (50, 2)
+
+
+def test_yin_yang_is_balanced_and_follows_its_formula():
+    x, y = nt_yin_yang(3000, seed=4)
+    assert x.shape == (3000, 4) and y.shape == (3000,)
+    counts = np.bincount(y, minlength=3)
+    assert np.all(np.abs(counts / 3000 - 1 / 3) < 0.03)
+    np.testing.assert_allclose(x[:, 2], 1 - x[:, 0])
+    np.testing.assert_allclose(x[:, 3], 1 - x[:, 1])
+    assert np.all(np.hypot(x[:, 0] - 0.5, x[:, 1] - 0.5) <= 0.5)
+    # hand-checked points: the two dots, the upper half (yin) and the lower half (yang)
+    from neurojax.training._datasets import _yin_yang_class
+
+    pts = np.array([[0.25, 0.5], [0.75, 0.5], [0.5, 0.9], [0.5, 0.1]])
+    np.testing.assert_array_equal(_yin_yang_class(pts[:, 0], pts[:, 1], 0.1, 0.5), [2, 2, 1, 0])
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        nt_yin_yang(0)

@@ -34,9 +34,9 @@ def yin_yang(
     A point `(x, y)` is drawn uniformly in the disc of radius `r_big` centred on
     `(r_big, r_big)`; its class is yin (0), yang (1) or dot (2) by the published formula:
     with `d_l`, `d_r` the distances to the dots' centres `(r_big/2, r_big)` and
-    `(3 r_big/2, r_big)`, it is a dot if `d_l < r_small` or `d_r < r_small`, else yin if
+    `(3 r_big/2, r_big)`, it is a dot (2) if `d_l < r_small` or `d_r < r_small`, else 1 if
     `d_r <= r_small`, or `r_small < d_l <= r_big/2`, or `y > r_big` and `d_r > r_big/2`,
-    else yang. Each sample first draws a goal class uniformly and then rejects points until
+    else 0. Each sample first draws a goal class uniformly and then rejects points until
     one of that class comes up, so the classes are balanced, as in the original generator.
     The features are `(x, y, 1 - x, 1 - y)` (the mirrored pair lets neurons without an
     intrinsic bias solve it).
