@@ -563,7 +563,7 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
         i=ints,
         horizon=jnp.zeros((e_max,), dtype),
         ts=jnp.zeros((e_max,), dtype),
-        xs=jnp.zeros((e_max, 4, n), dtype),
+        xs=jnp.zeros((e_max, 3, n), dtype),
     )
 
     def cond(c):
@@ -627,7 +627,7 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
             i=c["i"].at[e].set(i_ev),
             horizon=c["horizon"].at[e].set(horizon),
             ts=c["ts"].at[e].set(t_e),
-            xs=c["xs"].at[e].set(jnp.stack(x)),
+            xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
         )
         return out
 
@@ -669,7 +669,10 @@ def _run_bwd(cfg, saved, cts):
 
     def body(c):
         e = c["e"]
-        x_b = tuple(res["xs"][e, q] for q in range(4))
+        # the running integral never changes a derivative (it only adds), so it is not
+        # stored: zeros stand in for it
+        u_b, i_b, vmax_b = (res["xs"][e, q] for q in range(3))
+        x_b = (u_b, i_b, jnp.zeros_like(u_b), vmax_b)
         t_prev = jnp.where(e > 0, res["ts"][jnp.maximum(e - 1, 0)], 0.0).astype(res["ts"].dtype)
         here = eidx == e
         spiked = here.any(axis=1)
