@@ -49,7 +49,10 @@ def eventprop_grad(steps, max_spikes=16, max_events=None):
     net = nt.EventNetwork(
         {"hidden": (lif, N_HID), "out": (lif, N_OUT)},
         {"in": N_IN},
-        [nt.EventProjection("in", "hidden", w1, synapse=syn), nt.EventProjection("hidden", "out", w2, synapse=syn)],
+        [
+            nt.EventProjection("in", "hidden", w1, synapse=syn),
+            nt.EventProjection("hidden", "out", w2, synapse=syn),
+        ],
     )
     times = jnp.asarray(_inputs())
 
@@ -82,7 +85,12 @@ def bptt_grad(steps):
             os_, so = lif.step(os_, io, DT)
             return (hs, hg, os_, og), so
 
-        c0 = (lif.init_state(N_HID), syn.init_state(N_HID), lif.init_state(N_OUT), syn.init_state(N_OUT))
+        c0 = (
+            lif.init_state(N_HID),
+            syn.init_state(N_HID),
+            lif.init_state(N_OUT),
+            syn.init_state(N_OUT),
+        )
         _, out = jax.lax.scan(step, c0, raster)
         # a smooth stand-in for the first-spike time: the spike-weighted time
         t = jnp.arange(steps, dtype=out.dtype)[:, None] * DT
@@ -94,7 +102,9 @@ def bptt_grad(steps):
 def events_used(steps, max_spikes=16):
     """Events the forward run of the benchmark network needs (the capacity to give)."""
     f, (net,) = eventprop_grad(steps, max_spikes)
-    rec = nt.eventprop_run(net, {"in": jnp.asarray(_inputs())}, t_max=steps * DT, max_spikes=max_spikes)
+    rec = nt.eventprop_run(
+        net, {"in": jnp.asarray(_inputs())}, t_max=steps * DT, max_spikes=max_spikes
+    )
     return int(rec.n_events)
 
 
@@ -122,9 +132,13 @@ def measure(kind, steps, max_events=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, nargs="+", default=[1000, 10000, 100000])
-    ap.add_argument("--methods", nargs="+", default=["eventprop", "bptt"], choices=["eventprop", "bptt"])
+    ap.add_argument(
+        "--methods", nargs="+", default=["eventprop", "bptt"], choices=["eventprop", "bptt"]
+    )
     ap.add_argument(
         "--max-events",
         type=int,

@@ -115,7 +115,8 @@ def train(*, epochs=40, n_train=5000, n_test=1000, batch=32, lr=5e-3, seed=0, lo
             dict(epoch=epoch + 1, loss=float(np.mean(losses)), test_accuracy=acc, seconds=wall)
         )
         log(
-            f"epoch {epoch + 1:3d}  loss {np.mean(losses):.4f}  test accuracy {acc:.4f}  ({wall:.1f} s)"
+            f"epoch {epoch + 1:3d}  loss {np.mean(losses):.4f}  test accuracy {acc:.4f}  "
+            f"({wall:.1f} s)"
         )
     return eqx.combine(params, static), history
 

@@ -189,7 +189,8 @@ class EventNetwork(eqx.Module):
         owner = "EventNetwork"
         if not isinstance(populations, Mapping) or not populations:
             raise TypeError(
-                f"{owner}: populations must be a non-empty dict {{name: (nj.LIF, size)}}, got {populations!r}"
+                f"{owner}: populations must be a non-empty dict {{name: (nj.LIF, size)}}, got "
+                f"{populations!r}"
             )
         if not isinstance(inputs, Mapping):
             raise TypeError(f"{owner}: inputs must be a dict {{name: size}}, got {inputs!r}")
@@ -214,7 +215,8 @@ class EventNetwork(eqx.Module):
         for name in readouts:
             if name not in sizes:
                 raise ValueError(
-                    f"{owner}: readout {name!r} is not a neuron population; populations are {list(sizes)}"
+                    f"{owner}: readout {name!r} is not a neuron population; populations are "
+                    f"{list(sizes)}"
                 )
         projections = tuple(projections)
         kinds: dict[str, Any] = {}
@@ -226,11 +228,13 @@ class EventNetwork(eqx.Module):
             n_pre = sizes.get(p.pre, ins.get(p.pre))
             if n_pre is None:
                 raise ValueError(
-                    f"{owner}: projections[{k}].pre = {p.pre!r} is neither a population nor an input"
+                    f"{owner}: projections[{k}].pre = {p.pre!r} is neither a population nor an "
+                    "input"
                 )
             if p.post not in sizes:
                 raise ValueError(
-                    f"{owner}: projections[{k}].post = {p.post!r} is not a neuron population (inputs take no synapses)"
+                    f"{owner}: projections[{k}].post = {p.post!r} is not a neuron population "
+                    "(inputs take no synapses)"
                 )
             if (p.n_pre, p.n_post) != (n_pre, sizes[p.post]):
                 raise ValueError(
@@ -249,7 +253,8 @@ class EventNetwork(eqx.Module):
                 tau = np.asarray(syn.tau) if is_concrete(syn.tau) else None
                 if tau is not None and tau.ndim:
                     raise ValueError(
-                        f"{owner}: projections[{k}]: synapse tau must be a scalar for EventProp, got shape {tau.shape}"
+                        f"{owner}: projections[{k}]: synapse tau must be a scalar for EventProp, "
+                        f"got shape {tau.shape}"
                     )
                 if (
                     tau is not None
@@ -257,7 +262,8 @@ class EventNetwork(eqx.Module):
                     and np.any(np.isclose(np.asarray(pops[name].tau_m), tau, rtol=1e-6))
                 ):
                     raise ValueError(
-                        f"{owner}: population {name!r}: tau_m equals the synapse tau ({float(tau)} ms); "
+                        f"{owner}: population {name!r}: tau_m equals the synapse tau "
+                        f"({float(tau)} ms); "
                         "the closed-form solution needs tau_m != tau_s"
                     )
                 for j, q in enumerate(projections):
@@ -269,8 +275,10 @@ class EventNetwork(eqx.Module):
                         and not np.array_equal(np.asarray(q.synapse.tau), tau)
                     ):
                         raise ValueError(
-                            f"{owner}: projections[{k}] and [{j}] onto {name!r} have different synapse "
-                            f"tau ({float(tau)}, {float(np.asarray(q.synapse.tau))} ms); EventProp keeps one current per neuron"
+                            f"{owner}: projections[{k}] and [{j}] onto {name!r} have different "
+                            "synapse "
+                            f"tau ({float(tau)}, {float(np.asarray(q.synapse.tau))} ms); "
+                            "EventProp keeps one current per neuron"
                         )
         self.populations, self.sizes, self.inputs = pops, sizes, ins
         self.readouts, self.projections = readouts, projections
@@ -284,11 +292,13 @@ def _check_size(owner, what, size):
 def _check_lif(owner, name, m: LIF):
     if m.method != "exact":
         raise ValueError(
-            f"{owner}: populations[{name!r}] uses method={m.method!r}; EventProp solves the dynamics exactly (method='exact')"
+            f"{owner}: populations[{name!r}] uses method={m.method!r}; EventProp solves the "
+            "dynamics exactly (method='exact')"
         )
     if is_concrete(m.t_ref) and np.any(np.asarray(m.t_ref) != 0):
         raise ValueError(
-            f"{owner}: populations[{name!r}] has t_ref={np.asarray(m.t_ref)}; EventProp needs t_ref = 0"
+            f"{owner}: populations[{name!r}] has t_ref={np.asarray(m.t_ref)}; EventProp needs "
+            "t_ref = 0"
         )
     if (
         is_concrete(m.v_th)
@@ -774,7 +784,8 @@ def eventprop_run(
             else type(input_spikes).__name__
         )
         raise ValueError(
-            f"{owner}: input_spikes must give times for exactly the inputs {sorted(net.inputs)}, got {got}"
+            f"{owner}: input_spikes must give times for exactly the inputs {sorted(net.inputs)}, "
+            f"got {got}"
         )
     if isinstance(t_max, bool) or not isinstance(
         t_max, (int, float, np.floating, np.integer, jax.Array)
@@ -801,7 +812,8 @@ def eventprop_run(
             t = t[:, None]
         if t.ndim != 2 or t.shape[0] != net.inputs[name]:
             raise ValueError(
-                f"{owner}: input_spikes[{name!r}] must have shape ({net.inputs[name]}, k_in), got {t.shape}"
+                f"{owner}: input_spikes[{name!r}] must have shape ({net.inputs[name]}, k_in), got "
+                f"{t.shape}"
             )
         if not jnp.issubdtype(t.dtype, jnp.floating):
             t = t.astype(dtype)
@@ -809,7 +821,8 @@ def eventprop_run(
             a = np.asarray(t)
             if np.any(np.isnan(a)) or np.any(a < 0):
                 raise ValueError(
-                    f"{owner}: input_spikes[{name!r}] must be >= 0 ms or +inf (no spike), got minimum {np.nanmin(a) if not np.all(np.isnan(a)) else 'nan'}"
+                    f"{owner}: input_spikes[{name!r}] must be >= 0 ms or +inf (no spike), got "
+                    f"minimum {np.nanmin(a) if not np.all(np.isnan(a)) else 'nan'}"
                 )
         s_in.append(jnp.sort(t.astype(dtype), axis=1))
     if max_events is None:

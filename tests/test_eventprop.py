@@ -64,7 +64,7 @@ def _reference(net, inputs):
     syn = {p.post: p.synapse for p in net.projections}
     for name, model in net.populations.items():
         n = net.sizes[name]
-        b = lambda x: np.broadcast_to(np.asarray(x, float), (n,)).copy()  # noqa: E731
+        b = lambda x, n=n: np.broadcast_to(np.asarray(x, float), (n,)).copy()  # noqa: E731
         s = syn[name]
         pops[name] = dict(
             n=n,
@@ -127,7 +127,7 @@ def _loss_ref(net, inputs, coeffs):
 def _leaves(net):
     """(label, getter, setter) for every learnable leaf checked."""
     out = []
-    for q, p in enumerate(net.projections):
+    for q in range(len(net.projections)):
         out.append((f"w{q}", lambda m, q=q: m.projections[q].weight))
         out.append((f"d{q}", lambda m, q=q: m.projections[q].delay))
     for name in net.populations:
@@ -331,7 +331,9 @@ def test_simulate_switch_runs_eventprop_and_refuses_what_it_cannot_do():
 
     g = jax.grad(loss)(net)
     assert np.any(np.asarray(g.projections[0].weight) != 0)
-    with pytest.raises(ValueError, match="gradient must be 'surrogate' or 'eventprop', got 'exact'"):
+    with pytest.raises(
+        ValueError, match="gradient must be 'surrogate' or 'eventprop', got 'exact'"
+    ):
         nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="exact")
     with pytest.raises(ValueError, match="record=\\('v',\\) belongs to the time-grid"):
         nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="eventprop", record=("v",))
