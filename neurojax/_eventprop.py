@@ -427,21 +427,36 @@ def _crossing(p, lo, hi):
     return _solve(p, lo, hi)
 
 
-@_crossing.defjvp
-def _crossing_jvp(primals, tangents):
+@jax.custom_jvp
+def _crossing_at(p, s):
+    """`s`, a crossing time already found for `p` (the backward pass reuses the forward's),
+    with the implicit-function derivative of `_crossing`."""
+    return s
+
+
+def _crossing_tangent(p, dp, s):
     # Implicit function theorem on u(s; p) - theta = 0: ds = -(du(s)|_s fixed - dtheta) / u'(s),
     # the spike-time derivative behind EventProp's jump conditions.
-    p, lo, hi = primals
-    dp = tangents[0]
-    s = _solve(p, lo, hi)
     u, i, tau_m, tau_s, r, theta = p
 
     def g(q):
         return _u_at(s, *q[:5]) - q[5]
 
     _, dg = jax.jvp(g, (p,), (dp,))
-    slope = _du_at(s, u, i, tau_m, tau_s, r)
-    return s, -dg / slope
+    return -dg / _du_at(s, u, i, tau_m, tau_s, r)
+
+
+@_crossing.defjvp
+def _crossing_jvp(primals, tangents):
+    p, lo, hi = primals
+    s = _solve(p, lo, hi)
+    return s, _crossing_tangent(p, tangents[0], s)
+
+
+@_crossing_at.defjvp
+def _crossing_at_jvp(primals, tangents):
+    p, s = primals
+    return s, _crossing_tangent(p, tangents[0], s)
 
 
 def _advance(x, dt, tau_m, tau_s, r):
@@ -470,7 +485,22 @@ def _pre_times(cfg, pj: _Proj, s_all, s_in):
     return jnp.concatenate([t, jnp.full((t.shape[0], 1), jnp.inf, t.dtype)], axis=1)
 
 
-def _event(cfg: _Cfg, branch, j, k, i, horizon, x, t_prev, s_all, s_in, prm, t_max, spiked=None):
+def _event(
+    cfg: _Cfg,
+    branch,
+    j,
+    k,
+    i,
+    horizon,
+    x,
+    t_prev,
+    s_all,
+    s_in,
+    prm,
+    t_max,
+    spiked=None,
+    s_known=None,
+):
     """One event, differentiable in `x`, `t_prev`, the spike times and the parameters.
 
     `branch`: projection index for an arrival, `P` for a threshold crossing of neuron `i`,
@@ -503,6 +533,8 @@ def _event(cfg: _Cfg, branch, j, k, i, horizon, x, t_prev, s_all, s_in, prm, t_m
 
     def threshold():
         q = (x[0][i], x[1][i], tau_m[i], tau_s[i], r[i], theta[i])
+        if s_known is not None:
+            return t_prev + _crossing_at(q, s_known), zero, zero
         lo, hi, _ = _bracket(*q, horizon)
         return t_prev + _crossing(q, lo, hi), zero, zero
 
@@ -687,6 +719,8 @@ def _run_bwd(cfg, saved, cts):
         here = eidx == e
         spiked = here.any(axis=1)
         ct_te = c["ct_t"] + jnp.sum(jnp.where(here, c["ct_s"], 0.0))
+        # a crossing's time is not searched again: the forward's value, a constant here
+        s_known = res["ts"][e] - t_prev
 
         def f(x_b, t_prev, s_all, s_in, prm, t_max):
             x1, t_e, _ = _event(
@@ -703,6 +737,7 @@ def _run_bwd(cfg, saved, cts):
                 prm,
                 t_max,
                 spiked=spiked,
+                s_known=s_known,
             )
             return x1, t_e
 
