@@ -35,7 +35,8 @@ def build(seed: int = 0, n_hidden: int = N_HIDDEN) -> nt.EventNetwork:
     rng = np.random.default_rng(seed)
     lif = nj.LIF(**LIF)
     w1 = rng.normal(1.5, 1.2, (5, n_hidden))
-    w2 = rng.normal(0.1, 0.3, (n_hidden, 3))
+    # scaled with the fan-in so that the outputs fire at any hidden size (0.1 +- 0.3 at 120)
+    w2 = rng.normal(12.0 / n_hidden, 0.3 * np.sqrt(120.0 / n_hidden), (n_hidden, 3))
     syn = nj.Exponential(TAU_S)
     return nt.EventNetwork(
         populations={"hidden": (lif, n_hidden), "out": (lif, 3)},
@@ -71,11 +72,13 @@ def evaluate(net, times, labels):
     return nt.first_spike_accuracy(first_spikes(net, times), labels)
 
 
-def train(*, epochs=40, n_train=5000, n_test=1000, batch=32, lr=5e-3, seed=0, log=print):
+def train(
+    *, epochs=40, n_train=5000, n_test=1000, batch=32, lr=5e-3, seed=0, n_hidden=N_HIDDEN, log=print
+):
     x_train, y_train = nt.yin_yang(n_train, seed=seed + 1)
     x_test, y_test = nt.yin_yang(n_test, seed=seed + 2)
     t_train, t_test = encode(x_train), encode(x_test)
-    net = build(seed)
+    net = build(seed, n_hidden)
     params, static = eqx.partition(net, eqx.is_inexact_array)
     trainable = jax.tree_util.tree_map(lambda _: False, params)
     trainable = eqx.tree_at(
