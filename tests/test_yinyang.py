@@ -29,7 +29,8 @@ def _example():
     return module
 
 
-def test_a_few_eventprop_steps_lower_the_loss_of_a_batch():
+@pytest.mark.parametrize("gradient", ["eventprop", "surrogate"])
+def test_a_few_adam_steps_lower_the_loss_of_a_batch(gradient):
     ex = _example()
     net = ex.build(seed=0, n_hidden=30)
     x, y = nt.yin_yang(32, seed=1)
@@ -43,7 +44,7 @@ def test_a_few_eventprop_steps_lower_the_loss_of_a_batch():
     def step(weights, state):
         def f(w):
             p = eqx.tree_at(lambda q: [r.weight for r in q.projections], params, w)
-            return ex.loss_fn(eqx.combine(p, static), times, labels)[0]
+            return ex.loss_fn(eqx.combine(p, static), times, labels, gradient)[0]
 
         loss, g = jax.value_and_grad(f)(weights)
         upd, state = opt.update(g, state)
