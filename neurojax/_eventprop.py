@@ -422,15 +422,9 @@ def _solve(p, lo, hi):
 
 
 @jax.custom_jvp
-def _crossing(p, lo, hi):
-    """First time `s` in `[lo, hi]` with `u(s) = theta`, `p = (u, I, tau_m, tau_s, r, theta)`."""
-    return _solve(p, lo, hi)
-
-
-@jax.custom_jvp
 def _crossing_at(p, s):
-    """`s`, a crossing time already found for `p` (the backward pass reuses the forward's),
-    with the implicit-function derivative of `_crossing`."""
+    """`s`, the first time with `u(s; p) = theta` (found by `_solve`), with its
+    implicit-function derivative."""
     return s
 
 
@@ -444,13 +438,6 @@ def _crossing_tangent(p, dp, s):
 
     _, dg = jax.jvp(g, (p,), (dp,))
     return -dg / _du_at(s, u, i, tau_m, tau_s, r)
-
-
-@_crossing.defjvp
-def _crossing_jvp(primals, tangents):
-    p, lo, hi = primals
-    s = _solve(p, lo, hi)
-    return s, _crossing_tangent(p, tangents[0], s)
 
 
 @_crossing_at.defjvp
@@ -491,20 +478,20 @@ def _event(
     j,
     k,
     i,
-    horizon,
     x,
     t_prev,
     s_all,
     s_in,
     prm,
     t_max,
+    s_known,
     spiked=None,
-    s_known=None,
 ):
     """One event, differentiable in `x`, `t_prev`, the spike times and the parameters.
 
-    `branch`: projection index for an arrival, `P` for a threshold crossing of neuron `i`,
-    `P + 1` for the end of the run. Returns `(x_after, t_event, spiked)`.
+    `branch`: projection index for an arrival, `P` for a threshold crossing of neuron `i`
+    after `s_known` ms (the forward pass's root, differentiated implicitly), `P + 1` for the
+    end of the run. Returns `(x_after, t_event, spiked)`.
     """
     n = cfg.n
     n_p = len(cfg.projs)
@@ -533,10 +520,7 @@ def _event(
 
     def threshold():
         q = (x[0][i], x[1][i], tau_m[i], tau_s[i], r[i], theta[i])
-        if s_known is not None:
-            return t_prev + _crossing_at(q, s_known), zero, zero
-        lo, hi, _ = _bracket(*q, horizon)
-        return t_prev + _crossing(q, lo, hi), zero, zero
+        return t_prev + _crossing_at(q, s_known), zero, zero
 
     def end():
         return t_max.astype(zero.dtype), zero, zero
@@ -603,7 +587,6 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
         j=ints,
         kk=ints,
         i=ints,
-        horizon=jnp.zeros((e_max,), dtype),
         ts=jnp.zeros((e_max,), dtype),
         xs=jnp.zeros((e_max, 3, n), dtype),
     )
@@ -637,7 +620,10 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
         is_arr = ~is_cross & (t_a <= t_max)
         branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
         i_ev = jnp.where(is_cross, i_c, i_a)
-        x1, t_e, spiked = _event(cfg, branch, j, kk, i_ev, horizon, x, t, c["s"], s_in, prm, t_max)
+        # the crossing time just found is reused (no second search inside the event)
+        x1, t_e, spiked = _event(
+            cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_cross[i_c]
+        )
         e = c["e"]
         slot = jnp.minimum(c["counts"], k - 1)
         room = c["counts"] < k
@@ -667,7 +653,6 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
             j=c["j"].at[e].set(j),
             kk=c["kk"].at[e].set(kk),
             i=c["i"].at[e].set(i_ev),
-            horizon=c["horizon"].at[e].set(horizon),
             ts=c["ts"].at[e].set(t_e),
             xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
         )
@@ -691,9 +676,7 @@ def _outputs(c):
 
 def _run_fwd(cfg, prm, s_in, t_max):
     c = _forward(cfg, prm, s_in, t_max)
-    res = {
-        key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "horizon", "ts", "xs")
-    }
+    res = {key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "ts", "xs")}
     return _outputs(c), (prm, s_in, t_max, res)
 
 
@@ -729,15 +712,14 @@ def _run_bwd(cfg, saved, cts):
                 res["j"][e],
                 res["kk"][e],
                 res["i"][e],
-                res["horizon"][e],
                 x_b,
                 t_prev,
                 s_all,
                 s_in,
                 prm,
                 t_max,
+                s_known,
                 spiked=spiked,
-                s_known=s_known,
             )
             return x1, t_e
 
