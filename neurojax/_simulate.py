@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _validation
+from . import _eventprop, _validation
 from ._recording import count_dtype, most_spikes, recorded_spikes
 from ._run_loop import RunInfo, run_chunks
 from ._system import available_bytes as _available_bytes
@@ -643,6 +643,7 @@ def simulate(
     checkpoint: bool = False,
     truncate_backprop: int | None = None,
     start: Any = None,
+    gradient: str = "surrogate",
 ) -> tuple[Any, Recording]:
     """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
 
@@ -735,6 +736,15 @@ def simulate(
             (a network's `state.step`), else 0. A run split in two (the second from the
             first's final state) then equals one run bit for bit, inputs and `recording.t`
             included. A non-negative int, or an integer scalar array (traced under `jit`).
+        gradient: which gradient `jax.grad` through this call computes. `"surrogate"`
+            (default): the time-grid simulation above, spikes with surrogate derivatives.
+            `"eventprop"`: exact gradients by the adjoint method of Wunderlich and Pehle
+            (2021) on an exact event-driven run of an `nj.training.EventNetwork` (current-based
+            LIF, exponential or delta synapses, delays) for `n_steps * dt` ms; `state` is
+            `None`, `inputs` the input spike times, and the recording an
+            `nj.training.EventRecording` (see `nj.training.eventprop_run`). Models without an
+            exact spike time (Izhikevich, AdEx, Hodgkin-Huxley), conductance synapses and the
+            grid's options (`record`, `chunk_size`, ...) are refused, never replaced.
 
     **Fused runs.** Before scanning `step`, `simulate` asks the model for a fused run of the
     whole chunk (`NeuronModel.fused_run`, when the model has one) and uses it unless the
@@ -767,6 +777,14 @@ def simulate(
     ```
     """
     dt = check_dt("simulate", dt)
+    if gradient != "surrogate":
+        grid_options = dict(record=record, record_every=record_every, chunk_size=chunk_size,
+                            progress=progress, check=check, unroll=unroll,
+                            batch_block=batch_block, checkpoint=checkpoint,
+                            truncate_backprop=truncate_backprop, start=start)  # fmt: skip
+        return _eventprop.simulate_eventprop(
+            model, state, inputs, dt=dt, n_steps=n_steps, gradient=gradient, options=grid_options
+        )
     first = _start_of(state, start)
     if batch_block is not None:
         batch_block = check_positive_int("simulate", "batch_block", batch_block)

@@ -27,6 +27,7 @@ EXPECTED = (
     "09_nir.ipynb",
     "10_plasticity_rules.ipynb",
     "11_short_term_and_delays.ipynb",
+    "12_yinyang_eventprop.ipynb",
 )
 MAX_BYTES = 400_000  # stored notebooks stay small: modest PNGs, no large text outputs
 CELL_TIMEOUT_S = 300  # each notebook runs in about a minute on 2 CPU cores

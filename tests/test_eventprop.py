@@ -1,0 +1,372 @@
+"""EventProp: exact gradients of an event-driven LIF network against central finite
+differences of an independent float64 event-queue simulation (`eventprop_reference.py`).
+
+The networks are drawn here from fixed seeds (no stored data). Tolerance: relative error
+1e-4 per gradient entry where the finite difference's spike set is the nominal one (the
+bar of issue #38); central differences with step 1e-6 in float64 have a truncation error
+of about 1e-12 and a rounding error of about 1e-10 relative, far below it.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import test_eventprop_reference as ref
+
+import neurojax as nj
+from neurojax._eventprop import EventNetwork, EventProjection, eventprop_run
+from neurojax.training import yin_yang as nt_yin_yang
+
+T_MAX = 30.0
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def _net(seed, *, recurrent=False, per_synapse=False, delta=False, readout=False):
+    rng = np.random.default_rng(seed)
+    n_in, n_hid, n_out = 4, 6, 3
+    lif = nj.LIF(
+        tau_m=10.0 + rng.uniform(0, 5, n_hid), v_rest=-1.0, v_reset=-1.5, v_th=0.0, r_m=1.0
+    )
+    lif_out = nj.LIF(tau_m=12.0, v_rest=0.0, v_reset=0.0, v_th=1.0, r_m=2.0)
+    syn = nj.Delta() if delta else nj.Exponential(4.0)
+    scale = 6.0 if delta else 1.0
+    w1 = rng.uniform(0.2, 1.0, (n_in, n_hid)) * scale
+    w2 = rng.uniform(0.0, 0.8, (n_hid, n_out)) * scale
+    d1 = rng.uniform(0.2, 2.0, (n_in, n_hid)) if per_synapse else 0.7
+    d2 = rng.uniform(0.2, 2.0, (n_hid, n_out)) if per_synapse else 1.3
+    mask2 = rng.uniform(size=(n_hid, n_out)) < 0.8
+    projs = [
+        EventProjection("in", "hid", w1, delay=d1, synapse=syn),
+        EventProjection("hid", "out", w2, delay=d2, synapse=syn, mask=mask2),
+    ]
+    if recurrent:
+        wr = rng.normal(0.0, 0.3, (n_hid, n_hid)) * scale
+        np.fill_diagonal(wr, 0.0)
+        projs.append(EventProjection("hid", "hid", wr, delay=2.1, synapse=syn))
+    net = EventNetwork(
+        {"hid": (lif, n_hid), "out": (lif_out, n_out)},
+        {"in": n_in},
+        projs,
+        readouts=("out",) if readout else (),
+    )
+    times = rng.uniform(0.0, 8.0, (n_in, 2))
+    return net, {"in": jnp.asarray(times)}
+
+
+def _reference(net, inputs):
+    pops = {}
+    syn = {p.post: p.synapse for p in net.projections}
+    for name, model in net.populations.items():
+        n = net.sizes[name]
+        b = lambda x, n=n: np.broadcast_to(np.asarray(x, float), (n,)).copy()  # noqa: E731
+        s = syn[name]
+        pops[name] = dict(
+            n=n,
+            tau_m=b(model.tau_m),
+            tau_s=None if isinstance(s, nj.Delta) else b(s.tau),
+            r=b(model.r_m),
+            v_th=b(model.v_th),
+            v_reset=b(model.v_reset),
+            v_rest=b(model.v_rest),
+        )
+    projs = [
+        dict(
+            pre=p.pre,
+            post=p.post,
+            w=np.asarray(p.weight, float),
+            d=np.asarray(p.delay, float),
+            mask=np.asarray(p.mask) != 0,
+            delta=isinstance(p.synapse, nj.Delta),
+        )
+        for p in net.projections
+    ]
+    ins = {k: [list(row) for row in np.asarray(v, float)] for k, v in inputs.items()}
+    return ref.simulate(pops, ins, projs, T_MAX, readouts=net.readouts)
+
+
+def _coeffs(net, seed):
+    rng = np.random.default_rng(seed + 100)
+    return {
+        name: (
+            rng.normal(size=(net.sizes[name], 4)),
+            rng.normal(size=net.sizes[name]),
+            rng.normal(size=net.sizes[name]) * 0.01,
+        )
+        for name in net.sizes
+    }
+
+
+def _loss_jax(net, inputs, coeffs):
+    rec = eventprop_run(net, inputs, t_max=T_MAX, max_spikes=4)
+    total = 0.0
+    for name, (a, b, c) in coeffs.items():
+        s = rec.spike_times[name]
+        total = total + jnp.sum(jnp.where(jnp.isfinite(s), a * s, 0.0))
+        total = total + jnp.sum(b * rec.v_max[name]) + jnp.sum(c * rec.v_integral[name])
+    return total
+
+
+def _loss_ref(net, inputs, coeffs):
+    out = _reference(net, inputs)
+    total, pattern = 0.0, []
+    for name, (a, b, c) in coeffs.items():
+        for i, train in enumerate(out[name]["spikes"]):
+            pattern.append(len(train))
+            for k, t in enumerate(train[:4]):
+                total += a[i, k] * t
+        total += float(np.dot(b, out[name]["v_max"])) + float(np.dot(c, out[name]["v_integral"]))
+    return total, tuple(pattern)
+
+
+def _leaves(net):
+    """(label, getter, setter) for every learnable leaf checked."""
+    out = []
+    for q in range(len(net.projections)):
+        out.append((f"w{q}", lambda m, q=q: m.projections[q].weight))
+        out.append((f"d{q}", lambda m, q=q: m.projections[q].delay))
+    for name in net.populations:
+        for f in ("tau_m", "v_th", "v_reset", "r_m"):
+            out.append((f"{name}.{f}", lambda m, name=name, f=f: getattr(m.populations[name], f)))
+    syn = net.projections[0].synapse
+    if isinstance(syn, nj.Exponential):
+        out.append(("tau_s0", lambda m: m.projections[0].synapse.tau))
+    return out
+
+
+def _check_grad(net, inputs, seed, h=1e-6, rtol=1e-4, only=None):
+    coeffs = _coeffs(net, seed)
+    base, pattern = _loss_ref(net, inputs, coeffs)
+    assert sum(pattern) > 0, "the test network must spike"
+    value, grad = jax.value_and_grad(_loss_jax)(net, inputs, coeffs)
+    # the forward pass itself equals the reference
+    np.testing.assert_allclose(float(value), base, rtol=1e-9, atol=1e-9)
+    checked = 0
+    for label, get in _leaves(net):
+        if only is not None and label not in only:
+            continue
+        x0 = np.asarray(get(net), float)
+        g = np.asarray(get(grad), float)
+        g = np.broadcast_to(g, x0.shape) if g.shape != x0.shape else g
+        for idx in np.ndindex(x0.shape if x0.ndim else ()):
+            vals = []
+            for sign in (1.0, -1.0):
+                x = x0.copy()
+                x[idx] += sign * h
+                m = eqx.tree_at(get, net, jnp.asarray(x))
+                v, pat = _loss_ref(m, inputs, coeffs)
+                vals.append((v, pat))
+            if vals[0][1] != pattern or vals[1][1] != pattern:
+                continue
+            fd = (vals[0][0] - vals[1][0]) / (2 * h)
+            got = g[idx] if g.ndim else float(g)
+            scale = max(abs(fd), 1e-3)
+            assert abs(got - fd) <= rtol * scale, f"{label}{idx}: eventprop {got}, finite diff {fd}"
+            checked += 1
+    assert checked > (10 if only else 20)
+    return checked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "feedforward",
+        "feedforward_synapse_delays",
+        "recurrent",
+        "recurrent_synapse_delays",
+        "readout",
+    ],
+)
+def test_gradients_match_finite_differences_of_the_reference(kind):
+    net, inputs = _net(
+        3,
+        recurrent="recurrent" in kind,
+        per_synapse="synapse_delays" in kind,
+        readout=kind == "readout",
+    )
+    _check_grad(net, inputs, 3)
+
+
+def test_recurrent_network_with_synapse_delays_matches_finite_differences_on_a_sample():
+    # the fast default version of the slow test above: every weight and delay of the
+    # recurrent projection and a sample of the rest
+    net, inputs = _net(3, recurrent=True, per_synapse=True)
+    _check_grad(net, inputs, 3, only=("w2", "d1", "hid.tau_m", "hid.v_th", "tau_s0"))
+
+
+@pytest.mark.slow
+def test_delta_synapses_spike_at_arrivals_and_match_finite_differences():
+    net, inputs = _net(5, delta=True)
+    _check_grad(net, inputs, 5)
+
+
+def test_forward_spike_times_equal_the_reference_to_float64_precision():
+    net, inputs = _net(7, recurrent=True, per_synapse=True)
+    rec = eventprop_run(net, inputs, t_max=T_MAX, max_spikes=4)
+    out = _reference(net, inputs)
+    for name in net.sizes:
+        for i, train in enumerate(out[name]["spikes"]):
+            got = np.asarray(rec.spike_times[name][i])
+            assert int(rec.counts[name][i]) == len(train)
+            np.testing.assert_allclose(got[: len(train)], train, rtol=0, atol=1e-11)
+            assert np.all(np.isinf(got[len(train) :]))
+        np.testing.assert_allclose(rec.v_max[name], out[name]["v_max"], rtol=1e-11, atol=1e-11)
+        np.testing.assert_allclose(
+            rec.v_integral[name], out[name]["v_integral"], rtol=1e-11, atol=1e-9
+        )
+
+
+def test_jit_and_vmap_equal_single_eager_runs_and_grad_is_finite():
+    net, inputs = _net(3)
+    batch = jnp.stack([inputs["in"], inputs["in"] + 0.5, inputs["in"] * 0.9])
+
+    def first(net, t):
+        return eventprop_run(net, {"in": t}, t_max=T_MAX).spike_times["hid"][:, 0]
+
+    batched = jax.jit(jax.vmap(first, in_axes=(None, 0)))(net, batch)
+    for b in range(3):
+        np.testing.assert_array_equal(batched[b], first(net, batch[b]))
+
+    def loss(net):
+        s = jax.vmap(first, in_axes=(None, 0))(net, batch)
+        return jnp.sum(jnp.where(jnp.isfinite(s), s, 0.0))
+
+    g = jax.jit(jax.grad(loss))(net)
+    g0 = sum(
+        jax.grad(
+            lambda n, b=b: jnp.sum(
+                jnp.where(jnp.isfinite(first(n, batch[b])), first(n, batch[b]), 0.0)
+            )
+        )(net)
+        .projections[0]
+        .weight
+        for b in range(3)
+    )
+    np.testing.assert_allclose(g.projections[0].weight, g0, rtol=1e-10, atol=1e-12)
+    assert np.all(np.isfinite(np.asarray(g.projections[0].weight)))
+    assert np.any(np.asarray(g.projections[0].weight) != 0)
+
+
+def test_gradient_is_zero_off_the_mask():
+    net, inputs = _net(3)
+    coeffs = _coeffs(net, 3)
+    g = jax.grad(_loss_jax)(net, inputs, coeffs)
+    mask = np.asarray(net.projections[1].mask) != 0
+    assert not mask.all()
+    assert np.all(np.asarray(g.projections[1].weight)[~mask] == 0)
+
+
+@pytest.mark.parametrize(
+    "model, match",
+    [
+        (nj.Izhikevich(), "Izhikevich neurons have no exact spike time|got Izhikevich"),
+        (nj.AdEx(), "got AdEx"),
+        (nj.HodgkinHuxley(), "got HodgkinHuxley"),
+    ],
+)
+def test_models_without_an_exact_spike_time_are_refused(model, match):
+    with pytest.raises(TypeError, match=match):
+        EventNetwork({"a": (model, 2)}, {"in": 1}, [])
+
+
+def test_refusals_name_the_argument():
+    lif = nj.LIF(v_rest=0.0, v_reset=0.0, v_th=1.0)
+    w = np.ones((1, 2))
+    with pytest.raises(TypeError, match="current-based synapses only"):
+        EventProjection("in", "a", w, output=nj.ConductanceOutput(0.0))
+    with pytest.raises(TypeError, match="nj.Exponential\\(tau\\) or nj.Delta\\(\\)"):
+        EventProjection("in", "a", w, synapse=nj.Alpha(5.0))
+    with pytest.raises(ValueError, match="delay must be >= 0 ms"):
+        EventProjection("in", "a", w, delay=-1.0)
+    with pytest.raises(ValueError, match="t_ref=.*t_ref = 0"):
+        EventNetwork(
+            {"a": (nj.LIF(v_rest=0.0, v_reset=0.0, v_th=1.0, t_ref=2.0), 2)}, {"in": 1}, []
+        )
+    with pytest.raises(ValueError, match="v_rest < v_th"):
+        EventNetwork({"a": (nj.LIF(v_rest=2.0, v_reset=0.0, v_th=1.0), 2)}, {"in": 1}, [])
+    with pytest.raises(ValueError, match="tau_m equals the synapse tau"):
+        EventNetwork(
+            {"a": (nj.LIF(tau_m=5.0, v_rest=0.0, v_reset=0.0, v_th=1.0), 2)},
+            {"in": 1},
+            [EventProjection("in", "a", w, synapse=nj.Exponential(5.0))],
+        )
+    net = EventNetwork({"a": (lif, 2)}, {"in": 1}, [EventProjection("in", "a", w)])
+    with pytest.raises(ValueError, match="exactly the inputs \\['in'\\]"):
+        eventprop_run(net, {"x": jnp.zeros((1, 1))}, t_max=10.0)
+    with pytest.raises(ValueError, match="must be >= 0 ms or \\+inf"):
+        eventprop_run(net, {"in": -jnp.ones((1, 1))}, t_max=10.0)
+    with pytest.raises(ValueError, match="t_max must be a finite number of ms > 0"):
+        eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=0.0)
+    with pytest.raises(ValueError, match="max_spikes must be a positive int"):
+        eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=10.0, max_spikes=0)
+
+
+def test_a_neuron_that_fires_more_than_max_spikes_raises():
+    lif = nj.LIF(tau_m=10.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
+    net = EventNetwork(
+        {"a": (lif, 1)}, {"in": 1}, [EventProjection("in", "a", np.full((1, 1), 50.0))]
+    )
+    with pytest.raises(Exception, match="fired more than max_spikes=1"):
+        jax.block_until_ready(
+            eventprop_run(net, {"in": jnp.zeros((1, 1))}, t_max=50.0, max_spikes=1).spike_times["a"]
+        )
+
+
+def test_simulate_switch_runs_eventprop_and_refuses_what_it_cannot_do():
+    net, inputs = _net(3)
+    _, rec = nj.simulate(net, None, inputs, dt=0.1, n_steps=300, gradient="eventprop")
+    direct = eventprop_run(net, inputs, t_max=30.0)
+    np.testing.assert_array_equal(rec.spike_times["hid"], direct.spike_times["hid"])
+
+    def loss(net):
+        _, r = nj.simulate(net, None, inputs, dt=0.1, n_steps=300, gradient="eventprop")
+        s = r.spike_times["hid"]
+        return jnp.sum(jnp.where(jnp.isfinite(s), s, 0.0))
+
+    g = jax.grad(loss)(net)
+    assert np.any(np.asarray(g.projections[0].weight) != 0)
+    with pytest.raises(
+        ValueError, match="gradient must be 'surrogate' or 'eventprop', got 'exact'"
+    ):
+        nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="exact")
+    with pytest.raises(ValueError, match="record=\\('v',\\) belongs to the time-grid"):
+        nj.simulate(net, None, inputs, dt=0.1, n_steps=10, gradient="eventprop", record=("v",))
+    izh = nj.Izhikevich()
+    with pytest.raises(TypeError, match="Izhikevich has no exact spike time"):
+        nj.simulate(izh, izh.init_state(2), 1.0, dt=0.1, n_steps=10, gradient="eventprop")
+    hh = nj.HodgkinHuxley()
+    with pytest.raises(TypeError, match="HodgkinHuxley has no exact spike time"):
+        nj.simulate(hh, hh.init_state(2), 1.0, dt=0.1, n_steps=10, gradient="eventprop")
+    lif = nj.LIF()
+    coba = nj.Network(
+        populations={"e": (lif, 3)},
+        projections=[nj.Projection("e", "e", np.ones((3, 3)), output=nj.ConductanceOutput(0.0))],
+    )
+    with pytest.raises(TypeError, match="ConductanceOutput: EventProp supports current-based"):
+        nj.simulate(coba, coba.init_state(), dt=0.1, n_steps=10, gradient="eventprop")
+    # the default path is untouched
+    _, r = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=50, gradient="surrogate")
+    assert r.spikes.shape == (50, 2)
+
+
+def test_yin_yang_is_balanced_and_follows_its_formula():
+    x, y = nt_yin_yang(3000, seed=4)
+    assert x.shape == (3000, 4) and y.shape == (3000,)
+    counts = np.bincount(y, minlength=3)
+    assert np.all(np.abs(counts / 3000 - 1 / 3) < 0.03)
+    np.testing.assert_allclose(x[:, 2], 1 - x[:, 0])
+    np.testing.assert_allclose(x[:, 3], 1 - x[:, 1])
+    assert np.all(np.hypot(x[:, 0] - 0.5, x[:, 1] - 0.5) <= 0.5)
+    # hand-checked points: the two dots, the upper half (yin) and the lower half (yang)
+    from neurojax.training._datasets import _yin_yang_class
+
+    pts = np.array([[0.25, 0.5], [0.75, 0.5], [0.5, 0.9], [0.5, 0.1]])
+    np.testing.assert_array_equal(_yin_yang_class(pts[:, 0], pts[:, 1], 0.1, 0.5), [2, 2, 1, 0])
+    with pytest.raises(ValueError, match="n must be a positive int, got 0"):
+        nt_yin_yang(0)

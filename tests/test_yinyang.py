@@ -1,0 +1,95 @@
+"""Yin-Yang with time-to-first-spike coding trained by EventProp (examples/train_yinyang.py),
+and the latency-coded digits.
+
+The quick test checks that a few Adam steps of exact gradients lower the loss of a fixed
+batch; the slow test trains the example to the accuracy published for EventProp on
+Yin-Yang (Wunderlich and Pehle 2021, Sci. Rep. 11:12829).
+"""
+
+import importlib.util
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import neurojax as nj
+from neurojax import training as nt
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_yinyang.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("_example_train_yinyang", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("gradient", ["eventprop", "surrogate"])
+def test_a_few_adam_steps_lower_the_loss_of_a_batch(gradient):
+    ex = _example()
+    net = ex.build(seed=0, n_hidden=30)
+    x, y = nt.yin_yang(32, seed=1)
+    times, labels = jnp.asarray(ex.encode(x)), jnp.asarray(y)
+    params, static = eqx.partition(net, eqx.is_inexact_array)
+    weights = [p.weight for p in params.projections]
+    opt = optax.adam(2e-2)
+    state = opt.init(weights)
+
+    @jax.jit
+    def step(weights, state):
+        def f(w):
+            p = eqx.tree_at(lambda q: [r.weight for r in q.projections], params, w)
+            return ex.loss_fn(eqx.combine(p, static), times, labels, gradient)[0]
+
+        loss, g = jax.value_and_grad(f)(weights)
+        upd, state = opt.update(g, state)
+        return optax.apply_updates(weights, upd), state, loss, g
+
+    losses = []
+    with jax.numpy_dtype_promotion("standard"):  # optax's step count (int32) meets floats
+        for _ in range(6):
+            weights, state, loss, g = step(weights, state)
+            losses.append(float(loss))
+    assert all(np.isfinite(losses))
+    assert np.any(np.asarray(g[0]) != 0)
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_yin_yang_reaches_the_published_eventprop_accuracy():
+    # Wunderlich and Pehle (2021) report 95.1 +- 0.7 % test accuracy on Yin-Yang (10 seeds)
+    ex = _example()
+    _, history = ex.train(epochs=40, n_train=5000, n_test=1000, seed=0, log=lambda *_: None)
+    assert history[-1]["test_accuracy"] >= 0.951
+
+
+def test_ttfs_encode_and_latency_digits():
+    t = nt.ttfs_encode(np.array([[0.0, 1.0, 0.5]]), t_early=2.0, t_late=12.0, bias_time=0.0)
+    np.testing.assert_allclose(t[0, :, 0], [2.0, 12.0, 7.0, 0.0])
+    t = nt.ttfs_encode(np.array([[0.0, 1.0]]), t_early=2.0, t_late=12.0, larger_earlier=True)
+    np.testing.assert_allclose(t[0, :, 0], [12.0, 2.0])
+    with pytest.raises(ValueError, match="features must lie in \\[0, 1\\]"):
+        nt.ttfs_encode(np.array([[1.5]]), t_early=0.0, t_late=1.0)
+    times, labels = nt.latency_digits(t_early=2.0, t_late=20.0)
+    assert times.shape == (1797, 64, 1) and labels.shape == (1797,)
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    lit = d.data > 0
+    np.testing.assert_allclose(times[:, :, 0][lit], 20.0 - d.data[lit] / 16.0 * 18.0)
+    assert np.all(np.isinf(times[:, :, 0][~lit]))
+    # a digit runs through an EventNetwork (latency code in, first spikes out)
+    lif = nj.LIF(tau_m=20.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
+    rng = np.random.default_rng(0)
+    net = nt.EventNetwork(
+        {"out": (lif, 10)},
+        {"in": 64},
+        [nt.EventProjection("in", "out", rng.normal(0.3, 0.3, (64, 10)))],
+    )
+    rec = nt.eventprop_run(net, {"in": jnp.asarray(times[0])}, t_max=40.0, max_spikes=8)
+    assert int(rec.counts["out"].sum()) > 0
