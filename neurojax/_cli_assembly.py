@@ -28,7 +28,7 @@ and prints their mean. --duration and --dt have no meaning here and are ignored.
 
 
 def _unit_float(text: str) -> float:
-    from .cli import finite_float
+    from ._cli_common import finite_float
 
     x = finite_float(text)
     if not 0.0 < x < 1.0:
@@ -37,7 +37,7 @@ def _unit_float(text: str) -> float:
 
 
 def _beta(text: str) -> float:
-    from .cli import finite_float
+    from ._cli_common import finite_float
 
     x = finite_float(text)
     if not x > -1.0:
@@ -46,7 +46,7 @@ def _beta(text: str) -> float:
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
-    from .cli import positive_int
+    from ._cli_common import positive_int
 
     g = p.add_argument_group("assembly options")
     g.add_argument(
@@ -161,7 +161,7 @@ def _run(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
 
 
 def _report(result: dict[str, Any]) -> None:
-    from .cli import print_rows
+    from ._cli_common import print_rows
 
     print(f"{'step':>5}  {'new':>8}  {'overlap':>8}  {'support':>9}")
     series = list(zip(result["new_winners"], result["overlap"], result["support"]))

@@ -73,7 +73,7 @@ def _bin_steps(dt: float) -> int:
 
 def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     import neurojax as nj
-    from neurojax.cli import RunError, _steps
+    from neurojax._cli_common import RunError, _steps
 
     from .network import SpikeSource
 
@@ -149,7 +149,7 @@ def _run_sharded(net, state, args: argparse.Namespace, n_steps: int, every: int,
     state (in the network's own layout), the spike counts per `every` steps and the run's
     `nj.RunInfo`."""
     import neurojax as nj
-    from neurojax.cli import RunError
+    from neurojax._cli_common import RunError
 
     if jax.device_count() < args.devices:
         raise RunError(
@@ -191,7 +191,7 @@ def _report(result: dict[str, Any]) -> None:
         ("simulated s / wall s", f"{result['sim_s_per_wall_s']:.3g}"),
         ("backend", f"{result['backend']} ({result['dtype']})"),
     ]
-    from neurojax.cli import print_rows
+    from neurojax._cli_common import print_rows
 
     print_rows(rows, result)
 
@@ -245,7 +245,7 @@ def _plot(result: dict[str, Any], path: str) -> None:
 
 def _lattice_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("izhikevich-lattice options")
-    from neurojax.cli import positive_int
+    from neurojax._cli_common import positive_int
 
     g.add_argument(
         "--side",
@@ -310,7 +310,7 @@ Units: time ms, rate Hz.
 
 
 def _micro_arguments(p: argparse.ArgumentParser) -> None:
-    from neurojax.cli import positive_ms
+    from neurojax._cli_common import positive_ms
 
     g = p.add_argument_group("microcircuit options")
     g.add_argument(
@@ -387,7 +387,7 @@ def _micro_stats(times, ids, n, t0, t1):
 
 def _run_microcircuit(args: argparse.Namespace, progress: bool) -> dict[str, Any]:
     import neurojax as nj
-    from neurojax.cli import RunError, _steps
+    from neurojax._cli_common import RunError, _steps
     from neurojax.models._microcircuit import POPULATIONS, run_spike_ids
 
     n_steps = _steps(args.duration, args.dt)
@@ -467,7 +467,7 @@ def _micro_report(result: dict[str, Any]) -> None:
         ("synapse memory", f"{result['synapse_bytes'] / result['n_synapses']:.2f} bytes/synapse"),
         ("backend", result["backend"]),
     ]
-    from neurojax.cli import print_rows
+    from neurojax._cli_common import print_rows
 
     print_rows(rows, result)
 
