@@ -10,7 +10,6 @@ export of recordings), `neurojax.surrogate` and `neurojax.validation` (parameter
 checks for writing a model).
 """
 
-# First: sizes XLA's CPU thread pool before anything creates the CPU client (see _threads).
 from . import _threads as _threads
 from . import analysis as analysis
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
@@ -28,6 +27,8 @@ from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._simulate import Recording as Recording
 from ._simulate import simulate as simulate
+from ._threads import cpu_threads as cpu_threads
+from ._threads import use_cpu_threads as use_cpu_threads
 from .io import load as load
 from .io import save as save
 from .network import Network as Network

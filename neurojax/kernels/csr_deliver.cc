@@ -21,6 +21,7 @@
 // trial (the one the network read at the start of this step) is zeroed first, in place, so
 // that no separate update of the ring (which XLA would run on a copy) is needed.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "common.h"
+#include "pool.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -87,10 +89,12 @@ struct Faults {
 
 // The synapses of row r: every index is checked against the arrays before it is used, so
 // no content of indptr, indices or delays can make the kernel touch memory outside them.
-// An invalid entry is skipped and counted; the call then fails with the counts.
-template <typename F, typename D>
-inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, int64_t n_slots,
-                int64_t n_targets, Faults& bad) {
+// An invalid entry is skipped and counted; the call then fails with the counts. Each valid
+// synapse is handed to sink(column, cell, value): its ring column (target_offset + post),
+// its cell in the trial's ring (slot * n_targets + column) and the value v * w[k].
+template <typename F, typename D, typename Sink>
+inline void Row(const Proj& p, int64_t b, int64_t r, F v, int64_t step, int64_t n_slots,
+                int64_t n_targets, Faults& bad, Sink& sink) {
   const F* w = static_cast<const F*>(p.w) + b * p.w_stride;
   const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
   if (begin < 0 || end < begin || end > p.nnz) {
@@ -98,7 +102,7 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
     return;
   }
   const uint32_t width = static_cast<uint32_t>(p.width);
-  F* base = rb + p.target_offset;
+  const int64_t base = p.target_offset;
   if (n_slots == 1) {
     for (int64_t k = begin; k < end; ++k) {
       const uint32_t j = static_cast<uint32_t>(p.post[k]);
@@ -106,17 +110,17 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
         ++bad.targets;
         continue;
       }
-      base[j] += v * w[k];
+      sink(base + j, base + j, v * w[k]);
     }
   } else if (!p.per_synapse) {
-    F* row = base + Slot(step, p.delay_steps, n_slots) * n_targets;
+    const int64_t row = Slot(step, p.delay_steps, n_slots) * n_targets;
     for (int64_t k = begin; k < end; ++k) {
       const uint32_t j = static_cast<uint32_t>(p.post[k]);
       if (j >= width) {
         ++bad.targets;
         continue;
       }
-      row[j] += v * w[k];
+      sink(base + j, row + base + j, v * w[k]);
     }
   } else {
     const D* d = static_cast<const D*>(p.delay);
@@ -130,39 +134,159 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
         ++bad.delays;
         continue;
       }
-      base[Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets + j] += v * w[k];
+      sink(base + j, Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets + base + j,
+           v * w[k]);
     }
   }
 }
 
-template <typename F>
-inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, F* rb,
-                   int64_t step, int64_t n_slots, int64_t n_targets, Faults& bad) {
+template <typename F, typename Sink>
+inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, int64_t step,
+                   int64_t n_slots, int64_t n_targets, Faults& bad, Sink& sink) {
   for (const Proj& p : projs) {
     const int64_t r = i - p.pre_offset;
     if (r < 0 || r >= p.n_pre) continue;
     switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
       case ffi::DataType::S8:
-        Row<F, int8_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int8_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
         break;
       case ffi::DataType::S16:
-        Row<F, int16_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int16_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
         break;
       default:
-        Row<F, int32_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int32_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
     }
   }
 }
 
+// The synapses of neuron i's rows (an upper bound where a row is corrupted: 0 for it).
+inline int64_t RowWork(const std::vector<Proj>& projs, int64_t i) {
+  int64_t work = 0;
+  for (const Proj& p : projs) {
+    const int64_t r = i - p.pre_offset;
+    if (r < 0 || r >= p.n_pre) continue;
+    const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
+    work += len > 0 ? len : 0;
+  }
+  return work;
+}
+
+template <typename F>
+struct Spike {
+  int64_t b, i;
+  F v;
+};
+
+// One synapse's contribution, binned for the thread that owns its ring column.
+template <typename F>
+struct Entry {
+  int64_t cell;  // in the whole ring (all trials)
+  F v;
+};
+
+// The delivery on one thread: trials, then neurons, then projections, then synapses, each
+// ascending; every value added to its cell at once.
 template <typename F, typename Bits>
 void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
              int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials,
              Faults& bad) {
   for (int64_t b = 0; b < n_trials; ++b) {
     F* rb = ring + b * n_slots * n_targets;
+    auto add = [rb](int64_t, int64_t cell, F value) { rb[cell] += value; };
     ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
-      Neuron(projs, b, i, v, rb, step, n_slots, n_targets, bad);
+      Neuron(projs, b, i, v, step, n_slots, n_targets, bad, add);
     });
+  }
+}
+
+// The delivery on the kernels' threads (pool.h), when the step's spikes touch enough
+// synapses for it to pay. The spikes are listed once, in the serial order, and shared
+// read-only. Phase 1: thread t takes a contiguous run of the list (runs of about equal
+// synapse counts) and writes each contribution, in the serial order, to the bin of the thread
+// that owns its ring column (columns split evenly). Phase 2: thread u adds the bins meant for
+// it, from thread 0's to the last's, each in its order; a cell thus receives exactly the
+// serial sequence of additions, so the ring is bit for bit the serial one whatever the
+// number of threads, with no two threads writing one cell.
+template <typename F, typename Bits>
+void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
+                   int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials,
+                   Faults& bad) {
+  const int most = nj_pool::Threads();
+  if (most <= 1 || n_targets == 0) {
+    Deliver<F, Bits>(s, projs, step, ring, n_source, n_slots, n_targets, n_trials, bad);
+    return;
+  }
+  // The calling thread's buffers, kept between calls. The workers reach them through these
+  // references (a thread_local named in a lambda would be the worker's own).
+  thread_local std::vector<Spike<F>> spikes_tl;
+  thread_local std::vector<int64_t> cum_tl;
+  thread_local std::vector<std::vector<Entry<F>>> bins_tl;
+  std::vector<Spike<F>>& spikes = spikes_tl;
+  std::vector<int64_t>& cum = cum_tl;  // synapses of the spikes before each one
+  std::vector<std::vector<Entry<F>>>& bins = bins_tl;
+  spikes.clear();
+  cum.clear();
+  int64_t work = 0;
+  for (int64_t b = 0; b < n_trials; ++b) {
+    ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
+      spikes.push_back(Spike<F>{b, i, v});
+      cum.push_back(work);
+      work += RowWork(projs, i);
+    });
+  }
+  const int n = nj_pool::Worth(work, 2);
+  if (n <= 1) {
+    const int64_t t0 = nj_pool::NowNs();
+    for (const Spike<F>& sp : spikes) {
+      F* rb = ring + sp.b * n_slots * n_targets;
+      auto add = [rb](int64_t, int64_t cell, F value) { rb[cell] += value; };
+      Neuron(projs, sp.b, sp.i, sp.v, step, n_slots, n_targets, bad, add);
+    }
+    nj_pool::RecordSerial(work, nj_pool::NowNs() - t0);
+    return;
+  }
+  // The first spike of each thread's run: the first whose preceding synapses reach t / n
+  // of the step's synapses.
+  std::vector<int64_t> first(n + 1);
+  for (int t = 0; t <= n; ++t) {
+    const int64_t target = work * t / n;
+    first[t] = std::lower_bound(cum.begin(), cum.end(), target) - cum.begin();
+  }
+  first[n] = static_cast<int64_t>(spikes.size());
+  if (bins.size() < static_cast<size_t>(n * n)) bins.resize(n * n);
+  std::vector<Faults> faults(n);
+  // Column c belongs to thread (c * n) / n_targets, computed with a multiply and a shift.
+  const uint64_t scale = (static_cast<uint64_t>(n) << 32) / static_cast<uint64_t>(n_targets);
+  const int64_t trial_size = n_slots * n_targets;
+  auto gather = [&](int t) {
+    std::vector<Entry<F>>* mine = bins.data() + t * n;
+    for (int u = 0; u < n; ++u) mine[u].clear();
+    for (int64_t q = first[t]; q < first[t + 1]; ++q) {
+      const Spike<F>& sp = spikes[q];
+      const int64_t offset = sp.b * trial_size;
+      auto bin = [&](int64_t column, int64_t cell, F value) {
+        const uint64_t owner = (static_cast<uint64_t>(column) * scale) >> 32;
+        mine[owner < static_cast<uint64_t>(n) ? owner : n - 1].push_back(
+            Entry<F>{offset + cell, value});
+      };
+      Neuron(projs, sp.b, sp.i, sp.v, step, n_slots, n_targets, faults[t], bin);
+    }
+  };
+  auto scatter = [&](int u) {
+    for (int t = 0; t < n; ++t) {
+      for (const Entry<F>& e : bins[t * n + u]) ring[e.cell] += e.v;
+    }
+  };
+  if (!nj_pool::ParallelFor(n, gather)) {
+    for (int t = 0; t < n; ++t) gather(t);
+  }
+  if (!nj_pool::ParallelFor(n, scatter)) {
+    for (int u = 0; u < n; ++u) scatter(u);
+  }
+  for (const Faults& f : faults) {
+    bad.rows += f.rows;
+    bad.targets += f.targets;
+    bad.delays += f.delays;
   }
 }
 
@@ -265,13 +389,13 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
   }
   Faults bad;
   if (type == ffi::DataType::F32) {
-    Deliver<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
-                             static_cast<float*>(ring_out->untyped_data()), n_source, n_slots,
-                             n_targets, n_trials, bad);
+    DeliverShared<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
+                                   static_cast<float*>(ring_out->untyped_data()), n_source,
+                                   n_slots, n_targets, n_trials, bad);
   } else {
-    Deliver<double, uint64_t>(static_cast<const double*>(s.untyped_data()), projs, t,
-                              static_cast<double*>(ring_out->untyped_data()), n_source, n_slots,
-                              n_targets, n_trials, bad);
+    DeliverShared<double, uint64_t>(static_cast<const double*>(s.untyped_data()), projs, t,
+                                    static_cast<double*>(ring_out->untyped_data()), n_source,
+                                    n_slots, n_targets, n_trials, bad);
   }
   if (bad.rows || bad.targets || bad.delays) {
     return ffi::Error::InvalidArgument(
