@@ -1,7 +1,7 @@
 """Every use of JAX's private modules (`jax._src`) in neurojax, in one place.
 
 JAX does not promise that anything under `jax._src` stays; neurojax reads it only through the
-functions here, each of which says what it needs. `tests/test_jax_private.py` calls every one
+functions here, each of which says what it needs. `tests/test_threads.py` calls every one
 of them against the installed JAX, so an upgrade that moves or renames what they read fails
 that test by name rather than changing neurojax's behaviour silently. Nothing here changes
 JAX's state.

@@ -277,12 +277,14 @@ void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* 
       for (const Entry<F>& e : bins[t * n + u]) ring[e.cell] += e.v;
     }
   };
+  const int64_t t0 = nj_pool::NowNs();
   if (!nj_pool::ParallelFor(n, gather)) {
     for (int t = 0; t < n; ++t) gather(t);
   }
   if (!nj_pool::ParallelFor(n, scatter)) {
     for (int u = 0; u < n; ++u) scatter(u);
   }
+  nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
   for (const Faults& f : faults) {
     bad.rows += f.rows;
     bad.targets += f.targets;
@@ -509,6 +511,73 @@ int64_t AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay
 }
 
 
+// One trial's pair-STDP update of the arrived rows and the fired columns on n threads
+// (pool.h), each phase split into runs of the spike lists: the checks of every row and column
+// (nothing is written if one fails), the depression of the rows, the postsynaptic trace's
+// pass (one thread), the potentiation of the columns. Returns the corrupted count.
+template <typename F, typename Bits>
+int64_t SharedStdp(int n, F* wb, F* xb, F* yb, const F* pb, const F* ab, const int32_t* arrived,
+                   int64_t n_arr, const int32_t* fired, int64_t n_fired, const int32_t* indptr,
+                   const int32_t* post, const int32_t* col_ptr, const int32_t* col_syn,
+                   const int32_t* col_pre, int64_t nnz, int64_t n_pre, int64_t n_post, F a_plus,
+                   F a_minus, F lo, F hi, F decay_y, bool multiplicative, bool nearest) {
+  std::vector<int64_t> bad(n, 0);
+  auto check = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_arr, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      if (!RowOk(indptr, post, arrived[q], nnz, n_post)) ++bad[t];
+    }
+    nj_pool::Split(n_fired, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      if (!ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre)) ++bad[t];
+    }
+  };
+  auto depress = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_arr, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int32_t i = arrived[q];
+      if (multiplicative) {
+        DepressRow<F, true>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i], lo,
+                            hi);
+      } else {
+        DepressRow<F, false>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i],
+                             lo, hi);
+      }
+    }
+  };
+  auto potentiate = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_fired, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int32_t j = fired[q];
+      const F s = pb[j];
+      const int32_t end = col_ptr[j + 1];
+      for (int32_t m = col_ptr[j]; m < end; ++m) {
+        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
+        const int32_t k = col_syn[m];
+        const F v = wb[k];
+        const F f = multiplicative ? hi - v : F(1);
+        wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
+      }
+    }
+  };
+  auto run = [n](auto& phase) {
+    if (!nj_pool::ParallelFor(n, phase)) {
+      for (int t = 0; t < n; ++t) phase(t);
+    }
+  };
+  run(check);
+  int64_t total = 0;
+  for (int64_t c : bad) total += c;
+  if (total) return total;
+  run(depress);
+  AdvanceTrace<F, Bits, false>(yb, pb, n_post, decay_y, nearest, nullptr);
+  run(potentiate);
+  return 0;
+}
+
 // Returns the number of rows and columns found corrupted (0: the update ran in full).
 template <typename F, typename Bits>
 int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
@@ -539,6 +608,34 @@ int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F) {
       fired[n_fired++] = static_cast<int32_t>(j);
     });
+    // Every synapse lies in one row and one column: the rows of this step's arrivals, then
+    // the columns of its spikes, can be shared between threads, each thread updating the
+    // synapses of its own rows (columns) with the serial operations in the serial order;
+    // the weights are bit for bit the same with any number of threads.
+    int n = 1;
+    if (nj_pool::Threads() > 1) {
+      int64_t work = 0;
+      for (int64_t q = 0; q < n_arr; ++q) {
+        const int64_t len = static_cast<int64_t>(indptr[arrived[q] + 1]) - indptr[arrived[q]];
+        work += len > 0 ? len : 0;
+      }
+      for (int64_t q = 0; q < n_fired; ++q) {
+        const int64_t len = static_cast<int64_t>(col_ptr[fired[q] + 1]) - col_ptr[fired[q]];
+        work += len > 0 ? len : 0;
+      }
+      n = nj_pool::Worth(work, 3);
+      if (n > 1) {
+        const int64_t t0 = nj_pool::NowNs();
+        const int64_t bad = SharedStdp<F, Bits>(n, wb, xb, yb, pb, ab, arrived.data(), n_arr,
+                                                fired.data(), n_fired, indptr, post, col_ptr,
+                                                col_syn, col_pre, nnz, n_pre, n_post, a_plus,
+                                                a_minus, lo, hi, decay_y, multiplicative,
+                                                nearest);
+        if (bad) return bad;
+        nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
+        continue;
+      }
+    }
     // The rows and columns of this step's spikes start at scattered places, mostly outside
     // this core's caches; asking for all their lines first lets the misses overlap (about
     // 10 % less kernel time in the COBA benchmark than fetching them on use).

@@ -72,6 +72,12 @@ struct State {
   // tests' switches, NjSetSharing). And the number of jobs handed to the workers so far.
   std::atomic<int> sharing{0};
   std::atomic<int64_t> jobs{0};
+  // What a shared call costs beyond its work divided among its threads (ns, an exponential
+  // average of measured calls; the calibration's round trips to begin with), and the calls
+  // declined since the last shared one (every 32nd that would gain on an idle machine is
+  // shared anyway, so that the average follows the machine's load both ways).
+  std::atomic<double> overhead_ns{0.0};
+  std::atomic<int64_t> declined{0};
 };
 
 // Never destroyed: workers may still sleep in it while the process exits.
@@ -214,9 +220,28 @@ int Worth(int64_t work, int phases) {
     Start(s);
     return Worth(work, phases);
   }
-  // Sharing over t threads saves work * unit * (1 - 1/t) and costs `phases` round trips.
+  // Sharing over n threads saves work * unit * (1 - 1/n) and costs the measured overhead
+  // (at first, `phases` calibrated round trips).
   const double saved = static_cast<double>(work) * unit * (1.0 - 1.0 / n);
-  return saved > static_cast<double>(phases) * static_cast<double>(trip) ? n : 1;
+  double overhead = s.overhead_ns.load(std::memory_order_relaxed);
+  if (overhead == 0.0) overhead = static_cast<double>(phases) * static_cast<double>(trip);
+  if (saved > overhead) return n;
+  if (saved > static_cast<double>(phases) * static_cast<double>(trip) &&
+      s.declined.fetch_add(1, std::memory_order_relaxed) % 32 == 31) {
+    return n;  // a probe of a machine that may have become quieter
+  }
+  return 1;
+}
+
+void RecordShared(int64_t work, int n, int64_t ns) {
+  State& s = S();
+  const double unit = s.unit_ns.load(std::memory_order_relaxed);
+  if (n <= 1 || ns <= 0 || unit == 0.0) return;
+  const double sample =
+      std::max(0.0, static_cast<double>(ns) - static_cast<double>(work) * unit / n);
+  const double old = s.overhead_ns.load(std::memory_order_relaxed);
+  s.overhead_ns.store(old == 0.0 ? sample : 0.8 * old + 0.2 * sample,
+                      std::memory_order_relaxed);
 }
 
 void RecordSerial(int64_t work, int64_t ns) {
@@ -240,6 +265,7 @@ extern "C" void NjSetThreads(int n) {
   nj_pool::StopWorkers(s);
   s.threads = n;
   s.round_trip_ns.store(0);
+  s.overhead_ns.store(0.0);
 }
 
 extern "C" int NjThreads() { return nj_pool::S().threads; }

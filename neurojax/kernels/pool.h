@@ -16,8 +16,9 @@
 // threads: results are bit for bit the same with 1 or n threads.
 //
 // Whether a call is worth sharing out is decided by a measured cost model (`Worth`): the
-// pool's round trip (timed when its workers start) against the call's work (synapses touched)
-// times the measured cost of one unit of work on one thread.
+// call's work (synapses touched) times the measured cost of one unit of work on one thread,
+// against the measured overhead of a shared call (the pool's round trips, timed when its
+// workers start, then an average over the shared calls, which follows the machine's load).
 
 #ifndef NEUROJAX_KERNELS_POOL_H_
 #define NEUROJAX_KERNELS_POOL_H_
@@ -41,9 +42,22 @@ bool ParallelFor(int n, Fn& fn) {
   return Run(n, [](void* c, int t) { (*static_cast<Fn*>(c))(t); }, &fn);
 }
 
+// ParallelFor, or the same parts one after the other on the calling thread when the pool is
+// held by another call.
+template <typename Fn>
+void RunParts(int n, Fn& fn) {
+  if (!ParallelFor(n, fn)) {
+    for (int t = 0; t < n; ++t) fn(t);
+  }
+}
+
 // How many threads a call of `work` units (synapses touched) should use, given `phases`
 // hand-overs to the pool: 1 unless sharing it out saves more than the round trips cost.
 int Worth(int64_t work, int phases);
+
+// Feeds the measured time of a call of `work` units shared out over n threads into the cost
+// model (what sharing costs beyond the work divided among the threads).
+void RecordShared(int64_t work, int n, int64_t ns);
 
 // Feeds the measured cost of `work` units done on one thread in `ns` nanoseconds into the
 // cost model (an exponential average).
