@@ -10,6 +10,9 @@ result must not depend on how the threads are scheduled.
 """
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -197,3 +200,47 @@ def test_kernels_equal_the_pure_jax_path_with_threads(share_everything):
     assert int(rec_k.spikes["E"].sum()) > 50
     for k in rec_k.spikes:
         np.testing.assert_array_equal(np.asarray(rec_k.spikes[k]), np.asarray(rec_r.spikes[k]))
+
+
+@pytest.mark.slow
+def test_cases_under_thread_sanitizer(tmp_path):
+    """The cases above (the microcircuit aside) in a process whose compiled library is built
+    with ThreadSanitizer: no data race is reported in the kernels and their pool."""
+    cxx = _build._compiler()
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    runtime = subprocess.run(
+        [cxx, "-print-file-name=libtsan.so"], capture_output=True, text=True
+    ).stdout.strip()
+    if not os.path.isabs(runtime) or not os.path.exists(runtime):
+        pytest.skip(f"{cxx} has no ThreadSanitizer runtime")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    old = os.environ.get("NEUROJAX_CACHE_DIR")
+    os.environ["NEUROJAX_CACHE_DIR"] = str(cache)
+    try:
+        out = _build.library_path()  # the name the child process will look for
+    finally:
+        if old is None:
+            del os.environ["NEUROJAX_CACHE_DIR"]
+        else:
+            os.environ["NEUROJAX_CACHE_DIR"] = old
+    _build.compile_library(out, ("-fsanitize=thread", "-g"))
+    env = {
+        **os.environ,
+        "NEUROJAX_CACHE_DIR": str(cache),
+        "NEUROJAX_CPU_KERNEL": "1",
+        "LD_PRELOAD": runtime,
+        # Only the kernels are instrumented: report their races, and stop at the first.
+        "TSAN_OPTIONS": "halt_on_error=1:report_signal_unsafe=0:ignore_noninstrumented_modules=1",
+        "PYTHONPATH": os.getcwd(),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+         "-k", "not microcircuit and not sanitizer", "-m", "not slow"],
+        capture_output=True, text=True, env=env, timeout=1800,
+    )  # fmt: skip
+    if "unexpected memory mapping" in proc.stderr:
+        pytest.skip("ThreadSanitizer cannot run with this kernel's address-space layout")
+    assert "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.returncode == 0 and " passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
