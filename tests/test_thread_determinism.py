@@ -236,7 +236,8 @@ def test_cases_under_thread_sanitizer(tmp_path):
         "PYTHONPATH": os.getcwd(),
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+        # -s: a report ends the process, and pytest's capture would swallow it.
+        [sys.executable, "-m", "pytest", "-s", "-q", "-x", "-p", "no:cacheprovider", __file__,
          "-k", "not microcircuit and not sanitizer", "-m", "not slow"],
         capture_output=True, text=True, env=env, timeout=1800,
     )  # fmt: skip

@@ -54,7 +54,7 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 
 struct State {
   std::mutex run_mu;  // held by the one call that uses the workers
-  int threads = 1;    // the setting (NjSetThreads)
+  std::atomic<int> threads{1};  // the setting (NjSetThreads; read by calls without the lock)
   std::vector<std::thread> workers;
   std::atomic<uint32_t> generation{0};  // bumped once per job (and to stop the workers)
   std::atomic<int> sleepers{0};
@@ -63,7 +63,8 @@ struct State {
   // The current job: written before `generation` is bumped, read after it is seen.
   void (*fn)(void*, int) = nullptr;
   void* ctx = nullptr;
-  int n_job = 0;
+  int n_job = 0;      // threads taking part (the caller included)
+  int n_parts = 0;    // parts of the job: thread t runs t, t + n_job, ...
   // The cost model: the round trip of an empty job (ns) and the cost of one unit of work on
   // one thread (ns, an exponential average).
   std::atomic<int64_t> round_trip_ns{0};
@@ -103,20 +104,21 @@ void Worker(State& s, int id, uint32_t seen) {
     }
     seen = s.generation.load(std::memory_order_acquire);
     if (s.quit.load(std::memory_order_acquire)) return;
-    if (id < s.n_job) s.fn(s.ctx, id);
+    for (int part = id; part < s.n_parts && id < s.n_job; part += s.n_job) s.fn(s.ctx, part);
     s.pending.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
 // Hands the job to every worker, runs part 0, waits for the others. run_mu held.
-void Dispatch(State& s, int n, void (*fn)(void*, int), void* ctx) {
+void Dispatch(State& s, int n, int parts, void (*fn)(void*, int), void* ctx) {
   s.fn = fn;
   s.ctx = ctx;
   s.n_job = n;
+  s.n_parts = parts;
   s.pending.store(static_cast<int>(s.workers.size()), std::memory_order_relaxed);
   s.generation.fetch_add(1, std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&s.generation);
-  fn(ctx, 0);
+  for (int part = 0; part < parts; part += n) fn(ctx, part);
   // A machine shared with other processes may not run a worker at once: after a short spin
   // the caller gives its core away while it waits.
   for (int64_t spins = 0; s.pending.load(std::memory_order_acquire) != 0; ++spins) {
@@ -148,7 +150,8 @@ void Calibrate(State& s) {
   for (int r = 0; r < 6; ++r) {
     if (r % 2 == 0) std::this_thread::sleep_for(std::chrono::nanoseconds(2 * kSpinNs));
     const int64_t t0 = NowNs();
-    Dispatch(s, static_cast<int>(s.workers.size()) + 1, nothing, nullptr);
+    const int n = static_cast<int>(s.workers.size()) + 1;
+    Dispatch(s, n, n, nothing, nullptr);
     trips.push_back(NowNs() - t0);
   }
   std::sort(trips.begin(), trips.end());
@@ -173,7 +176,7 @@ void Calibrate(State& s) {
 
 // Starts the workers of the setting and calibrates the cost model, unless done. run_mu held.
 void Start(State& s) {
-  const int want = s.threads - 1;
+  const int want = s.threads.load() - 1;
   if (static_cast<int>(s.workers.size()) == want && s.round_trip_ns.load() != 0) return;
   StopWorkers(s);
   const uint32_t seen = s.generation.load();
@@ -183,30 +186,32 @@ void Start(State& s) {
 
 }  // namespace
 
-int Threads() { return S().threads; }
+int Threads() { return S().threads.load(std::memory_order_relaxed); }
 
 bool Run(int n, void (*fn)(void*, int), void* ctx) {
   State& s = S();
   if (n <= 1) {
-    fn(ctx, 0);
+    if (n == 1) fn(ctx, 0);
     return true;
   }
   std::unique_lock<std::mutex> lock(s.run_mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   Start(s);
-  n = std::min(n, static_cast<int>(s.workers.size()) + 1);
-  if (n <= 1) {
-    fn(ctx, 0);
+  // Every part runs, whatever the pool's size now (the setting may have changed since the
+  // caller split its work into n parts).
+  const int threads = std::min(n, static_cast<int>(s.workers.size()) + 1);
+  if (threads <= 1) {
+    for (int part = 0; part < n; ++part) fn(ctx, part);
     return true;
   }
   s.jobs.fetch_add(1, std::memory_order_relaxed);
-  Dispatch(s, n, fn, ctx);
+  Dispatch(s, threads, n, fn, ctx);
   return true;
 }
 
 int Worth(int64_t work, int phases) {
   State& s = S();
-  const int n = s.threads;
+  const int n = s.threads.load(std::memory_order_relaxed);
   const int sharing = s.sharing.load(std::memory_order_relaxed);
   if (n <= 1 || work <= 0 || sharing == 2) return 1;
   if (sharing == 1) return n;
@@ -268,7 +273,7 @@ extern "C" void NjSetThreads(int n) {
   s.overhead_ns.store(0.0);
 }
 
-extern "C" int NjThreads() { return nj_pool::S().threads; }
+extern "C" int NjThreads() { return nj_pool::S().threads.load(); }
 
 // The tests' switches: 0, the measured rule (the default); 1, share out every call that has
 // work; 2, share out none. Returns the previous mode.

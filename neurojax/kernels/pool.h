@@ -31,8 +31,9 @@ namespace nj_pool {
 // Threads the kernels may use (the setting; >= 1).
 int Threads();
 
-// Runs fn(ctx, t) once for every t in [0, n) on n threads, the caller running t = 0, and
-// returns once all are done; n is capped at Threads(). Returns false, having run nothing, when
+// Runs fn(ctx, t) once for every part t in [0, n) on up to n threads (the pool's size: a
+// thread runs parts t, t + threads, ...), the caller running part 0, and returns once all
+// are done. Returns false, having run nothing, when
 // another call holds the pool (a kernel called concurrently from two XLA threads): the caller
 // then does the work on its own thread.
 bool Run(int n, void (*fn)(void*, int), void* ctx);
