@@ -628,28 +628,63 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
       bad += !ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre);
     }
     if (bad) return bad;  // nothing written in this trial; the call reports an error
+    // Every synapse lies in one row and one column, and the sweep treats each synapse on its
+    // own: each phase can be shared between threads (pool.h), each thread updating only its
+    // own synapses (a run of them, of the rows, of the columns) with the serial operations,
+    // so the results are bit for bit the same with any number of threads.
+    const int32_t* touch_list = touched.data();
+    const int32_t* fired_list = fired.data();
+    int n = 1;
+    int64_t work = 0;
+    if (nj_pool::Threads() > 1) {
+      work = sweep ? nnz : 0;
+      for (int64_t q = 0; q < n_touch; ++q) {
+        work += static_cast<int64_t>(indptr[touch_list[q] + 1]) - indptr[touch_list[q]];
+      }
+      for (int64_t q = 0; q < n_fired; ++q) {
+        work += static_cast<int64_t>(col_ptr[fired_list[q] + 1]) - col_ptr[fired_list[q]];
+      }
+      n = nj_pool::Worth(work, sweep ? 3 : 2);
+    }
+    const int64_t t0 = n > 1 ? nj_pool::NowNs() : 0;
     if (sweep) {  // the block's one pass over every synapse, as the pure-JAX sweep
       const F acc_b = acc[b];
-      for (int64_t k = 0; k < nnz; ++k) {
-        wb[k] = Clip<F>(wb[k] + gain * eb[k] * (acc_b - sb[k]), lo, hi);
-        eb[k] = eb[k] * a_block;
-        sb[k] = F(0);
-      }
+      auto pass = [&](int t) {
+        int64_t k0, k1;
+        nj_pool::Split(nnz, t, n, k0, k1);
+        for (int64_t k = k0; k < k1; ++k) {
+          wb[k] = Clip<F>(wb[k] + gain * eb[k] * (acc_b - sb[k]), lo, hi);
+          eb[k] = eb[k] * a_block;
+          sb[k] = F(0);
+        }
+      };
+      nj_pool::RunParts(n, pass);
       acc[b] = F(0);
     }
     const F acc_new = acc[b] + phase * d[b];
     acc[b] = acc_new;
     AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
-    for (int64_t q = 0; q < n_touch; ++q) {
-      const int32_t i = touched[q];
-      RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus, dy,
-                   ab[i], a_end, lo, hi);
-    }
-    for (int64_t q = 0; q < n_fired; ++q) {
-      const int32_t j = fired[q];
-      RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
-                      gain, a_plus, pb[j], a_end, lo, hi);
-    }
+    auto rows = [&](int t) {
+      int64_t q0, q1;
+      nj_pool::Split(n_touch, t, n, q0, q1);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int32_t i = touch_list[q];
+        RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus,
+                     dy, ab[i], a_end, lo, hi);
+      }
+    };
+    nj_pool::RunParts(n, rows);
+    auto columns = [&](int t) {
+      int64_t q0, q1;
+      nj_pool::Split(n_fired, t, n, q0, q1);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int32_t j = fired_list[q];
+        RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
+                        gain, a_plus, pb[j], a_end, lo, hi);
+      }
+    };
+    nj_pool::RunParts(n, columns);
+    if (n > 1) nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
     AdvanceTrace<F>(yb, pb, n_post, dy, nearest);
   }
   return 0;
