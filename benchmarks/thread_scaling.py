@@ -49,7 +49,8 @@ def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: i
     if case in ("coba", "coba_stdp"):
         net, state = nj.models.coba(jax.random.key(0))
         if case == "coba_stdp":
-            from benchmarks.stdp_overhead import STDP_PARAMS, with_stdp
+            from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
+            from benchmarks.stdp_overhead import with_stdp
 
             net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
         n_steps = round(duration / DT)
