@@ -14,7 +14,7 @@ checks for writing a model).
 # first use, so `import neurojax` does not import SciPy (see _lazy_imports).
 from . import _lazy_imports as _lazy_imports
 
-# First: sizes XLA's CPU thread pool before anything creates the CPU client (see _threads).
+# isort: split
 from . import _threads as _threads
 from . import analysis as analysis
 from . import connectivity as connect  # noqa: F401  (SPEC name: nj.connect)
@@ -34,6 +34,8 @@ from ._simulate import Recording as Recording
 from ._simulate import RunInfo as RunInfo
 from ._simulate import SpikeTimes as SpikeTimes
 from ._simulate import simulate as simulate
+from ._threads import cpu_threads as cpu_threads
+from ._threads import use_cpu_threads as use_cpu_threads
 from .io import load as load
 from .io import save as save
 from .network import Network as Network

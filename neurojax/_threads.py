@@ -1,131 +1,130 @@
-"""The size of XLA's CPU thread pool in a neurojax process.
+"""How many CPU threads neurojax uses, set once for the process by the user.
 
-XLA:CPU sizes its thread pool once, when JAX creates the CPU client, with one worker per core
-the process may run on. The thread that executes a program runs work too, so on a machine of
-`n` cores a running program keeps `n + 1` threads busy: the step of a network of a few thousand
-neurons (tens of independent small operations, microseconds each) then pays for threads that
-preempt each other and hand work across cores, and a plain `nj.simulate` of the COBA network
-on 2 cores took 1.77x as long as the same call pinned to one core (issue 24).
+`import neurojax` changes nothing in JAX or in the process. The compiled CPU kernels (event
+delivery, plasticity, procedural connectivity) share their work between the threads of one
+pool of their own (`neurojax/kernels/pool.cc`), sized by this module's setting: by default
+every CPU the process may run on; `nj.use_cpu_threads(n)` or the environment variable
+`NEUROJAX_CPU_THREADS=n` (read at `import neurojax`) sets it to `n`.
 
-neurojax therefore creates the CPU client with `n - 1` workers (one fewer than the cores), so
-that the workers and the executing thread together match the cores: large populations and
-matrix products still use every core, and small ones stop paying for the extra thread. XLA
-reads the pool size from the process's CPU affinity, so the client is created while the
-creating thread's affinity leaves out one core, and every thread's affinity is restored right
-after; nothing else about the process changes.
-
-It applies when the CPU client has not been created yet at `import neurojax` (the usual case)
-and the process uses one CPU device on one host; set `NEUROJAX_CPU_THREADS` to choose the
-number of workers yourself (`0`: leave XLA's default).
+XLA's own CPU thread pool is sized once, when JAX creates its CPU client (the first JAX
+operation), from XLA's documented `PJRT_NPROC` variable or else the CPUs of the process. When
+the user sets neurojax's threads before that moment, neurojax also sets `PJRT_NPROC` to
+`n - 1` (at least 1), unless the user set it already: XLA's workers and the thread that runs
+the compiled program then match the cores instead of exceeding them by one, which on a small
+network's step (tens of operations of microseconds each) is worth 1.3-1.8x (see
+docs/guides/cpu-threads.md).
 """
 
-import contextlib
-import dataclasses
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable
 
-__all__ = ["install", "pool_workers"]
+__all__ = ["ENV", "allowed_cpus", "cpu_threads", "parse_env", "use_cpu_threads"]
 
 ENV = "NEUROJAX_CPU_THREADS"
 
-# The number of workers the CPU client was created with by neurojax (None: XLA's default).
-_created_with: list[int | None] = [None]
+# The setting made by use_cpu_threads (None: not set; every allowed CPU).
+_setting: list[int | None] = [None]
+# Called with the new setting when it changes (the compiled kernels' loader registers one).
+_listeners: list[Callable[[int], None]] = []
 
 
-def _requested() -> int | None:
-    """Workers asked for by NEUROJAX_CPU_THREADS (None: neurojax's choice; 0: XLA's)."""
-    raw = os.environ.get(ENV, "").strip()
-    if not raw:
+def allowed_cpus() -> int:
+    """The number of CPUs this process may run on (its affinity where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def parse_env(raw: str | None) -> int | None:
+    """The thread count that a value of `NEUROJAX_CPU_THREADS` asks for: None when unset,
+    empty or `auto` (every allowed CPU); else a positive integer. Anything else is refused."""
+    if raw is None or raw.strip().lower() in ("", "auto"):
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        warnings.warn(
-            f"neurojax: {ENV}={raw!r} is not a non-negative integer (the number of XLA CPU "
-            "worker threads, 0 for XLA's default); using neurojax's default",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-    return value
-
-
-def _single_cpu_device() -> bool:
-    """True when the CPU client will hold one device of one process: forced host device
-    counts and multi-process runs keep XLA's pool (their devices execute concurrently)."""
-    import jax
-    from jax._src import distributed
-
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return False
-    if jax.config.jax_num_cpu_devices not in (-1, 1):
-        return False
-    return distributed.global_state.client is None
-
-
-def pool_workers(cores: int, requested: int | None) -> int:
-    """The number of CPU workers for a process allowed `cores` cores (0: XLA's default)."""
-    if requested is not None:
-        return min(requested, cores)
-    return cores - 1 if cores >= 2 else 0
-
-
-@contextlib.contextmanager
-def _affinity(cpus: set[int]) -> Iterator[None]:
-    """Run the block with this thread allowed only `cpus`; afterwards every thread of the
-    process (those the block created included) is allowed what this thread was before."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        # A thread started by a still-restricted thread while this loop runs inherits the
-        # restriction: pass over the threads until a pass finds none left to restore.
-        for _ in range(10):
-            changed = False
-            for tid in os.listdir("/proc/self/task"):
-                # A thread that ended meanwhile, or one the process may not change, keeps its own.
-                with contextlib.suppress(OSError, ValueError):
-                    if os.sched_getaffinity(int(tid)) != before:
-                        os.sched_setaffinity(int(tid), before)
-                        changed = True
-            if not changed:
-                break
-
-
-def install() -> None:
-    """Wrap JAX's CPU client factory so that the client is created with the pool size of
-    `pool_workers`; a no-op where the client exists already or the platform has no CPU
-    affinity (macOS, Windows)."""
-    if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
-        return
-    try:
-        from jax._src import xla_bridge
-    except ImportError:  # pragma: no cover - a JAX without this module
-        return
-    registration = getattr(xla_bridge, "_backend_factories", {}).get("cpu")
-    if registration is None or "cpu" in getattr(xla_bridge, "_backends", {"cpu": None}):
-        return
-    if not dataclasses.is_dataclass(registration):  # pragma: no cover - another JAX layout
-        return
-    original = registration.factory
-
-    def make_cpu_client(*args, **kwargs):
-        cpus = sorted(os.sched_getaffinity(0))
-        workers = pool_workers(len(cpus), _requested())
-        if workers == 0 or workers >= len(cpus) or not _single_cpu_device():
-            return original(*args, **kwargs)
-        with _affinity(set(cpus[:workers])):
-            client = original(*args, **kwargs)
-        _created_with[0] = workers
-        return client
-
-    xla_bridge._backend_factories["cpu"] = dataclasses.replace(
-        registration, factory=make_cpu_client
+    text = raw.strip()
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(
+        f"{ENV}={raw!r} is not allowed: use a positive integer (the number of CPU threads) "
+        "or 'auto' (every CPU the process may run on)"
     )
 
 
-install()
+def cpu_threads() -> int:
+    """The number of threads neurojax's compiled CPU kernels use: the value given to
+    `use_cpu_threads`, else every CPU the process may run on."""
+    n = _setting[0]
+    return allowed_cpus() if n is None else n
+
+
+def use_cpu_threads(n: int | None = None, *, xla: bool = True) -> None:
+    """Use `n` CPU threads (None: every CPU the process may run on) in neurojax's kernels.
+
+    The compiled kernels of a network step (event delivery, plasticity, procedural
+    connectivity) then share a step's work between `n` threads, the calling thread included,
+    when the step's work is large enough to gain (a rule measured on the machine: see
+    docs/guides/cpu-threads.md). Results do not depend on `n`: they are bit for bit those of
+    one thread.
+
+    With `xla=True` (the default) and when JAX has not yet created its CPU client (call this
+    at the top of a script, before the first JAX operation), XLA's CPU thread pool is sized
+    to match: `PJRT_NPROC` is set to `max(n - 1, 1)` unless it is set already. Later, XLA's
+    pool keeps its size and a `RuntimeWarning` says so; the kernels' threads change anyway.
+
+    **Arguments:**
+    - `n`: a positive integer, more than the CPUs allowed (a test of determinism) included.
+    - `xla`: whether to size XLA's pool as well.
+
+    **Example:**
+    ```python
+    import neurojax as nj
+
+    nj.use_cpu_threads(2)
+    ```
+    """
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"use_cpu_threads: n must be a positive integer or None, got {n!r}")
+    if not isinstance(xla, bool):
+        raise ValueError(f"use_cpu_threads: xla must be True or False, got {xla!r}")
+    _setting[0] = n
+    threads = cpu_threads()
+    if xla:
+        _size_xla_pool(threads)
+    for listener in _listeners:
+        listener(threads)
+
+
+def _size_xla_pool(threads: int) -> None:
+    from ._jax_private import cpu_backend_started
+
+    if "PJRT_NPROC" in os.environ:
+        return
+    if cpu_backend_started():
+        warnings.warn(
+            "neurojax.use_cpu_threads: JAX's CPU client exists already, so XLA's thread pool "
+            "keeps its size (only neurojax's kernels change); call use_cpu_threads before the "
+            "first JAX operation, or set PJRT_NPROC yourself",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    os.environ["PJRT_NPROC"] = str(max(threads - 1, 1))
+
+
+def _on_change(listener: Callable[[int], None]) -> None:
+    """Call `listener(cpu_threads())` now and whenever the setting changes."""
+    _listeners.append(listener)
+    listener(cpu_threads())
+
+
+def _from_environment() -> None:
+    """Apply `NEUROJAX_CPU_THREADS` (at `import neurojax`): as `use_cpu_threads(n)`; unset
+    or `auto` changes nothing."""
+    n = parse_env(os.environ.get(ENV))
+    if n is not None:
+        use_cpu_threads(n)
+
+
+# The user's environment, read once at `import neurojax` (this module is imported first, before
+# anything creates JAX's CPU client); unset, nothing happens.
+_from_environment()

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import jax
 
+from .. import _threads
 from .._system import cache_dir as _cache_dir
 from .._system import check_private_path
 
@@ -181,6 +182,8 @@ def compile_library(out: Path, extra_flags: tuple[str, ...] = ()) -> None:
             # Lets the compiler evaluate both sides of a select and so vectorise branch-free
             # loops (the LIF run); no floating-point exception is trapped, no value changes.
             "-fno-trapping-math",
+            # The kernels' own thread pool (pool.cc) uses std::thread.
+            "-pthread",
             "-shared",
             "-fPIC",
             "-std=c++17",
@@ -210,7 +213,7 @@ def library() -> ctypes.CDLL | None:
     """The compiled library, built (once per process) and loaded; None, with one warning,
     when it cannot be built or loaded."""
     try:
-        return ctypes.cdll.LoadLibrary(str(_build()))
+        lib = ctypes.cdll.LoadLibrary(str(_build()))
     except Exception as err:  # any build or load failure falls back to the references
         warnings.warn(
             "neurojax: the compiled CPU kernels (event-driven delivery, plasticity, assembly "
@@ -222,6 +225,11 @@ def library() -> ctypes.CDLL | None:
             stacklevel=4,
         )
         return None
+    # The kernels' thread pool follows neurojax's thread setting (nj.use_cpu_threads).
+    lib.NjSetThreads.argtypes = [ctypes.c_int]
+    lib.NjSetThreads.restype = None
+    _threads._on_change(lib.NjSetThreads)
+    return lib
 
 
 def register_targets(targets: tuple[tuple[str, str], ...]) -> bool:

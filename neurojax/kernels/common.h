@@ -1,7 +1,7 @@
 // Shared by the compiled kernels: how a block of neurons of a whole-run kernel of an uncoupled
 // population (lif_run.cc, hh_run.cc) writes its spike record, the huge-page advice on
 // a fresh output buffer, the sharing of a kernel's independent tasks between the threads
-// of XLA's intra-op pool (hh_run.cc, spike_matmul.cc), and the software prefetch of a byte
+// of the kernels' pool (pool.h; hh_run.cc, spike_matmul.cc), and the software prefetch of a byte
 // range (the STDP and assembly kernels). Part of the compiled library's source hash
 // (neurojax.kernels._build).
 
@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 #include <type_traits>
+
+#include "pool.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -82,10 +84,6 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
 #endif
 }
 
-// Runs task(0) .. task(total - 1), each once, on the calling thread and on helpers scheduled
-// on `pool` (an FFI ThreadPool: num_threads() and Schedule(fn)). Tasks are claimed one at a
-// time; the caller returns once every task is done. A helper that starts late finds nothing
-// left to claim and only touches the shared counters, which it keeps alive.
 // The number of CPUs this process may run on (its affinity on Linux), read once.
 inline int64_t AllowedCpus() {
   static const int64_t n = [] {
@@ -99,38 +97,22 @@ inline int64_t AllowedCpus() {
   return n;
 }
 
-struct TaskCounter {
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
-  int64_t total = 0;
-  std::mutex mu;
-  std::condition_variable cv;
-};
-
+// Runs task(0) .. task(total - 1), each once, on the kernels' one thread pool (pool.h): as
+// many threads as neurojax's setting allows (the calling thread included), each claiming
+// tasks one at a time, so that unequal tasks balance; returns once every task is done. A call
+// made while another holds the pool runs its tasks on its own thread. (`pool`, XLA's
+// intra-op pool of the FFI call, is no longer used: one pool per process.)
 template <typename Pool, typename Task>
 void RunTasks(int64_t total, Pool& pool, Task task) {
+  (void)pool;
   if (total <= 0) return;
-  auto work = std::make_shared<TaskCounter>();
-  work->total = total;
-  const auto drain = [task](TaskCounter& w) {
-    for (int64_t b; (b = w.next.fetch_add(1)) < w.total;) {
-      task(b);
-      if (w.done.fetch_add(1) + 1 == w.total) {
-        std::lock_guard<std::mutex> lock(w.mu);
-        w.cv.notify_all();
-      }
-    }
+  const int threads = static_cast<int>(
+      std::min<int64_t>(static_cast<int64_t>(nj_pool::Threads()), total));
+  std::atomic<int64_t> next{0};
+  auto part = [&](int) {
+    for (int64_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < total;) task(b);
   };
-  // The calling thread works too: with the pool's workers, at most one thread per core the
-  // process may use (neurojax sizes XLA's pool one below the cores; XLA's own default has one
-  // worker per core, and then one of them stays idle rather than oversubscribe the cores).
-  const int64_t threads =
-      std::min<int64_t>({static_cast<int64_t>(pool.num_threads()) + 1, AllowedCpus(), total});
-  const int64_t helpers = threads - 1;
-  for (int64_t j = 0; j < helpers; ++j) pool.Schedule([work, drain] { drain(*work); });
-  drain(*work);
-  std::unique_lock<std::mutex> lock(work->mu);
-  work->cv.wait(lock, [&] { return work->done.load() == work->total; });
+  nj_pool::RunParts(threads, part);
 }
 
 }  // namespace nj_run

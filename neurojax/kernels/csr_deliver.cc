@@ -21,6 +21,7 @@
 // trial (the one the network read at the start of this step) is zeroed first, in place, so
 // that no separate update of the ring (which XLA would run on a copy) is needed.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "common.h"
+#include "pool.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -87,10 +89,12 @@ struct Faults {
 
 // The synapses of row r: every index is checked against the arrays before it is used, so
 // no content of indptr, indices or delays can make the kernel touch memory outside them.
-// An invalid entry is skipped and counted; the call then fails with the counts.
-template <typename F, typename D>
-inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, int64_t n_slots,
-                int64_t n_targets, Faults& bad) {
+// An invalid entry is skipped and counted; the call then fails with the counts. Each valid
+// synapse is handed to sink(column, cell, value): its ring column (target_offset + post),
+// its cell in the trial's ring (slot * n_targets + column) and the value v * w[k].
+template <typename F, typename D, typename Sink>
+inline void Row(const Proj& p, int64_t b, int64_t r, F v, int64_t step, int64_t n_slots,
+                int64_t n_targets, Faults& bad, Sink& sink) {
   const F* w = static_cast<const F*>(p.w) + b * p.w_stride;
   const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
   if (begin < 0 || end < begin || end > p.nnz) {
@@ -98,7 +102,7 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
     return;
   }
   const uint32_t width = static_cast<uint32_t>(p.width);
-  F* base = rb + p.target_offset;
+  const int64_t base = p.target_offset;
   if (n_slots == 1) {
     for (int64_t k = begin; k < end; ++k) {
       const uint32_t j = static_cast<uint32_t>(p.post[k]);
@@ -106,17 +110,17 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
         ++bad.targets;
         continue;
       }
-      base[j] += v * w[k];
+      sink(base + j, base + j, v * w[k]);
     }
   } else if (!p.per_synapse) {
-    F* row = base + Slot(step, p.delay_steps, n_slots) * n_targets;
+    const int64_t row = Slot(step, p.delay_steps, n_slots) * n_targets;
     for (int64_t k = begin; k < end; ++k) {
       const uint32_t j = static_cast<uint32_t>(p.post[k]);
       if (j >= width) {
         ++bad.targets;
         continue;
       }
-      row[j] += v * w[k];
+      sink(base + j, row + base + j, v * w[k]);
     }
   } else {
     const D* d = static_cast<const D*>(p.delay);
@@ -130,39 +134,161 @@ inline void Row(const Proj& p, int64_t b, int64_t r, F v, F* rb, int64_t step, i
         ++bad.delays;
         continue;
       }
-      base[Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets + j] += v * w[k];
+      sink(base + j, Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets + base + j,
+           v * w[k]);
     }
   }
 }
 
-template <typename F>
-inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, F* rb,
-                   int64_t step, int64_t n_slots, int64_t n_targets, Faults& bad) {
+template <typename F, typename Sink>
+inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, int64_t step,
+                   int64_t n_slots, int64_t n_targets, Faults& bad, Sink& sink) {
   for (const Proj& p : projs) {
     const int64_t r = i - p.pre_offset;
     if (r < 0 || r >= p.n_pre) continue;
     switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
       case ffi::DataType::S8:
-        Row<F, int8_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int8_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
         break;
       case ffi::DataType::S16:
-        Row<F, int16_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int16_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
         break;
       default:
-        Row<F, int32_t>(p, b, r, v, rb, step, n_slots, n_targets, bad);
+        Row<F, int32_t>(p, b, r, v, step, n_slots, n_targets, bad, sink);
     }
   }
 }
 
+// The synapses of neuron i's rows (an upper bound where a row is corrupted: 0 for it).
+inline int64_t RowWork(const std::vector<Proj>& projs, int64_t i) {
+  int64_t work = 0;
+  for (const Proj& p : projs) {
+    const int64_t r = i - p.pre_offset;
+    if (r < 0 || r >= p.n_pre) continue;
+    const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
+    work += len > 0 ? len : 0;
+  }
+  return work;
+}
+
+template <typename F>
+struct Spike {
+  int64_t b, i;
+  F v;
+};
+
+// One synapse's contribution, binned for the thread that owns its ring column.
+template <typename F>
+struct Entry {
+  int64_t cell;  // in the whole ring (all trials)
+  F v;
+};
+
+// The delivery on one thread: trials, then neurons, then projections, then synapses, each
+// ascending; every value added to its cell at once.
 template <typename F, typename Bits>
 void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
              int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials,
              Faults& bad) {
   for (int64_t b = 0; b < n_trials; ++b) {
     F* rb = ring + b * n_slots * n_targets;
+    auto add = [rb](int64_t, int64_t cell, F value) { rb[cell] += value; };
     ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
-      Neuron(projs, b, i, v, rb, step, n_slots, n_targets, bad);
+      Neuron(projs, b, i, v, step, n_slots, n_targets, bad, add);
     });
+  }
+}
+
+// The delivery on the kernels' threads (pool.h), when the step's spikes touch enough
+// synapses for it to pay. The spikes are listed once, in the serial order, and shared
+// read-only. Phase 1: thread t takes a contiguous run of the list (runs of about equal
+// synapse counts) and writes each contribution, in the serial order, to the bin of the thread
+// that owns its ring column (columns split evenly). Phase 2: thread u adds the bins meant for
+// it, from thread 0's to the last's, each in its order; a cell thus receives exactly the
+// serial sequence of additions, so the ring is bit for bit the serial one whatever the
+// number of threads, with no two threads writing one cell.
+template <typename F, typename Bits>
+void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
+                   int64_t n_source, int64_t n_slots, int64_t n_targets, int64_t n_trials,
+                   Faults& bad) {
+  const int most = nj_pool::Threads();
+  if (most <= 1 || n_targets == 0) {
+    Deliver<F, Bits>(s, projs, step, ring, n_source, n_slots, n_targets, n_trials, bad);
+    return;
+  }
+  // The calling thread's buffers, kept between calls. The workers reach them through these
+  // references (a thread_local named in a lambda would be the worker's own).
+  thread_local std::vector<Spike<F>> spikes_tl;
+  thread_local std::vector<int64_t> cum_tl;
+  thread_local std::vector<std::vector<Entry<F>>> bins_tl;
+  std::vector<Spike<F>>& spikes = spikes_tl;
+  std::vector<int64_t>& cum = cum_tl;  // synapses of the spikes before each one
+  std::vector<std::vector<Entry<F>>>& bins = bins_tl;
+  spikes.clear();
+  cum.clear();
+  int64_t work = 0;
+  for (int64_t b = 0; b < n_trials; ++b) {
+    ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
+      spikes.push_back(Spike<F>{b, i, v});
+      cum.push_back(work);
+      work += RowWork(projs, i);
+    });
+  }
+  const int n = nj_pool::Worth(work, 2);
+  if (n <= 1) {
+    const int64_t t0 = nj_pool::NowNs();
+    for (const Spike<F>& sp : spikes) {
+      F* rb = ring + sp.b * n_slots * n_targets;
+      auto add = [rb](int64_t, int64_t cell, F value) { rb[cell] += value; };
+      Neuron(projs, sp.b, sp.i, sp.v, step, n_slots, n_targets, bad, add);
+    }
+    nj_pool::RecordSerial(work, nj_pool::NowNs() - t0);
+    return;
+  }
+  // The first spike of each thread's run: the first whose preceding synapses reach t / n
+  // of the step's synapses.
+  std::vector<int64_t> first(n + 1);
+  for (int t = 0; t <= n; ++t) {
+    const int64_t target = work * t / n;
+    first[t] = std::lower_bound(cum.begin(), cum.end(), target) - cum.begin();
+  }
+  first[n] = static_cast<int64_t>(spikes.size());
+  if (bins.size() < static_cast<size_t>(n * n)) bins.resize(n * n);
+  std::vector<Faults> faults(n);
+  // Column c belongs to thread (c * n) / n_targets, computed with a multiply and a shift.
+  const uint64_t scale = (static_cast<uint64_t>(n) << 32) / static_cast<uint64_t>(n_targets);
+  const int64_t trial_size = n_slots * n_targets;
+  auto gather = [&](int t) {
+    std::vector<Entry<F>>* mine = bins.data() + t * n;
+    for (int u = 0; u < n; ++u) mine[u].clear();
+    for (int64_t q = first[t]; q < first[t + 1]; ++q) {
+      const Spike<F>& sp = spikes[q];
+      const int64_t offset = sp.b * trial_size;
+      auto bin = [&](int64_t column, int64_t cell, F value) {
+        const uint64_t owner = (static_cast<uint64_t>(column) * scale) >> 32;
+        mine[owner < static_cast<uint64_t>(n) ? owner : n - 1].push_back(
+            Entry<F>{offset + cell, value});
+      };
+      Neuron(projs, sp.b, sp.i, sp.v, step, n_slots, n_targets, faults[t], bin);
+    }
+  };
+  auto scatter = [&](int u) {
+    for (int t = 0; t < n; ++t) {
+      for (const Entry<F>& e : bins[t * n + u]) ring[e.cell] += e.v;
+    }
+  };
+  const int64_t t0 = nj_pool::NowNs();
+  if (!nj_pool::ParallelFor(n, gather)) {
+    for (int t = 0; t < n; ++t) gather(t);
+  }
+  if (!nj_pool::ParallelFor(n, scatter)) {
+    for (int u = 0; u < n; ++u) scatter(u);
+  }
+  nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
+  for (const Faults& f : faults) {
+    bad.rows += f.rows;
+    bad.targets += f.targets;
+    bad.delays += f.delays;
   }
 }
 
@@ -265,13 +391,13 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
   }
   Faults bad;
   if (type == ffi::DataType::F32) {
-    Deliver<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
-                             static_cast<float*>(ring_out->untyped_data()), n_source, n_slots,
-                             n_targets, n_trials, bad);
+    DeliverShared<float, uint32_t>(static_cast<const float*>(s.untyped_data()), projs, t,
+                                   static_cast<float*>(ring_out->untyped_data()), n_source,
+                                   n_slots, n_targets, n_trials, bad);
   } else {
-    Deliver<double, uint64_t>(static_cast<const double*>(s.untyped_data()), projs, t,
-                              static_cast<double*>(ring_out->untyped_data()), n_source, n_slots,
-                              n_targets, n_trials, bad);
+    DeliverShared<double, uint64_t>(static_cast<const double*>(s.untyped_data()), projs, t,
+                                    static_cast<double*>(ring_out->untyped_data()), n_source,
+                                    n_slots, n_targets, n_trials, bad);
   }
   if (bad.rows || bad.targets || bad.delays) {
     return ffi::Error::InvalidArgument(
@@ -385,6 +511,73 @@ int64_t AdvanceTrace(F* __restrict tr, const F* __restrict s, int64_t n, F decay
 }
 
 
+// One trial's pair-STDP update of the arrived rows and the fired columns on n threads
+// (pool.h), each phase split into runs of the spike lists: the checks of every row and column
+// (nothing is written if one fails), the depression of the rows, the postsynaptic trace's
+// pass (one thread), the potentiation of the columns. Returns the corrupted count.
+template <typename F, typename Bits>
+int64_t SharedStdp(int n, F* wb, F* xb, F* yb, const F* pb, const F* ab, const int32_t* arrived,
+                   int64_t n_arr, const int32_t* fired, int64_t n_fired, const int32_t* indptr,
+                   const int32_t* post, const int32_t* col_ptr, const int32_t* col_syn,
+                   const int32_t* col_pre, int64_t nnz, int64_t n_pre, int64_t n_post, F a_plus,
+                   F a_minus, F lo, F hi, F decay_y, bool multiplicative, bool nearest) {
+  std::vector<int64_t> bad(n, 0);
+  auto check = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_arr, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      if (!RowOk(indptr, post, arrived[q], nnz, n_post)) ++bad[t];
+    }
+    nj_pool::Split(n_fired, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      if (!ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre)) ++bad[t];
+    }
+  };
+  auto depress = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_arr, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int32_t i = arrived[q];
+      if (multiplicative) {
+        DepressRow<F, true>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i], lo,
+                            hi);
+      } else {
+        DepressRow<F, false>(wb, yb, post, indptr[i], indptr[i + 1], a_minus, decay_y, ab[i],
+                             lo, hi);
+      }
+    }
+  };
+  auto potentiate = [&](int t) {
+    int64_t q0, q1;
+    nj_pool::Split(n_fired, t, n, q0, q1);
+    for (int64_t q = q0; q < q1; ++q) {
+      const int32_t j = fired[q];
+      const F s = pb[j];
+      const int32_t end = col_ptr[j + 1];
+      for (int32_t m = col_ptr[j]; m < end; ++m) {
+        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
+        const int32_t k = col_syn[m];
+        const F v = wb[k];
+        const F f = multiplicative ? hi - v : F(1);
+        wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
+      }
+    }
+  };
+  auto run = [n](auto& phase) {
+    if (!nj_pool::ParallelFor(n, phase)) {
+      for (int t = 0; t < n; ++t) phase(t);
+    }
+  };
+  run(check);
+  int64_t total = 0;
+  for (int64_t c : bad) total += c;
+  if (total) return total;
+  run(depress);
+  AdvanceTrace<F, Bits, false>(yb, pb, n_post, decay_y, nearest, nullptr);
+  run(potentiate);
+  return 0;
+}
+
 // Returns the number of rows and columns found corrupted (0: the update ran in full).
 template <typename F, typename Bits>
 int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
@@ -415,6 +608,34 @@ int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     ForEachNonzero<F, Bits>(pb, n_post, [&](int64_t j, F) {
       fired[n_fired++] = static_cast<int32_t>(j);
     });
+    // Every synapse lies in one row and one column: the rows of this step's arrivals, then
+    // the columns of its spikes, can be shared between threads, each thread updating the
+    // synapses of its own rows (columns) with the serial operations in the serial order;
+    // the weights are bit for bit the same with any number of threads.
+    int n = 1;
+    if (nj_pool::Threads() > 1) {
+      int64_t work = 0;
+      for (int64_t q = 0; q < n_arr; ++q) {
+        const int64_t len = static_cast<int64_t>(indptr[arrived[q] + 1]) - indptr[arrived[q]];
+        work += len > 0 ? len : 0;
+      }
+      for (int64_t q = 0; q < n_fired; ++q) {
+        const int64_t len = static_cast<int64_t>(col_ptr[fired[q] + 1]) - col_ptr[fired[q]];
+        work += len > 0 ? len : 0;
+      }
+      n = nj_pool::Worth(work, 3);
+      if (n > 1) {
+        const int64_t t0 = nj_pool::NowNs();
+        const int64_t bad = SharedStdp<F, Bits>(n, wb, xb, yb, pb, ab, arrived.data(), n_arr,
+                                                fired.data(), n_fired, indptr, post, col_ptr,
+                                                col_syn, col_pre, nnz, n_pre, n_post, a_plus,
+                                                a_minus, lo, hi, decay_y, multiplicative,
+                                                nearest);
+        if (bad) return bad;
+        nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
+        continue;
+      }
+    }
     // The rows and columns of this step's spikes start at scattered places, mostly outside
     // this core's caches; asking for all their lines first lets the misses overlap (about
     // 10 % less kernel time in the COBA benchmark than fetching them on use).

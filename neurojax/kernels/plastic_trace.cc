@@ -54,6 +54,7 @@
 #endif
 
 #include "common.h"
+#include "pool.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -196,6 +197,30 @@ void PreRow(F* __restrict w, const F* __restrict q0, const int32_t* __restrict p
   }
 }
 
+// The on_post events of the synapses of one spiking column j (spike value s), with the
+// presynaptic traces after this step's arrivals and the postsynaptic trace q1 before this
+// step's spikes.
+template <typename F, Kind kKind>
+inline void OnPostColumn(F* wb, const F* p0b, const F* q1b, const int32_t* col_ptr,
+                         const int32_t* col_syn, const int32_t* col_pre, int32_t j, F s,
+                         F a_post, F b_post, F dq1, F lo, F hi) {
+  constexpr bool kTwo = kKind == kTriplet;
+  F col_factor = a_post;
+  if constexpr (kTwo) col_factor = a_post + b_post * (q1b[j] * dq1);
+  const int32_t end = col_ptr[j + 1];
+  for (int32_t m = col_ptr[j]; m < end; ++m) {
+    if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
+    const int32_t k = col_syn[m];
+    const F v = wb[k];
+    const F x = p0b[col_pre[m]];
+    if constexpr (kTwo) {
+      wb[k] = Clip<F>(v + x * col_factor * s, lo, hi);
+    } else {
+      wb[k] = Clip<F>(v + col_factor * x * s, lo, hi);
+    }
+  }
+}
+
 // Returns the number of rows and columns found corrupted (0: the update ran in full).
 template <typename F, typename Bits, Kind kKind>
 int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_post,
@@ -224,6 +249,72 @@ int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_p
     const F* pb = s_post + b * post_stride;
     const int64_t n_arr = ListSpikes<F, Bits, false>(ab, nullptr, n_pre, arrived.data());
     const int64_t n_fired = ListSpikes<F, Bits, false>(pb, nullptr, n_post, fired.data());
+    // Every synapse lies in one row and one column: the rows of this step's arrivals, then
+    // the columns of its spikes, can be shared between threads (pool.h), each thread
+    // updating the synapses of its own rows (columns) with the serial operations in the
+    // serial order, so the weights are bit for bit the same with any number of threads.
+    if (nj_pool::Threads() > 1) {
+      const int32_t* arr_list = arrived.data();
+      const int32_t* fired_list = fired.data();
+      int64_t work = 0;
+      for (int64_t q = 0; q < n_arr; ++q) {
+        const int64_t len = static_cast<int64_t>(indptr[arr_list[q] + 1]) - indptr[arr_list[q]];
+        work += len > 0 ? len : 0;
+      }
+      for (int64_t q = 0; q < n_fired; ++q) {
+        const int64_t len =
+            static_cast<int64_t>(col_ptr[fired_list[q] + 1]) - col_ptr[fired_list[q]];
+        work += len > 0 ? len : 0;
+      }
+      const int n = nj_pool::Worth(work, 3);
+      if (n > 1) {
+        const int64_t t0 = nj_pool::NowNs();
+        std::vector<int64_t> faults(n, 0);
+        auto check = [&](int t) {
+          int64_t q0, q1;
+          nj_pool::Split(n_arr, t, n, q0, q1);
+          for (int64_t q = q0; q < q1; ++q) {
+            faults[t] += !RowOk(indptr, post, arr_list[q], nnz, n_post);
+          }
+          nj_pool::Split(n_fired, t, n, q0, q1);
+          for (int64_t q = q0; q < q1; ++q) {
+            faults[t] += !ColumnOk(col_ptr, col_syn, col_pre, fired_list[q], nnz, n_pre);
+          }
+        };
+        nj_pool::RunParts(n, check);
+        int64_t bad = 0;
+        for (int64_t f : faults) bad += f;
+        if (bad) return bad;
+        auto on_pre = [&](int t) {
+          int64_t q0, q1;
+          nj_pool::Split(n_arr, t, n, q0, q1);
+          for (int64_t q = q0; q < q1; ++q) {
+            const int32_t i = arr_list[q];
+            F row_factor = F(0);
+            if constexpr (kTwo) row_factor = a_pre + b_pre * (p1b[i] * dp1);
+            PreRow<F, kKind>(wb, q0b, post, indptr[i], indptr[i + 1], row_factor, a_pre, b_pre,
+                             dq0, ab[i], lo, hi);
+          }
+        };
+        nj_pool::RunParts(n, on_pre);
+        AdvanceTrace<F>(p0b, ab, n_pre, dp0, nearest);
+        if constexpr (kTwo) AdvanceTrace<F>(p1b, ab, n_pre, dp1, nearest);
+        auto on_post = [&](int t) {
+          int64_t q0, q1;
+          nj_pool::Split(n_fired, t, n, q0, q1);
+          for (int64_t q = q0; q < q1; ++q) {
+            const int32_t j = fired_list[q];
+            OnPostColumn<F, kKind>(wb, p0b, q1b, col_ptr, col_syn, col_pre, j, pb[j], a_post,
+                                   b_post, dq1, lo, hi);
+          }
+        };
+        nj_pool::RunParts(n, on_post);
+        AdvanceTrace<F>(q0b, pb, n_post, dq0, nearest);
+        if constexpr (kTwo) AdvanceTrace<F>(q1b, pb, n_post, dq1, nearest);
+        nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
+        continue;
+      }
+    }
     // Every index of this step's rows and columns is checked before anything is written;
     // the rows' and columns' lines are asked for at the same time, so that their cache
     // misses overlap.
@@ -265,21 +356,8 @@ int64_t TraceRule(F* w, F* p0, F* p1, F* q0, F* q1, const F* s_arr, const F* s_p
     // step's spikes.
     for (int64_t q = 0; q < n_fired; ++q) {
       const int32_t j = fired[q];
-      const F s = pb[j];
-      F col_factor = a_post;
-      if constexpr (kTwo) col_factor = a_post + b_post * (q1b[j] * dq1);
-      const int32_t end = col_ptr[j + 1];
-      for (int32_t m = col_ptr[j]; m < end; ++m) {
-        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
-        const int32_t k = col_syn[m];
-        const F v = wb[k];
-        const F x = p0b[col_pre[m]];
-        if constexpr (kTwo) {
-          wb[k] = Clip<F>(v + x * col_factor * s, lo, hi);
-        } else {
-          wb[k] = Clip<F>(v + col_factor * x * s, lo, hi);
-        }
-      }
+      OnPostColumn<F, kKind>(wb, p0b, q1b, col_ptr, col_syn, col_pre, j, pb[j], a_post, b_post,
+                             dq1, lo, hi);
     }
     // 4. the postsynaptic traces take the spikes.
     AdvanceTrace<F>(q0b, pb, n_post, dq0, nearest);
@@ -550,28 +628,63 @@ int64_t Reward(F* w, F* e, F* st, F* acc, F* x, F* y, const F* s_emit, const F* 
       bad += !ColumnOk(col_ptr, col_syn, col_pre, fired[q], nnz, n_pre);
     }
     if (bad) return bad;  // nothing written in this trial; the call reports an error
+    // Every synapse lies in one row and one column, and the sweep treats each synapse on its
+    // own: each phase can be shared between threads (pool.h), each thread updating only its
+    // own synapses (a run of them, of the rows, of the columns) with the serial operations,
+    // so the results are bit for bit the same with any number of threads.
+    const int32_t* touch_list = touched.data();
+    const int32_t* fired_list = fired.data();
+    int n = 1;
+    int64_t work = 0;
+    if (nj_pool::Threads() > 1) {
+      work = sweep ? nnz : 0;
+      for (int64_t q = 0; q < n_touch; ++q) {
+        work += static_cast<int64_t>(indptr[touch_list[q] + 1]) - indptr[touch_list[q]];
+      }
+      for (int64_t q = 0; q < n_fired; ++q) {
+        work += static_cast<int64_t>(col_ptr[fired_list[q] + 1]) - col_ptr[fired_list[q]];
+      }
+      n = nj_pool::Worth(work, sweep ? 3 : 2);
+    }
+    const int64_t t0 = n > 1 ? nj_pool::NowNs() : 0;
     if (sweep) {  // the block's one pass over every synapse, as the pure-JAX sweep
       const F acc_b = acc[b];
-      for (int64_t k = 0; k < nnz; ++k) {
-        wb[k] = Clip<F>(wb[k] + gain * eb[k] * (acc_b - sb[k]), lo, hi);
-        eb[k] = eb[k] * a_block;
-        sb[k] = F(0);
-      }
+      auto pass = [&](int t) {
+        int64_t k0, k1;
+        nj_pool::Split(nnz, t, n, k0, k1);
+        for (int64_t k = k0; k < k1; ++k) {
+          wb[k] = Clip<F>(wb[k] + gain * eb[k] * (acc_b - sb[k]), lo, hi);
+          eb[k] = eb[k] * a_block;
+          sb[k] = F(0);
+        }
+      };
+      nj_pool::RunParts(n, pass);
       acc[b] = F(0);
     }
     const F acc_new = acc[b] + phase * d[b];
     acc[b] = acc_new;
     AdvanceTrace<F>(xb, ab, n_pre, dx, nearest);
-    for (int64_t q = 0; q < n_touch; ++q) {
-      const int32_t i = touched[q];
-      RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus, dy,
-                   ab[i], a_end, lo, hi);
-    }
-    for (int64_t q = 0; q < n_fired; ++q) {
-      const int32_t j = fired[q];
-      RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
-                      gain, a_plus, pb[j], a_end, lo, hi);
-    }
+    auto rows = [&](int t) {
+      int64_t q0, q1;
+      nj_pool::Split(n_touch, t, n, q0, q1);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int32_t i = touch_list[q];
+        RewardRow<F>(wb, eb, sb, yb, post, indptr[i], indptr[i + 1], acc_new, gain, a_minus,
+                     dy, ab[i], a_end, lo, hi);
+      }
+    };
+    nj_pool::RunParts(n, rows);
+    auto columns = [&](int t) {
+      int64_t q0, q1;
+      nj_pool::Split(n_fired, t, n, q0, q1);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int32_t j = fired_list[q];
+        RewardColumn<F>(wb, eb, sb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1], acc_new,
+                        gain, a_plus, pb[j], a_end, lo, hi);
+      }
+    };
+    nj_pool::RunParts(n, columns);
+    if (n > 1) nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
     AdvanceTrace<F>(yb, pb, n_post, dy, nearest);
   }
   return 0;

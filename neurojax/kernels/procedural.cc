@@ -33,6 +33,7 @@
 // (kParams,) float32 (see Params below). Result: the ring, aliased to the input ring; with
 // `overwrite` the input ring is ignored and the result starts from zeros.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "common.h"
+#include "pool.h"
 #include "xla/ffi/api/ffi.h"
 
 #if defined(__AVX__)
@@ -624,13 +626,19 @@ ffi::Error ProceduralDeliverImpl(ffi::ThreadPool pool, ffi::AnyBuffer s, ffi::An
   float* ring = static_cast<float*>(ring_out->untyped_data());
   Faults bad;
   // Per projection and trial, the spiking rows in ascending order are drawn in batches of
-  // about kBatch entries, the rows of a batch shared between the threads of XLA's pool, each
-  // row into its own stretch of (index, value) buffers; the values are then added into the
-  // ring by one thread in the rows' order (the order of the XLA walk).
+  // about kBatch entries, each row into its own stretch of (index, value) buffers; the values
+  // are then added into the ring in the rows' order (the order of the XLA walk). When a batch
+  // is large enough to gain (nj_pool::Worth, measured), both passes run on the kernels'
+  // threads (pool.h): the rows split into runs of about equal entries, then the trial's ring
+  // into equal runs of cells, each thread adding, in the buffers' order, the entries of its
+  // own cells; a cell thus receives the same additions in the same order with any number of
+  // threads, and no two threads write one cell.
+  (void)pool;
   constexpr int64_t kBatch = int64_t{1} << 17;
   std::vector<int64_t> rows, starts;
   std::vector<int64_t> idx;
   std::vector<float> val;
+  const int64_t trial_cells = n_slots * n_targets;
   for (const Proj& p : projs) {
     for (int64_t b = 0; b < n_trials; ++b) {
       const float* sb = spikes + b * n_source + p.pre_offset;
@@ -660,17 +668,41 @@ ffi::Error ProceduralDeliverImpl(ffi::ThreadPool pool, ffi::AnyBuffer s, ffi::An
           RowInto(p, row, starts[k + 1] - starts[k], sb[row], t, n_slots, n_targets,
                   idx.data() + starts[k], val.data() + starts[k], bad_targets[k]);
         };
-        if (total < 4096 || n_rows == 1) {
-          for (int64_t k = 0; k < n_rows; ++k) task(k);
-        } else {
-          nj_run::RunTasks(n_rows, pool, task);
-        }
-        for (int64_t k = 0; k < n_rows; ++k) bad.targets += bad_targets[k];
         const int64_t* __restrict ix = idx.data();
         const float* __restrict vx = val.data();
-        for (int64_t e = 0; e < total; ++e) {
-          if (ix[e] >= 0) rb[ix[e]] += vx[e];
+        const int n = n_rows > 1 ? nj_pool::Worth(total, 2) : 1;
+        if (n <= 1) {
+          for (int64_t k = 0; k < n_rows; ++k) task(k);
+          for (int64_t e = 0; e < total; ++e) {
+            if (ix[e] >= 0) rb[ix[e]] += vx[e];
+          }
+        } else {
+          const int64_t t0 = nj_pool::NowNs();
+          auto draw = [&](int part) {
+            // Rows whose first entry falls in this part's share of the entries.
+            const int64_t lo = std::lower_bound(starts.begin(), starts.end() - 1,
+                                                total * part / n) - starts.begin();
+            const int64_t hi = std::lower_bound(starts.begin(), starts.end() - 1,
+                                                total * (part + 1) / n) - starts.begin();
+            for (int64_t k = lo; k < (part == n - 1 ? n_rows : hi); ++k) task(k);
+          };
+          auto add = [&](int part) {
+            int64_t lo, hi;
+            nj_pool::Split(trial_cells, part, n, lo, hi);
+            for (int64_t e = 0; e < total; ++e) {
+              const int64_t c = ix[e];
+              if (c >= lo && c < hi) rb[c] += vx[e];
+            }
+          };
+          if (!nj_pool::ParallelFor(n, draw)) {
+            for (int part = 0; part < n; ++part) draw(part);
+          }
+          if (!nj_pool::ParallelFor(n, add)) {
+            for (int part = 0; part < n; ++part) add(part);
+          }
+          nj_pool::RecordShared(total, n, nj_pool::NowNs() - t0);
         }
+        for (int64_t k = 0; k < n_rows; ++k) bad.targets += bad_targets[k];
       }
     }
   }
