@@ -50,6 +50,9 @@ BENCHMARKS = (
     "memory_stages",
     "time_to_result",
     "threads_default",
+    "thread_scaling",
+    "start_check",
+    "eventprop",
 )
 
 # Top-level scripts of `benchmarks/` that `run_all` leaves out, and why.
@@ -103,6 +106,13 @@ OWN = {
     "memory_stages": Own(quick=("--scale", "0.02", "--steps", "200")),
     "time_to_result": Own(quick=("--rounds", "1", "--duration", "100"), no_peers=("--no-peers",)),
     "threads_default": Own(quick=("--rounds", "1", "--repeats", "1", "--only", "coba")),
+    "thread_scaling": Own(
+        full=("--cases", "coba,coba_stdp,mc0.1"),
+        quick=("--cases", "coba", "--rounds", "1", "--duration", "100"),
+        no_peers=("--peers", ""),
+    ),
+    "start_check": Own(quick=("--repeats", "3")),
+    "eventprop": Own(full=("--steps", "1000", "10000", "100000"), quick=("--steps", "1000")),
 }
 
 

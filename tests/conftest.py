@@ -149,7 +149,7 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_stdp.py": ("test_single_pair_reproduces_window_in_float32[0.1]",),
     "test_surrogate.py": ("test_forward_is_exact_step", "test_derivative_equals_analytic_form"),
     "test_synapses.py": ("test_kernel_is_sampled_exactly_on_the_grid", "test_outputs"),
-    "test_threads.py": ("test_pool_workers_rule",),
+    "test_threads.py": ("test_parse_env", "test_use_cpu_threads_refuses_bad_counts"),
     "test_threefry_host.py": (
         "test_threefry_known_answer",
         "test_split_fold_in_and_bits_equal_jax_random[0]",
@@ -162,6 +162,16 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_training_conv.py": ("test_conv_output_shape_follows_pytorch",),
     "test_training_examples.py": ("test_digits_rejects_bad_arguments",),
     "test_triplet_stdp.py": ("test_presets_are_the_papers_sets",),
+    "test_adversarial_io.py": ("test_from_nir_refuses_malformed_edges",),
+    "test_eventprop.py": ("test_refusals_name_the_argument",),
+    "test_first_run.py": ("test_import_loads_neither_matplotlib_nor_scipy",),
+    "test_gpu_run.py": ("test_whole_run_arguments_are_checked",),
+    "test_gpu_step.py": ("test_proxy_counts_a_loop_it_is_shown",),
+    "test_gradient_mask.py": ("test_dense_layout_keeps_its_synapses_in_bits",),
+    "test_layers.py": ("test_every_unit_of_the_package_has_a_layer",),
+    "test_run_loop.py": ("test_spike_ids_are_refused_where_they_cannot_be_built",),
+    "test_thread_determinism.py": ("test_coba",),
+    "test_yinyang.py": ("test_ttfs_encode_and_latency_digits",),
     "test_validation.py": ("test_public_helpers_are_the_ones_the_models_use",),
     "test_vogels.py": ("test_alpha_and_bad_parameters",),
 }
@@ -173,6 +183,8 @@ NO_FAST_TESTS: dict[str, str] = {
     "test_stdp_examples.py": "each test runs an example script in a subprocess; STDP is in"
     " test_stdp.py",
     "test_brette_statistics.py": "slow only (COBA and CUBA against Brian2 over five seeds)",
+    "test_eventprop_reference.py": "holds the float64 event-queue reference that"
+    " test_eventprop.py compares against; no tests of its own",
 }
 
 

@@ -4,7 +4,7 @@ LIF neuron (tau_m 20 ms, exponential synapse 5 ms, threshold 1) after one input 
 float64 event-queue reference (tests/test_eventprop_reference.py) and by a surrogate
 gradient on the dt = 0.1 ms grid.
 
-    PYTHONPATH=. python benchmarks/eventprop_single_neuron.py
+    PYTHONPATH=. python benchmarks/examples/eventprop_single_neuron.py
 """
 # ruff: noqa: E402
 
