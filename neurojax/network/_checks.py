@@ -105,6 +105,8 @@ _STATE_CACHE: dict[Any, str | None] = {}
 
 
 def _cached_state_problem(model: Any, state: Any) -> str | None:
+    """`_state_problem`, cached; only its answers are kept (a `ValueError` is the answer
+    "this state is wrong"; any other exception propagates and nothing is cached)."""
     key = (_abstract(model), _abstract(state))
     if key[0] is None or key[1] is None:
         key = None
@@ -208,12 +210,7 @@ def _state_problem(model: Any, state: Any) -> str | None:
     answer = getattr(model, "expected_state", None)
     if not callable(answer):
         return None
-    try:
-        expected = answer(state)
-    except ValueError:
-        raise
-    except Exception:  # noqa: BLE001  (init_state itself failing: the run reports it)
-        return None
+    expected = answer(state)
     if expected is None:
         return None
     name = type(model).__name__
