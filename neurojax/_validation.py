@@ -531,7 +531,10 @@ def check_module(owner: str, module: Any, *, thorough: bool = True) -> list[tupl
         if check is None or traced:
             continue
         try:
-            check(module)
+            # concrete values closed over by the caller's transformation: the check's jnp
+            # operations run now on them (as at construction), none is staged into the trace
+            with jax.ensure_compile_time_eval():
+                check(module)
         except (ValueError, TypeError) as err:
             raise ValueError(
                 f"{owner}: the {type(module).__name__} fails its constructor's check: {err}"
