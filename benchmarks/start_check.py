@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
             "synapses": int(net.n_synapses),
             "cold_s": _median(cold, args.repeats),
             "model_s": _median(model_only, args.repeats),
-            "cached_s": _median(lambda: _checks.check_run(net, state), 4 * args.repeats),
+            "cached_s": _median(lambda n=net, s=state: _checks.check_run(n, s), 4 * args.repeats),
         }
         print(json.dumps(row), flush=True)
 

@@ -518,15 +518,23 @@ def check_module(owner: str, module: Any, *, thorough: bool = True) -> list[tupl
     over the arrays).
 
     Concrete values that break a check raise `ValueError` naming `owner`, the class and the
-    field. Returns the flags of traced values that `check_invariants` could not read:
+    field; `__check_init__` is skipped on a module with traced leaves. Returns the flags of
+    traced values that `check_invariants` could not read:
     `(bad, message)` pairs, a boolean array that is True where the invariant fails.
     """
+    # A constructor's check reads concrete values; on a module with traced leaves (one
+    # passed through the caller's jit, vmap or pmap) it is the class's check_invariants that
+    # flags what matters.
+    traced = any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(module))
     for cls in reversed(type(module).__mro__):
         check = cls.__dict__.get("__check_init__")
-        if check is None:
+        if check is None or traced:
             continue
         try:
-            check(module)
+            # concrete values closed over by the caller's transformation: the check's jnp
+            # operations run now on them (as at construction), none is staged into the trace
+            with jax.ensure_compile_time_eval():
+                check(module)
         except (ValueError, TypeError) as err:
             raise ValueError(
                 f"{owner}: the {type(module).__name__} fails its constructor's check: {err}"

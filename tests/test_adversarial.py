@@ -1201,3 +1201,43 @@ def test_no_cache_is_written_into_a_refused_cache_folder(tmp_path, monkeypatch):
         nj.enable_compilation_cache()
     assert list(shared.iterdir()) == []  # no xla/ folder made inside it
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_traced_checks_compose_with_vmap_and_grad():
+    # vmap over edited parameters: one bad member of the batch is refused by name, a good
+    # batch runs and equals the runs one by one.
+    def final_v(u):
+        model = eqx.tree_at(lambda n: n.projections[0].short_term.u, stp_net, u)
+        ext = {"E": jnp.full(10, 3.0, F32)}
+        return nj.simulate(model, stp_state, ext, dt=0.1, n_steps=30)[0].populations["E"].v
+
+    _runtime_error(
+        lambda: jax.vmap(final_v)(jnp.array([0.5, 3.0], F32)),
+        r"TsodyksMarkram: u must be in \(0, 1\]",
+    )
+    good = jax.vmap(final_v)(jnp.array([0.5, 0.2], F32))
+    np.testing.assert_array_equal(np.asarray(good[1]), np.asarray(final_v(jnp.float32(0.2))))
+
+    # grad through the run with respect to learnable delays, which the check flags when
+    # traced: the flag leaves the gradient that of the same steps without simulate
+    ext = {"E": jnp.full(10, 3.0, F32)}
+
+    def loss(d):
+        model = eqx.tree_at(lambda n: n.projections[0].delay_ms, _learn, d)
+        fin, _ = nj.simulate(model, _learn.init_state(KEY), ext, dt=0.1, n_steps=40)
+        return jnp.sum(fin.populations["E"].v)
+
+    def loss_steps(d):
+        model = eqx.tree_at(lambda n: n.projections[0].delay_ms, _learn, d)
+        fin = jax.lax.fori_loop(
+            0, 40, lambda _, st: model.step(st, ext, 0.1)[0], _learn.init_state(KEY)
+        )
+        return jnp.sum(fin.populations["E"].v)
+
+    d0 = _learn.projections[0].delay_ms
+    g = jax.grad(loss)(d0)
+    assert g.shape == d0.shape and bool(jnp.all(jnp.isfinite(g)))
+    np.testing.assert_allclose(
+        np.asarray(g), np.asarray(jax.grad(loss_steps)(d0)), rtol=1e-5, atol=1e-6
+    )
+    _runtime_error(lambda: jax.grad(loss)(d0.at[0].set(jnp.nan)), r"learnable delays hold NaN")

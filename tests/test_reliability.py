@@ -510,3 +510,99 @@ def test_jax_padding_entries_of_a_sliced_bcoo_carry_no_synapse(method):
     np.testing.assert_array_equal(
         np.asarray(proj.conn.todense()), np.asarray(full.todense())[:, :7]
     )
+
+
+# ------------------------------------------------------------------ checks on the classes
+
+
+def _layout(method):
+    if method == "procedural":
+        desc = nj.connect.procedural.fixed_prob(KEY, 30, 20, 0.2, weight=0.5)
+        return nj.Projection("A", "B", desc).layout
+    conn = nj.connect.fixed_prob(jax.random.key(1), 30, 20, 0.2, weight=0.5)
+    return nj.Projection("A", "B", conn, method=method).layout
+
+
+EDITS = {
+    "dense": (lambda lay: lay.matrix, lambda a: a.at[1, 2].set(jnp.inf), r"non-finite matrix"),
+    "bcoo": (
+        lambda lay: lay.conn.indices,
+        lambda a: a.at[0, 1].set(20),
+        r"postsynaptic index is outside \[0, 20\)",
+    ),
+    "event": (lambda lay: lay.indptr, lambda a: a.at[3].set(a[4] + 1), r"indptr decreases"),
+    "procedural": (
+        lambda lay: lay.conn.counts,
+        lambda a: a.at[0].set(-1),
+        r"conn.counts holds 1 row length\(s\) outside \[0, max_fan_out=\d+\], e.g. \[-1\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("method", sorted(EDITS))
+def test_every_layout_checks_its_own_invariants(method):
+    layout = _layout(method)
+    assert layout.check_invariants("t") == []
+    where, edit, match = EDITS[method]
+    bad = eqx.tree_at(where, layout, edit(where(layout)))
+    with pytest.raises(ValueError, match=rf"t: {type(layout).__name__}.*{match}"):
+        bad.check_invariants("t")
+    # traced: the invariant a delivery needs comes back as a flag, True for the edit
+    if method != "dense":
+        flags = jax.jit(lambda lay: [b for b, _ in lay.check_invariants("t")])(bad)
+        assert any(bool(f) for f in flags)
+        assert not any(
+            bool(f) for f in jax.jit(lambda lay: [b for b, _ in lay.check_invariants("t")])(layout)
+        )
+
+
+def test_procedural_row_lengths_must_sum_to_the_synapses():
+    layout = _layout("procedural")
+    counts = np.asarray(layout.conn.counts)
+    # a row neither empty nor the widest: one synapse fewer keeps every row in range and
+    # the widest row as it is, so only the total tells
+    j = int(np.flatnonzero((counts > 0) & (counts < counts.max()))[0])
+    shorter = eqx.tree_at(lambda lay: lay.conn.counts, layout, layout.conn.counts.at[j].add(-1))
+    with pytest.raises(
+        ValueError,
+        match=rf"conn.counts sums to {counts.sum() - 1} synapses, but n_synapses is {counts.sum()}",
+    ):
+        shorter.check_invariants("t")
+
+
+def test_a_layout_of_your_own_checks_nothing_by_default():
+    from jax.experimental import sparse as jsparse
+
+    class Mine(nj.network.Layout):
+        name = "mine"
+        n_pre: int = eqx.field(static=True)
+        n_post: int = eqx.field(static=True)
+        w: jax.Array
+
+        @classmethod
+        def from_bcoo(cls, conn, *, delay=None, plastic=False):
+            return cls(conn.shape[0], conn.shape[1], conn.todense()), delay
+
+        def to_bcoo(self):
+            return jsparse.BCOO.fromdense(self.w)
+
+        def nbytes(self):
+            return int(self.w.nbytes)
+
+        def product(self, s):
+            return s @ self.w
+
+    layout, _ = Mine.from_bcoo(nj.connect.fixed_prob(KEY, 4, 3, 0.5))
+    assert layout.check_invariants() == []
+
+
+def test_models_answer_the_state_they_expect():
+    lif = nj.LIF()
+    want = lif.expected_state(lif.init_state((2, 5)))
+    assert type(want) is nj.LIFState and want.v.shape == (2, 5)
+    net = _net()
+    got = net.expected_state(net.init_state(KEY, batch=3))
+    assert got.populations["A"].v.shape == (3, 20)
+    other = nj.Network({"B": (nj.LIF(), 20)}, [], dt=0.1)
+    with pytest.raises(ValueError, match=r"holds populations \['B'\], but the network has \['A'\]"):
+        net.expected_state(other.init_state(KEY))

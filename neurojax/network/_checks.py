@@ -109,6 +109,8 @@ _STATE_CACHE: dict[Any, str | None] = {}
 
 
 def _cached_state_problem(model: Any, state: Any) -> str | None:
+    """`_state_problem`, cached; only its answers are kept (a `ValueError` is the answer
+    "this state is wrong"; any other exception propagates and nothing is cached)."""
     key = (_abstract(model), _abstract(state))
     if key[0] is None or key[1] is None:
         key = None
@@ -212,12 +214,7 @@ def _state_problem(model: Any, state: Any) -> str | None:
     answer = getattr(model, "expected_state", None)
     if not callable(answer):
         return None
-    try:
-        expected = answer(state)
-    except ValueError:
-        raise
-    except Exception:  # noqa: BLE001  (init_state itself failing: the run reports it)
-        return None
+    expected = answer(state)
     if expected is None:
         return None
     name = type(model).__name__
@@ -243,9 +240,13 @@ def _state_problem(model: Any, state: Any) -> str | None:
     return None
 
 
+def _on_cpu(x: jax.Array) -> bool:
+    return all(d.platform == "cpu" for d in x.devices())
+
+
 def _nan_problem(state: Any) -> str | None:
     """A NaN in a concrete float field of the state (an edited initial `v`, `u`, ...): the
-    run would carry it to the end. One reduction per field, one transfer."""
+    run would carry it to the end. One pass over each field."""
     named = [
         (leaf_text(p), x)
         for p, x in jtu.tree_leaves_with_path(state)
@@ -256,9 +257,13 @@ def _nan_problem(state: Any) -> str | None:
     ]
     if not named:
         return None
-    if eager():
+    on_host = [x for _, x in named if _on_cpu(x)]
+    if len(on_host) < len(named) and eager():
+        # arrays on an accelerator: one reduction each there, one transfer of the counts
         counts = jax.device_get(jnp.stack([jnp.sum(jnp.isnan(x)) for _, x in named]))
-    else:  # concrete values closed over by the caller's jit: read on the host, stage nothing
+    else:
+        # on the CPU (or closed over by the caller's jit): read in place with NumPy, which
+        # compiles nothing and stages nothing
         counts = [int(np.isnan(np.asarray(x)).sum()) for _, x in named]
     for (name, x), c in zip(named, counts, strict=True):
         if c:
