@@ -731,6 +731,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if msg is not None:
                 p.error(msg)
         _restrict_threads(args.threads)
+        # The command is a program of its own: it sizes the kernels' and XLA's thread pools
+        # to the cores it runs on (`--threads`, else all), as a script would with
+        # `nj.use_cpu_threads()`, before JAX starts its CPU client. A user's
+        # NEUROJAX_CPU_THREADS (read at import) or PJRT_NPROC is kept.
+        if "NEUROJAX_CPU_THREADS" not in os.environ:
+            from ._threads import use_cpu_threads
+
+            use_cpu_threads(args.threads or None)
         _request_devices(args.devices, argv)
         try:
             cache = env_flag("NEUROJAX_COMPILATION_CACHE", True)
