@@ -292,14 +292,26 @@ def test_applies_only_to_hodgkin_huxley_steps_with_constant_float_input():
 
 
 def test_nonfinite_state_stays_nonfinite(kernel):
-    """A NaN start propagates (the kernel's clamped exp passes NaN through) as in `step`."""
+    """A NaN start propagates (the kernel's clamped exp passes NaN through) as in `step`;
+    `nj.simulate` itself refuses such a state before the run."""
     hh = nj.HodgkinHuxley()
     state = hh.init_state(4)
     state = nj.HHState(state.v.at[1].set(jnp.nan), state.m, state.h, state.n)
-    with pytest.warns(RuntimeWarning, match=r"field\(s\) 'v' \(1 of 4 entries\)") as caught:
-        final, rec = nj.simulate(hh, state, 10.0, dt=DT, n_steps=200)
-        general, _ = _general(hh, state, 10.0, dt=DT, n_steps=200)
-    assert len(caught) == 2
+    with pytest.raises(ValueError, match="initial state field v holds 1 NaN"):
+        nj.simulate(hh, state, 10.0, dt=DT, n_steps=200)
+    options = dict(
+        kind="const", record=None, spike_dtype="bool", check=False, checkpoint=False,
+        truncate_backprop=None,
+    )  # fmt: skip
+    final, spikes = jax.jit(lambda s: hh.fused_run(s, jnp.float32(10.0), DT, 200, 1, **options))(
+        state
+    )
+
+    def step(st, _):
+        st, out = hh.step(st, jnp.float32(10.0), DT)
+        return st, out
+
+    general, _ = jax.lax.scan(step, state, None, length=200)
     assert np.isnan(final.v[1]) and np.isnan(general.v[1])
     assert np.all(np.isfinite(np.asarray(final.v)[[0, 2, 3]]))
-    assert not bool(rec.spikes[:, 1].any())
+    assert not bool(np.asarray(spikes)[:, 1].any())

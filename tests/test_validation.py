@@ -270,7 +270,7 @@ CASES = [
         "sim-spike-dtype",
         _sim(spike_dtype="int8"),
         ValueError,
-        r"simulate: spike_dtype must be 'bool' or None, got 'int8'",
+        r"simulate: spike_dtype must be 'bool', 'ids' or None, got 'int8'",
     ),
     (
         "sim-progress-type",

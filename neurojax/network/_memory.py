@@ -17,7 +17,7 @@ Bytes per synapse of each layout (float32 weights, int32 indices):
 | --- | --- | --- |
 | `"event"` | 8 (+ 8 when plastic, + 1, 2 or 4 for per-synapse delays in steps) | 4 |
 | `"bcoo"` | 12 | 0 |
-| `"dense"` | `4 n_pre n_post / n_synapses` | 0 |
+| `"dense"` | `(4 n_pre n_post + n_pre ceil(n_post / 8)) / n_synapses` (the bits only when not every pair is a synapse) | 0 |
 | `"procedural"` | 0 | 4 (+ 4 d for distance-rule positions) |
 """
 
@@ -336,7 +336,8 @@ def plan_memory(
             elif proj.method == "bcoo":
                 table = 12 * n
             elif proj.method == "dense":
-                table = 4 * n_pre * n_post
+                # the matrix, and one bit per pair saying which are synapses unless all are
+                table = 4 * n_pre * n_post + n_pre * -(-n_post // 8) * (n < n_pre * n_post)
             else:
                 table = 4 * n_pre + 16 + 4 * proj.position_dims * (n_pre + n_post)
             state = batch * proj.synapse_state * n_post + (batch * 4 * n) * proj.plastic
