@@ -244,6 +244,13 @@ def _on_cpu(x: jax.Array) -> bool:
     return all(d.platform == "cpu" for d in x.devices())
 
 
+def _local(x: jax.Array) -> Any:
+    """`x`, or the concatenation of its shards on this process when it spans processes."""
+    if getattr(x, "is_fully_addressable", True):
+        return x
+    return np.concatenate([np.asarray(s.data).reshape(-1) for s in x.addressable_shards])
+
+
 def _nan_problem(state: Any) -> str | None:
     """A NaN in a concrete float field of the state (an edited initial `v`, `u`, ...): the
     run would carry it to the end. One pass over each field."""
@@ -255,9 +262,12 @@ def _nan_problem(state: Any) -> str | None:
         and jnp.issubdtype(x.dtype, jnp.floating)
         and x.size
     ]
+    # A state spread over processes (jax.distributed): each process reads the shards it
+    # holds, so a NaN in any of them is refused in the process that holds it.
+    named = [(n, _local(x)) for n, x in named]
     if not named:
         return None
-    on_host = [x for _, x in named if _on_cpu(x)]
+    on_host = [x for _, x in named if isinstance(x, np.ndarray) or _on_cpu(x)]
     if len(on_host) < len(named) and eager():
         # arrays on an accelerator: one reduction each there, one transfer of the counts
         counts = jax.device_get(jnp.stack([jnp.sum(jnp.isnan(x)) for _, x in named]))
