@@ -60,14 +60,6 @@ def test_a_few_adam_steps_lower_the_loss_of_a_batch(gradient):
     assert losses[-1] < 0.9 * losses[0], losses
 
 
-@pytest.mark.slow
-def test_yin_yang_reaches_the_published_eventprop_accuracy():
-    # Wunderlich and Pehle (2021) report 95.1 +- 0.7 % test accuracy on Yin-Yang (10 seeds)
-    ex = _example()
-    _, history = ex.train(epochs=40, n_train=5000, n_test=1000, seed=0, log=lambda *_: None)
-    assert history[-1]["test_accuracy"] >= 0.951
-
-
 def test_ttfs_encode_and_latency_digits():
     t = nt.ttfs_encode(np.array([[0.0, 1.0, 0.5]]), t_early=2.0, t_late=12.0, bias_time=0.0)
     np.testing.assert_allclose(t[0, :, 0], [2.0, 12.0, 7.0, 0.0])
