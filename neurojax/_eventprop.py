@@ -93,7 +93,17 @@ class EventProjection(eqx.Module):
     synapse: Any
     per_synapse_delay: bool = eqx.field(static=True)
 
-    def __init__(self, pre, post, weight, *, delay=0.0, synapse=None, mask=None, output=None):
+    def __init__(
+        self,
+        pre: str,
+        post: str,
+        weight: Any,
+        *,
+        delay: Any = 0.0,
+        synapse: Any = None,
+        mask: Any = None,
+        output: Any = None,
+    ):
         owner = "EventProjection"
         if not isinstance(pre, str) or not isinstance(post, str):
             raise TypeError(
@@ -185,7 +195,13 @@ class EventNetwork(eqx.Module):
     readouts: tuple[str, ...] = eqx.field(static=True)
     projections: tuple[EventProjection, ...]
 
-    def __init__(self, populations, inputs, projections, readouts=()):
+    def __init__(
+        self,
+        populations: Mapping[str, Any],
+        inputs: Mapping[str, int],
+        projections: Any,
+        readouts: Any = (),
+    ):
         owner = "EventNetwork"
         if not isinstance(populations, Mapping) or not populations:
             raise TypeError(
