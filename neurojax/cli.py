@@ -736,9 +736,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `nj.use_cpu_threads()`, before JAX starts its CPU client. A user's
         # NEUROJAX_CPU_THREADS (read at import) or PJRT_NPROC is kept.
         if "NEUROJAX_CPU_THREADS" not in os.environ:
+            from ._jax_private import cpu_backend_started
             from ._threads import use_cpu_threads
 
-            use_cpu_threads(args.threads or None)
+            # main() called from a Python process that already runs JAX: the kernels only
+            use_cpu_threads(args.threads or None, xla=not cpu_backend_started())
         _request_devices(args.devices, argv)
         try:
             cache = env_flag("NEUROJAX_COMPILATION_CACHE", True)

@@ -1196,11 +1196,17 @@ def test_no_cache_is_written_into_a_refused_cache_folder(tmp_path, monkeypatch):
     os.chmod(shared, 0o777)
     monkeypatch.setenv("NEUROJAX_CACHE_DIR", str(shared))
     monkeypatch.delenv("NEUROJAX_COMPILATION_CACHE_DIR", raising=False)
+    # a JAX cache configured earlier in this process (the CLI's tests enable one) would be
+    # kept as the user's own: start from none
     before = jax.config.jax_compilation_cache_dir
-    with pytest.raises(ValueError, match=r"neurojax cache folder .*writable by other users"):
-        nj.enable_compilation_cache()
-    assert list(shared.iterdir()) == []  # no xla/ folder made inside it
-    assert jax.config.jax_compilation_cache_dir == before
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        with pytest.raises(ValueError, match=r"neurojax cache folder .*writable by other users"):
+            nj.enable_compilation_cache()
+        assert list(shared.iterdir()) == []  # no xla/ folder made inside it
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
 
 
 def test_traced_checks_compose_with_vmap_and_grad():
