@@ -229,7 +229,12 @@ CASES = [
         TypeError,
         r"Projection: output must be",
     ),
-    ("proj-method", lambda: nj.Projection("A", "B", conn, layout="csr"), ValueError, r"layout must be one of"),
+    (
+        "proj-method",
+        lambda: nj.Projection("A", "B", conn, layout="csr"),
+        ValueError,
+        r"layout must be one of",
+    ),
     (
         "proj-plastic-dense",
         lambda: nj.Projection("A", "B", conn, method="dense", plasticity=nj.STDP()),

@@ -17,8 +17,11 @@ Bytes per synapse of each layout (float32 weights, int32 indices):
 | --- | --- | --- |
 | `"event"` | 8 (+ 8 when plastic, + 1, 2 or 4 for per-synapse delays in steps) | 4 |
 | `"bcoo"` | 12 | 0 |
-| `"dense"` | `(4 n_pre n_post + n_pre ceil(n_post / 8)) / n_synapses` (the bits only when not every pair is a synapse) | 0 |
+| `"dense"` | `(4 n_pre n_post + n_pre ceil(n_post / 8)) / n_synapses` (bits: see below) | 0 |
 | `"procedural"` | 0 | 4 (+ 4 d for distance-rule positions) |
+
+The dense layout's bits say which pairs are synapses (so that gradients stay on them); they
+are stored only when not every pair is a synapse.
 """
 
 import dataclasses

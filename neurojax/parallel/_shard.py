@@ -177,7 +177,6 @@ class ShardedNetwork(eqx.Module):
     # checked `nj.Network`.
     modules_checked_at_build: ClassVar[bool] = True
 
-
     local: _Local
     models: dict[str, Any]  # the unpadded population models, for `init_state`
     mesh: Mesh = eqx.field(static=True)
