@@ -99,21 +99,9 @@ def _abstract(tree: Any) -> Any:
 
 
 def _signature(tree: Any) -> Any:
-    """A hashable description of a PyTree's structure, shapes and dtypes (None if unhashable)."""
-    leaves, treedef = jtu.tree_flatten(tree)
-    sig = []
-    for x in leaves:
-        if isinstance(x, (jax.Array, np.ndarray, np.generic)) or isinstance(x, jax.core.Tracer):
-            sig.append((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False))))
-        elif isinstance(x, (bool, int, float, complex)):
-            sig.append((type(x).__name__,))
-        else:
-            try:
-                hash(x)
-            except TypeError:
-                return None
-            sig.append(("object", x))
-    return treedef, tuple(sig)
+    """A hashable description of a PyTree's structure, shapes and dtypes (None if unhashable):
+    the start check's own (`network._checks`)."""
+    return _network_checks._abstract(tree)
 
 
 # Results of `_step_ok`, keyed by the abstract signature of its arguments: checking shapes
