@@ -36,6 +36,8 @@ import jax.random as jr
 import jax.tree_util as jtu
 import numpy as np
 
+from .._system import available_bytes
+
 __all__ = ["MemoryReport", "MemoryPlanError", "ProjectionPlan", "plan_memory", "available_memory"]
 
 _METHODS = ("event", "bcoo", "dense", "procedural")
@@ -233,18 +235,9 @@ def _human(n: float) -> str:
 def available_memory() -> int:
     """Bytes that can still be allocated where arrays live now: on a GPU or TPU the default
     device's free memory (`memory_stats`), on a CPU the host's `MemAvailable`."""
-    dev = jax.devices()[0]
-    if dev.platform != "cpu":
-        stats = dev.memory_stats() or {}
-        if "bytes_limit" in stats:
-            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    free = available_bytes(on_host=jax.devices()[0].platform == "cpu")
+    if free is not None:
+        return free
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
