@@ -52,8 +52,11 @@ def _neurojax(args) -> dict:
     jax.block_until_ready(state)
     build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
     n_steps = round(args.duration / 0.1)
-    cpu = {}
-    _, ids, counts, compile_s, run_s = run_spike_ids(net, state, n_steps, 0.1, cpu=cpu)
+    # Two calls: the first compiles and runs (its CPU seconds include compiling), the
+    # second reuses the compiled program, so its CPU seconds are the run's alone.
+    first, cpu = {}, {}
+    _, _, _, compile_s, _ = run_spike_ids(net, state, n_steps, 0.1, cpu=first)
+    _, ids, counts, _, run_s = run_spike_ids(net, state, n_steps, 0.1, cpu=cpu)
     sizes = [net.sizes[p] for p in POPS]
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     rates = {
@@ -68,8 +71,8 @@ def _neurojax(args) -> dict:
         "compile_s": compile_s,
         "run_s": run_s,
         "build_cpu_s": build_cpu,
-        "compile_cpu_s": cpu["compile_s"],
-        "run_cpu_s": cpu["run_s"],
+        "compile_cpu_s": max(0.0, first["s"] - cpu["s"]),
+        "run_cpu_s": cpu["s"],
         "rates_hz": rates,
         "version": nj.__version__ if hasattr(nj, "__version__") else "",
     }

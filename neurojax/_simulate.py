@@ -135,7 +135,8 @@ def _step_abstract(model: Any, state: Any, inp: Any, dt: float) -> Any:
     cacheable = None not in key[:3]
     if cacheable and key in _STEP_OUT_CACHE:
         return _STEP_OUT_CACHE[key]
-    out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
+    with _network_checks.checked_run():  # shapes only: the run's start checks the values
+        out = eqx.filter_eval_shape(lambda m, s, x: m.step(s, x, dt), model, state, inp)
     if cacheable:
         if len(_STEP_OUT_CACHE) >= _STEP_OK_CACHE_MAX:
             _STEP_OUT_CACHE.pop(next(iter(_STEP_OUT_CACHE)))
@@ -911,18 +912,21 @@ def simulate(
         diag[0] = out[2]
         return m, False
 
-    model, state, chunks, info = run_chunks(
-        run_chunk,
-        model,
-        state,
-        n_steps=n_steps,
-        chunk_size=chunk_size,
-        refit=refit,
-        to_host=to_host or ids is not None,
-        progress=progress,
-        dt=dt,
-        traced=traced,
-    )
+    # The model was checked where the run starts (`check_run` above): its steps skip the
+    # check a step called on its own makes (`Network.step`).
+    with _network_checks.checked_run():
+        model, state, chunks, info = run_chunks(
+            run_chunk,
+            model,
+            state,
+            n_steps=n_steps,
+            chunk_size=chunk_size,
+            refit=refit,
+            to_host=to_host or ids is not None,
+            progress=progress,
+            dt=dt,
+            traced=traced,
+        )
     if _is_tracer(chunks[-1][2][0]):
         # An inputs function or record function closing over traced values puts the whole
         # run under the caller's transformation, even with concrete arguments.

@@ -7,6 +7,7 @@ program other than an eager single operation (`jnp.asarray`, a comparison: what 
 constructor's checks run) is counted while the bad call runs, and must be zero. The counter
 itself is checked on good calls, which do compile."""
 
+import contextlib
 import math
 import re
 
@@ -98,6 +99,12 @@ def layer():
 
 
 # (id, call, exception, message regex)
+# valid projections for the network cases below (built here, outside the measured attempts)
+_PROJ_X_E = nj.Projection("X", "E", conn)
+_PROJ_E_E = nj.Projection("E", "E", conn)
+_PROJ_E_E_DELAYED = nj.Projection("E", "E", conn, delay=1.0)
+
+
 CASES = [
     # --- neuron models
     ("lif-tau-zero", lambda: nj.LIF(tau_m=0.0), ValueError, r"LIF: tau_m must be > 0"),
@@ -255,24 +262,25 @@ CASES = [
         TypeError,
         r"plasticity",
     ),
-    # --- networks
+    # --- networks (the projections are built beforehand: a valid projection's own build may
+    # compile, for example after another test cleared JAX's caches; the network refuses)
     ("net-pop-size", lambda: nj.Network({"E": (nj.LIF(), 0)}, []), ValueError, r"Network"),
     ("net-pop-model", lambda: nj.Network({"E": ("lif", 5)}, []), TypeError, r"Network"),
     (
         "net-unknown-pre",
-        lambda: nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("X", "E", conn)]),
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [_PROJ_X_E]),
         ValueError,
         r"Network.*'X'",
     ),
     (
         "net-size-mismatch",
-        lambda: nj.Network({"E": (nj.LIF(), 12)}, [nj.Projection("E", "E", conn)]),
+        lambda: nj.Network({"E": (nj.LIF(), 12)}, [_PROJ_E_E]),
         ValueError,
         r"Network.*10",
     ),
     (
         "net-delay-no-dt",
-        lambda: nj.Network({"E": (nj.LIF(), 10)}, [nj.Projection("E", "E", conn, delay=1.0)]),
+        lambda: nj.Network({"E": (nj.LIF(), 10)}, [_PROJ_E_E_DELAYED]),
         ValueError,
         r"dt",
     ),
@@ -1252,3 +1260,48 @@ def test_traced_checks_compose_with_vmap_and_grad():
         np.asarray(g), np.asarray(jax.grad(loss_steps)(d0)), rtol=1e-5, atol=1e-6
     )
     _runtime_error(lambda: jax.grad(loss)(d0.at[0].set(jnp.nan)), r"learnable delays hold NaN")
+
+
+_DRIVE = {"E": jnp.full(10, 40.0, F32)}
+
+
+def _own_loop(model, state, n=60):
+    """A loop of one's own over `Network.step` (no `simulate`): what a user writes to
+    interleave their own code with the steps."""
+
+    def body(_, st):
+        return model.step(st, _DRIVE, 0.1)[0]
+
+    return jax.lax.fori_loop(0, n, body, state)
+
+
+@pytest.mark.parametrize("path", ["kernel", "reference"])
+def test_a_loop_over_network_step_refuses_an_edited_index_on_every_path(path):
+    """Issue 42: an out-of-range CSR index edited in memory is refused by a hand-written loop
+    over `Network.step` on the pure-JAX path as on the kernel's, eagerly, with the network
+    closed over by `jit`, and with it passed into `jit` as an argument (traced: the flag
+    stops the run when it executes), where it used to be dropped silently."""
+    ctx = nj.kernels.use("reference") if path == "reference" else contextlib.nullcontext()
+    eager_msg = r"Network.step: EventLayout: 1 postsynaptic indices outside \[0, 10\), e.g. \[10\]"
+    with ctx:
+        with pytest.raises(ValueError, match=eager_msg):
+            csr_bad.step(ev_state, None, 0.1)
+        with pytest.raises(ValueError, match=eager_msg):
+            jax.jit(lambda st: _own_loop(csr_bad, st))(ev_state)
+        _runtime_error(
+            lambda: eqx.filter_jit(_own_loop)(csr_bad, ev_state),
+            r"Network.step: EventLayout: indices hold a postsynaptic index outside \[0, 10\)",
+        )
+        _runtime_error(
+            lambda: eqx.filter_jit(_own_loop)(_forged_delay(100), _delayed_state),
+            r"Network.step: projections\[0\] \(E -> E\): delay_steps holds a delay outside",
+        )
+        # the unedited network in the same loops: the steps of simulate, bit for bit
+        want = nj.simulate(ev_net, ev_state, _DRIVE, dt=0.1, n_steps=60)
+        for got in (
+            jax.jit(lambda st: _own_loop(ev_net, st))(ev_state),
+            eqx.filter_jit(_own_loop)(ev_net, ev_state),
+        ):
+            for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want[0]), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert int(want[1].spikes["E"].sum()) > 0

@@ -145,12 +145,16 @@ FIELDS = {
 
 
 def _run(net, state):
-    # 60 steps in a jitted scan by hand: nj.simulate's start check refuses the edited layouts
-    # before the kernels see them, and this module fuzzes the kernels themselves
+    # 60 steps in a jitted scan by hand, with the library's model checks off (`checked_run`):
+    # nj.simulate's start check and Network.step's own check refuse the edited layouts before
+    # the kernels see them, and this module fuzzes the kernels themselves
+    from neurojax.network._checks import checked_run
+
     def run(n, s):
         return jax.lax.scan(lambda st, _: n.step(st, None, 0.1), s, None, length=60)[1]["A"]
 
-    return eqx.filter_jit(run)(net, state)
+    with checked_run():
+        return eqx.filter_jit(run)(net, state)
 
 
 @pytest.mark.slow
@@ -199,9 +203,14 @@ ASAN_SCRIPT = textwrap.dedent(
     )
         net = nj.Network({"A": (nj.LIF(), 16)}, [proj], inputs={"A": 20.0}, dt=0.1)
         state = net.init_state(jax.random.key(0))
-        # steps by hand: nj.simulate's start check would refuse the edits before the kernels
-        run = eqx.filter_jit(lambda n, s: jax.lax.scan(
+        # steps by hand with the model checks off: nj.simulate's start check and
+        # Network.step's own check would refuse the edits before the kernels
+        from neurojax.network._checks import checked_run
+        _run = eqx.filter_jit(lambda n, s: jax.lax.scan(
             lambda st, _: n.step(st, None, 0.1), s, None, length=60)[1]["A"])
+        def run(n, s):
+            with checked_run():
+                return _run(n, s)
         fields = ["indptr", "indices"] + (["col_ptr", "col_syn", "col_pre"] if plastic else [])
         errors = 0
         for case in range(60):

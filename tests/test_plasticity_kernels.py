@@ -293,13 +293,18 @@ def test_network_on_the_kernel_equals_the_reference_mode(name):
         assert np.abs(np.asarray(g) - np.asarray(proj.weights)).max() > 1e-3
 
 
-def _steps_by_hand(net, n_steps):
-    """`n_steps` of `net.step` in a jitted scan, without `nj.simulate`'s start check."""
+def _steps_by_hand(net, n_steps, *, checks=True):
+    """`n_steps` of `net.step` in a jitted scan (no `nj.simulate`); `checks=False` switches
+    the library's model checks off (`checked_run`), so that the kernel meets what it gets."""
+    from neurojax.network._checks import checked_run
 
     def run(m, s):
         return jax.lax.scan(lambda st, _: (m.step(st, None, 0.1)[0], None), s, None, n_steps)[0]
 
-    return jax.jit(run)(net, net.init_state())
+    if checks:
+        return jax.jit(run)(net, net.init_state())
+    with checked_run():
+        return jax.jit(run)(net, net.init_state())
 
 
 @pytest.mark.parametrize("name", sorted(RULES))
@@ -317,12 +322,17 @@ def test_corrupted_indices_give_an_error_not_a_crash(name, field):
         getattr(net.projections[0].layout, field).at[1].set(10**6),
     )
     assert uses_trace_kernel(lambda: nj.simulate(net, net.init_state(), dt=0.1, n_steps=2)[0])
-    # nj.simulate refuses the edited layout at its start; the kernel's own check (a loop of
-    # steps written by hand skips simulate's) reports it too, rather than crashing
+    # nj.simulate refuses the edited layout at its start, a loop of steps of one's own at the
+    # step (traced: when it runs), and the kernel's own check, with those checks off, reports
+    # it too rather than crashing
     with pytest.raises(ValueError, match="simulate: EventLayout"):
         nj.simulate(bad, bad.init_state(), dt=0.1, n_steps=200)
-    with pytest.raises(Exception, match="corrupted connectivity"):
+    # (the step's check and the kernel's run in one compiled program: whichever XLA
+    # schedules first refuses)
+    with pytest.raises(Exception, match="Network.step: EventLayout|corrupted connectivity"):
         jax.block_until_ready(_steps_by_hand(bad, 200))
+    with pytest.raises(Exception, match="corrupted connectivity"):
+        jax.block_until_ready(_steps_by_hand(bad, 200, checks=False))
 
 
 # ---------------------------------------------------------------- which rules claim the kernel
@@ -505,7 +515,7 @@ def test_reward_kernel_reports_corrupted_indices(field):
         getattr(net.projections[0].layout, field).at[1].set(10**6),
     )
     with pytest.raises(Exception, match="nj_reward_update: corrupted connectivity"):
-        jax.block_until_ready(_steps_by_hand(bad, 200))
+        jax.block_until_ready(_steps_by_hand(bad, 200, checks=False))
 
 
 ASAN_SCRIPT = textwrap.dedent(
@@ -521,9 +531,14 @@ ASAN_SCRIPT = textwrap.dedent(
         inputs = {"A": 20.0, **({"dopamine": 0.01} if rule.modulator_name() else {})}
         net = nj.Network({"A": (nj.LIF(), 16)}, [proj], inputs=inputs, dt=0.1)
         state = net.init_state(jax.random.key(0))
-        # steps by hand: nj.simulate's start check would refuse the edits before the kernels
-        run = eqx.filter_jit(lambda n, s: jax.lax.scan(
+        # steps by hand with the model checks off: nj.simulate's start check and
+        # Network.step's own check would refuse the edits before the kernels
+        from neurojax.network._checks import checked_run
+        _run = eqx.filter_jit(lambda n, s: jax.lax.scan(
             lambda st, _: n.step(st, None, 0.1), s, None, length=60)[1]["A"])
+        def run(n, s):
+            with checked_run():
+                return _run(n, s)
         np.asarray(run(net, state))
         errors = 0
         for case in range(40):

@@ -49,13 +49,18 @@ CORRUPTIONS = [
 
 
 def _steps(net, state, n=200):
-    """`n` steps of `net` through `Network.step` alone (no `simulate`, whose start check
-    would refuse a corrupted layout before the kernel runs)."""
+    """`n` steps of `net` through `Network.step` with the library's own checks of the model
+    switched off (`checked_run`: what `simulate` does after its start check), so that the
+    compiled kernel itself meets the corrupted layout: these tests are about the kernel's
+    refusal. (Checked, the start of `simulate` and a plain `Network.step` refuse it before:
+    tests/test_adversarial.py.)"""
+    from neurojax.network._checks import checked_run
 
     def body(_, st):
         return net.step(st, None, 0.1)[0]
 
-    return jax.jit(lambda st: jax.lax.fori_loop(0, n, body, st))(state)
+    with checked_run():
+        return jax.jit(lambda st: jax.lax.fori_loop(0, n, body, st))(state)
 
 
 @pytest.mark.parametrize("field, fn, match", CORRUPTIONS)

@@ -16,7 +16,10 @@ shapes and dtypes of both (it traces `init_state`); the NaN check is one reducti
 field.
 """
 
+import contextlib
+import contextvars
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import equinox as eqx
@@ -27,7 +30,7 @@ import numpy as np
 
 from .._validation import check_module, eager, leaf_text, modules
 
-__all__ = ["check_run"]
+__all__ = ["check_run", "check_step", "checked_run"]
 
 # structure of the model -> [(weak references to its leaves, problem or None)]: a few recent
 # entries per structure.
@@ -53,6 +56,48 @@ def check_run(model: Any, state: Any, *, owner: str = "simulate") -> Any:
     flags = _model_flags(owner, model)
     _raise(owner, _prefixed(owner, _cached_state_problem(model, state)))
     _raise(owner, _prefixed(owner, _nan_problem(state)))
+    return _attach(state, flags)
+
+
+# True while `simulate` runs a model it has checked with `check_run`: the steps it traces
+# then skip `check_step` (the run's start already holds the checks).
+_CHECKED_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "neurojax_checked_run", default=False
+)
+
+
+@contextlib.contextmanager
+def checked_run() -> Iterator[None]:
+    """Within this block, `check_step` trusts the model: the caller (`simulate`) checked it
+    with `check_run` where its run started."""
+    token = _CHECKED_RUN.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED_RUN.reset(token)
+
+
+def check_step(model: Any, state: Any, *, owner: str = "Network.step") -> Any:
+    """The model's part of `check_run` for a step called outside `simulate` (a loop a user
+    writes over `Network.step`, plain, under `jit` or `lax.scan`); return `state`.
+
+    Concrete values are checked once per model (the same cache as `check_run`: a loop that
+    steps the same network pays a lookup per call, and nothing once traced). Traced values
+    (a network passed into the caller's `jit` as an argument) become one
+    `equinox.branched_error_if` on the state, so that an index outside its layout, a delay
+    outside the ring or a parameter out of range stops the run with a message naming the
+    field, on every path, as the compiled CPU kernels refuse them; the reductions depend on
+    the network only, not on the step, so XLA computes them once before a loop of steps
+    (loop-invariant code motion), leaving one predicate per step.
+    """
+    if _CHECKED_RUN.get():
+        return state
+    return _attach(state, _model_flags(owner, model))
+
+
+def _attach(state: Any, flags: list[tuple[Any, str]]) -> Any:
+    """`state`, with the flags of traced values (`(bad, message)`) checked on its array
+    leaves when the run executes."""
     if not flags:
         return state
     bad = jnp.stack([jnp.asarray(b, bool).reshape(()) for b, _ in flags])

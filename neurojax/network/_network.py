@@ -25,7 +25,7 @@ from .._validation import (
 )
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
-from . import _phases
+from . import _checks, _phases
 from ._memory import MemoryReport, RingRow, plan_memory
 from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
@@ -813,8 +813,14 @@ class Network(eqx.Module):
     def step(
         self, state: NetworkState, ext: Mapping[str, Any] | None, dt: float
     ) -> tuple[NetworkState, dict[str, Float[Array, "*batch n"]]]:
-        """Advance by `dt` ms in the order of the class docstring."""
+        """Advance by `dt` ms in the order of the class docstring.
+
+        Called outside `nj.simulate` (a loop of one's own), the step checks the network as
+        `simulate` does where a run starts (`neurojax.network._checks.check_step`): an
+        edited or forged index, delay or parameter raises, on the compiled kernels' path
+        and the pure-JAX one alike."""
         self._check_step(state, ext, dt)
+        state = _checks.check_step(self, state)
         plan = self._plan
         k = state.step
         t = k.astype(default_float()) * dt
