@@ -31,7 +31,8 @@ class Recording(eqx.Module):
         spikes: the step outputs (spikes), one entry per recorded step. With `record_every=1`
             and the default `nj.Record(spikes="raster")` they are booleans; with
             `record_every > 1` they are spike counts over each window of `record_every` steps,
-            so that no spike is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
+            so that no spike is lost. A PyTree when the model's output is one (a network's
+            `{name: spikes}`).
         values: the recorded state fields (`{name: array}`) or the PyTree returned by a
             `record` function. State fields are also attributes: `recording.v`.
         sources: the names of a network's populations that are spike sources (inputs such
@@ -749,8 +750,8 @@ def simulate(
     whole chunk (`NeuronModel.fused_run`, when the model has one) and uses it unless the
     model answers `None`. `nj.LIF` serves uncoupled populations with no input or a constant
     float input, spikes recorded as a raster (the default `nj.Record(spikes="raster")`, raster
-    or counts), no `record`, and none of `check`, `checkpoint`, `truncate_backprop`: on CPU one compiled
-    kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
+    or counts), no `record`, and none of `check`, `checkpoint`, `truncate_backprop`: on CPU one
+    compiled kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
     standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`), with a final state and
     raster identical to the general scan's; `grad` goes through a pure-JAX scan of the same
     arithmetic, and `nj.kernels.use("reference")` (or `NEUROJAX_CPU_KERNEL=0`) runs that scan
@@ -1173,7 +1174,8 @@ def _spike_ids(out: Any, cap: int) -> tuple[jax.Array, jax.Array]:
 class SpikeTimes(NamedTuple):
     """The spikes of one population (or neuron model's output) as a list of events, what
     `nj.simulate(..., record=nj.Record(spikes="ids"))` records: one entry per spike, in step
-    order (and by neuron within a step). As Brian2's `SpikeMonitor` and NEST's spike recorder give them.
+    order (and by neuron within a step). As Brian2's `SpikeMonitor` and NEST's spike recorder
+    give them.
 
     Attributes:
         t: time [ms] at the end of the step in which each spike happened (as `recording.t`:
