@@ -121,8 +121,7 @@ def _spikes(value: Any) -> str:
         if value is None or value == "bool":
             hint = f" (the old spike_dtype={value!r} is spikes={_SPIKES_OF_DTYPE[value]!r})"
         raise ValueError(
-            f"nj.Record: spikes must be one of {', '.join(map(repr, SPIKES))}, got "
-            f"{value!r}{hint}"
+            f"nj.Record: spikes must be one of {', '.join(map(repr, SPIKES))}, got {value!r}{hint}"
         )
     return value
 
@@ -321,7 +320,6 @@ def spikes_of_dtype(spike_dtype: Any) -> str:
             f"simulate: spike_dtype must be 'bool', 'ids' or None, got {spike_dtype!r} (it is "
             "renamed record=nj.Record(spikes='raster' | 'ids' | 'float'))"
         ) from None
-
 
 
 class _Unset:
