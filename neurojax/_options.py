@@ -380,7 +380,9 @@ def resolve(
 
     # record=
     if isinstance(record, Record):
-        if not (type(record_every) is int and record_every == 1):
+        if isinstance(record_every, bool) or not (
+            isinstance(record_every, (int, np.integer)) and record_every == 1
+        ):
             raise ValueError(
                 f"simulate: record_every={record_every!r} and record={record!r} both set the "
                 "recording interval; give it once, as nj.Record(every=...)"
