@@ -16,6 +16,7 @@ reuse a compiled program), and checks its fields when it is built.
 """
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
@@ -340,6 +341,24 @@ class Resolved(NamedTuple):
     gradient: SurrogateGradient | EventPropGradient
 
 
+# Building an equinox module costs tens of microseconds (its converters and checks), a few
+# percent of a short `simulate` call: the objects a call's keywords stand for are kept, keyed
+# by their (hashable, already checked) values.
+@functools.lru_cache(maxsize=256, typed=True)
+def _cached(cls: type, **kwargs: Any) -> Any:
+    return cls(**kwargs)
+
+
+def _record(fields: Any, every: int, spikes: str) -> Record:
+    if isinstance(fields, list):
+        fields = tuple(fields)
+    if fields is None or isinstance(fields, (str, tuple)):
+        return _cached(Record, fields=fields, every=every, spikes=spikes)
+    # A dict is no key, and the cache must not keep a record function (and what it closes
+    # over) alive.
+    return Record(fields=fields, every=every, spikes=spikes)
+
+
 def _spelled(name: str, obj: eqx.Module, fields: dict[str, Any]) -> str:
     inner = ", ".join(f"{k}={v!r}" for k, v in fields.items())
     return f"{name}=nj.{type(obj).__name__}({inner})"
@@ -409,7 +428,7 @@ def resolve(
                 "a record function, or use spike_dtype='bool' for counts per window"
             )
         try:
-            rec = Record(fields=record, every=every, spikes=spikes)
+            rec = _record(record, every, spikes)
         except TypeError as err:
             raise TypeError(
                 "simulate: record must be None, a tuple of state field names, a dict "
@@ -446,7 +465,7 @@ def resolve(
             kwargs["batch_block"] = check_positive_int(
                 "simulate", "batch_block", old["batch_block"]
             )
-        exe = Execution(**kwargs)
+        exe = _cached(Execution, **kwargs)
 
     # gradient=
     grad_old = {k: old[k] for k in ("checkpoint", "truncate_backprop") if k in old}
@@ -471,7 +490,7 @@ def resolve(
             kwargs["truncate_backprop"] = check_positive_int(
                 "simulate", "truncate_backprop", grad_old["truncate_backprop"]
             )
-        grad = SurrogateGradient(**kwargs)
+        grad = _cached(SurrogateGradient, **kwargs)
     elif isinstance(gradient, str) and gradient == "eventprop":
         for k, v in grad_old.items():
             raise ValueError(
@@ -479,7 +498,7 @@ def resolve(
                 "of the time-grid simulation (nj.SurrogateGradient) and is not supported with "
                 "EventProp; leave it out"
             )
-        grad = EventPropGradient()
+        grad = _cached(EventPropGradient)
     else:
         raise ValueError(
             f"simulate: gradient must be 'surrogate' or 'eventprop', got {gradient!r} (or an "
