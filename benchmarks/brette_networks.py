@@ -129,7 +129,12 @@ def main(argv: list[str] | None = None) -> None:
 
             def run(net, state, every=every, block=block):
                 final, rec = nj.simulate(
-                    net, state, dt=DT, n_steps=n_steps, record_every=every, batch_block=block
+                    net,
+                    state,
+                    dt=DT,
+                    n_steps=n_steps,
+                    record_every=every,
+                    run=nj.Execution(batch_block=block),
                 )
                 return final, rec.spikes
 

@@ -214,8 +214,9 @@ def main(argv: list[str] | None = None) -> None:
 
                 def run(model, state, currents, unroll=unroll):
                     final, rec = nj.simulate(
-                        model, state, currents, dt=DT, n_steps=n_steps, unroll=unroll
-                    )
+                        model, state, currents, dt=DT, n_steps=n_steps,
+                        run=nj.Execution(unroll=unroll),
+                    )  # fmt: skip
                     return final, rec.spikes
 
                 timing, (_, raster), _ = _harness.time_jax(
@@ -230,8 +231,13 @@ def main(argv: list[str] | None = None) -> None:
                         lambda model=model, state=state, currents=currents, unroll=unroll: (
                             jax.block_until_ready(
                                 nj.simulate(
-                                    model, state, currents, dt=DT, n_steps=n_steps, unroll=unroll
-                                )
+                                    model,
+                                    state,
+                                    currents,
+                                    dt=DT,
+                                    n_steps=n_steps,
+                                    run=nj.Execution(unroll=unroll),
+                                )  # fmt: skip
                             )
                         ),
                         repeats=3,

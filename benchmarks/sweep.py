@@ -282,7 +282,12 @@ def main(argv: list[str] | None = None) -> None:
 
         def run_batch(net, state, block=block):
             _, rec = nj.simulate(
-                net, state, dt=DT, n_steps=n_steps, record_every=n_steps, batch_block=block
+                net,
+                state,
+                dt=DT,
+                n_steps=n_steps,
+                record_every=n_steps,
+                run=nj.Execution(batch_block=block),
             )
             return counts(rec.spikes)
 

@@ -109,7 +109,7 @@ def population_rates(net, params, key, n_steps: int, trials: int):
     """Mean rates [Hz] of E and I over `trials` independent runs of `n_steps` steps."""
     net = with_input_weights(net, params)
     state = net.init_state(key, batch=trials)
-    _, rec = nj.simulate(net, state, dt=DT, n_steps=n_steps, spike_dtype=None)
+    _, rec = nj.simulate(net, state, dt=DT, n_steps=n_steps, record=nj.Record(spikes="float"))
     return {p: jnp.mean(rec.spikes[p]) * (1000.0 / DT) for p in ("E", "I")}
 
 

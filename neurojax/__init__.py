@@ -30,6 +30,10 @@ from . import synapses as synapses
 from . import validation as validation
 from ._compilation_cache import compilation_cache_dir as compilation_cache_dir
 from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
+from ._options import EventPropGradient as EventPropGradient
+from ._options import Execution as Execution
+from ._options import Record as Record
+from ._options import SurrogateGradient as SurrogateGradient
 from ._simulate import Recording as Recording
 from ._simulate import RunInfo as RunInfo
 from ._simulate import SpikeTimes as SpikeTimes

@@ -100,8 +100,7 @@ def _run_network(name: str, args: argparse.Namespace, progress: bool) -> dict[st
             dt=args.dt,
             n_steps=n_steps,
             record_every=every,
-            batch_block=block if args.batch > block else None,
-            progress=progress,
+            run=nj.Execution(batch_block=block if args.batch > block else None, progress=progress),
         )
         counts = {k: np.asarray(v) for k, v in rec.spikes.items()}
         info = rec.info

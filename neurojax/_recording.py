@@ -38,7 +38,7 @@ def _fill(tree: Any, value: int) -> Any:
 
 
 def recorded_spikes(out: Any, most: Any) -> Any:
-    """A step's outputs as `simulate(spike_dtype="bool")` records them: booleans where at
+    """A step's outputs as `simulate` records them (`nj.Record(spikes="raster")`): booleans where at
     most one spike per step is possible, and the counts themselves (`count_dtype(most)`)
     where a source emits several (`most` from `most_spikes`), so that none is lost."""
 

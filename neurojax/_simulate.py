@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 
-from . import _eventprop, _validation
+from . import _eventprop, _options, _validation
+from ._options import EventPropGradient, Execution, SurrogateGradient
 from ._recording import count_dtype, most_spikes, recorded_spikes
 from ._run_loop import RunInfo, run_chunks
 from ._system import available_bytes as _available_bytes
@@ -28,9 +29,10 @@ class Recording(eqx.Module):
     Attributes:
         t: time [ms] at the end of each recorded step, shape `(n_rec,)`.
         spikes: the step outputs (spikes), one entry per recorded step. With `record_every=1`
-            and the default `spike_dtype="bool"` they are booleans; with `record_every > 1`
-            they are spike counts over each window of `record_every` steps, so that no spike
-            is lost. A PyTree when the model's output is one (a network's `{name: spikes}`).
+            and the default `nj.Record(spikes="raster")` they are booleans; with
+            `record_every > 1` they are spike counts over each window of `record_every` steps,
+            so that no spike is lost. A PyTree when the model's output is one (a network's
+            `{name: spikes}`).
         values: the recorded state fields (`{name: array}`) or the PyTree returned by a
             `record` function. State fields are also attributes: `recording.v`.
         sources: the names of a network's populations that are spike sources (inputs such
@@ -609,8 +611,8 @@ _run_chunk_jit = eqx.filter_jit(_run_chunk)
 
 _HOST_TRANSFER_UNDER_TRACE = (
     "simulate: chunk_size and progress move data to the host between chunks (as "
-    "spike_dtype='ids' does) and cannot run inside jit/vmap/grad; call simulate outside the "
-    "transformation, or drop them"
+    "nj.Record(spikes='ids') does) and cannot run inside jit/vmap/grad; call simulate outside "
+    "the transformation, or drop them"
 )
 
 
@@ -626,13 +628,14 @@ def simulate(
     chunk_size: int | None = None,
     progress: bool = False,
     check: bool = False,
-    spike_dtype: str | None = "bool",
-    unroll: int = 1,
-    batch_block: int | None = None,
-    checkpoint: bool = False,
-    truncate_backprop: int | None = None,
     start: Any = None,
-    gradient: str = "surrogate",
+    run: Execution | None = None,
+    gradient: str | SurrogateGradient | EventPropGradient = "surrogate",
+    spike_dtype: Any = _options.UNSET,
+    unroll: Any = _options.UNSET,
+    batch_block: Any = _options.UNSET,
+    checkpoint: Any = _options.UNSET,
+    truncate_backprop: Any = _options.UNSET,
 ) -> tuple[Any, Recording]:
     """Run `model.step` for `n_steps` steps of `dt` ms with `jax.lax.scan` under `jit`.
 
@@ -659,65 +662,37 @@ def simulate(
             `lambda t, i: x` for a constant.
         dt: time step [ms], a static Python number.
         n_steps: number of steps (positive int).
-        record: `None` records only the step outputs (spikes); a tuple of state field names
-            (`("v",)`) also records those fields; a function `(state, outputs) -> PyTree`
-            records whatever it returns (available as `recording.values`). On a network, a
-            tuple of field names records them for every population that has them, and a dict
-            chooses per population and, optionally, a subset of its neurons:
-            `{"E": ("v",), "I": ("v",)}` or `{"E": {"v": slice(0, 10)}}` (a slice, an int
-            or a sequence of neuron indices); the recording then has one dict per field,
-            `recording.v["E"]` of shape `(n_rec, *batch, neurons recorded)`.
-        record_every: record every `record_every`-th step (state after that step); spikes
-            are then summed over each window so that none is lost. Must divide `n_steps`.
-        chunk_size: run the scan in jitted chunks of this many steps and move each chunk's
-            recording to the host (NumPy) before the next, so that long runs fit in device
-            memory. Must be a multiple of `record_every`. Results are bit-identical to an
-            unchunked run.
-        progress: show a progress bar (tqdm) that says while the run compiles, then the
-            simulated time and the steps per second of running alone (compile time left
-            out). Without `chunk_size`, the run is split into about 20 chunks whose
-            recordings stay on the device.
+        record: what is recorded beside the step outputs (spikes): an `nj.Record(fields,
+            every, spikes)`, or its `fields` alone. `None` records only the spikes; a tuple of
+            state field names (`("v",)`) also records those fields; a function `(state,
+            outputs) -> PyTree` records whatever it returns (available as
+            `recording.values`). On a network, a tuple of field names records them for every
+            population that has them, and a dict chooses per population and, optionally, a
+            subset of its neurons: `{"E": ("v",), "I": ("v",)}` or `{"E": {"v": slice(0,
+            10)}}` (a slice, an int or a sequence of neuron indices); the recording then has
+            one dict per field, `recording.v["E"]` of shape `(n_rec, *batch, neurons
+            recorded)`. `nj.Record(spikes=...)` says how spikes are kept: `"raster"`
+            (default: booleans, counts with `every > 1` and for a source that emits several
+            spikes per step, so that none is lost), `"ids"` (only the spikes, as
+            `nj.SpikeTimes` event lists, memory in proportion to the spikes: the way to record
+            a large network; each step keeps a buffer of spike ids that grows, with the chunk
+            rerun, when a step has more spikes; it needs `every=1`, runs outside
+            transformations and not with `batch_block`) or `"float"` (the model's float
+            outputs, to differentiate through the recorded spikes).
+        record_every: shorthand of `nj.Record(every=...)`: record every `record_every`-th step
+            (state after that step); spikes are then summed over each window so that none is
+            lost. Must divide `n_steps`. Give it here or in `record=nj.Record(...)`, not both.
+        chunk_size: shorthand of `nj.Execution(chunk_size=...)`: run the scan in jitted
+            chunks of this many steps and move each chunk's recording to the host (NumPy)
+            before the next, so that long runs fit in device memory. Must be a multiple of
+            `record_every`. Results are bit-identical to an unchunked run.
+        progress: shorthand of `nj.Execution(progress=...)`: show a progress bar (tqdm) that
+            says while the run compiles, then the simulated time and the steps per second of
+            running alone (compile time left out). Without `chunk_size`, the run is split into
+            about 20 chunks whose recordings stay on the device.
         check: guard against non-finite state. After the run, raise `FloatingPointError`
             naming the first step and state field that became NaN or infinite. Costs one
             reduction per state leaf per step; free when off.
-        spike_dtype: how spikes are recorded: `"bool"` (default) stores them as booleans
-            (counts with `record_every > 1`), and the outputs of a source that emits several
-            spikes per step (`max_spikes_per_step > 1`, such as the microcircuit's Poisson
-            background) as integer counts, so that none is lost; `"ids"` stores only the
-            spikes, as lists of events (`nj.SpikeTimes`: time, neuron index, step and, for a
-            batched state, the trial; one per population for a network), which takes memory
-            in proportion to the spikes, not to neurons x steps: the way to record a large
-            network's spikes (a source's several spikes in one step are one event there).
-            Each step keeps a buffer of spike ids that grows, with the chunk rerun, when a
-            step has more spikes, so none is lost. It needs `record_every=1`, runs outside
-            transformations (the lists are built on the host) and not with `batch_block`.
-            `None` keeps the model's float outputs, for example to differentiate through
-            the recorded spikes.
-        unroll: steps per iteration of the compiled loop (`lax.scan`'s `unroll`); larger
-            values cut per-step loop overhead for small models at the cost of compile time.
-        batch_block: for a state with a leading batch axis of `B` independent trials, run
-            them in blocks of `batch_block` trials one after the other (`lax.map` over blocks,
-            inside one compiled program). A step of a large batch streams every state array
-            through memory; blocks small enough to stay in cache run faster per trial (the
-            COBA network at batch 32: 0.15 s per trial in one block, 0.08 s in blocks of 4,
-            `benchmarks/RESULTS.md`). Every state leaf with at least one dimension must have
-            the batch axis first; scalar leaves are shared, except PRNG keys, which are
-            folded with the block index so that blocks draw independent numbers. `inputs` are
-            shared by all trials. Results equal an unblocked run up to those keys; the final
-            state's shared leaves are those of the first block.
-        checkpoint: for gradients through long runs, wrap each step in `jax.checkpoint`, so
-            that the backward pass keeps only the state carried between steps and recomputes
-            each step's intermediates (memory per step drops from everything the step
-            computes to the size of the state; time grows by about one extra forward pass).
-            Values and gradients are unchanged. It pays off for models whose step computes
-            much more than it carries (Hodgkin-Huxley gates, networks with synaptic
-            kinetics); for a LIF layer the carried state is as large as the saved residuals
-            and memory does not drop (`benchmarks/RESULTS.md`, training).
-        truncate_backprop: truncated backpropagation through time: a positive number of
-            steps `K` after which the gradient path through the state is cut (at steps `K`,
-            `2K`, ...). The forward run is unchanged; a loss term at step `t` then reaches
-            the parameters only through the steps since the last cut. `None` (default) keeps
-            the full gradient.
         start: the index of the first step, so that a run continued from a final state keeps
             the clock: the step index and time `t_ms` given to an `inputs` function, and
             `recording.t`, count from `start` (`recording.t[0] = (start + record_every) *
@@ -725,22 +700,59 @@ def simulate(
             (a network's `state.step`), else 0. A run split in two (the second from the
             first's final state) then equals one run bit for bit, inputs and `recording.t`
             included. A non-negative int, or an integer scalar array (traced under `jit`).
-        gradient: which gradient `jax.grad` through this call computes. `"surrogate"`
-            (default): the time-grid simulation above, spikes with surrogate derivatives.
-            `"eventprop"`: exact gradients by the adjoint method of Wunderlich and Pehle
-            (2021) on an exact event-driven run of an `nj.training.EventNetwork` (current-based
-            LIF, exponential or delta synapses, delays) for `n_steps * dt` ms; `state` is
-            `None`, `inputs` the input spike times, and the recording an
-            `nj.training.EventRecording` (see `nj.training.eventprop_run`). Models without an
-            exact spike time (Izhikevich, AdEx, Hodgkin-Huxley), conductance synapses and the
-            grid's options (`record`, `chunk_size`, ...) are refused, never replaced.
+        run: an `nj.Execution(chunk_size, progress, unroll, batch_block)`: how the compiled
+            loop is cut and shown, none of which changes a result. `unroll` is the steps per
+            iteration of the compiled loop (`lax.scan`'s `unroll`; larger values cut per-step
+            overhead for small models at the cost of compile time). `batch_block`, for a state
+            with a leading batch axis of `B` independent trials, runs them in blocks of
+            `batch_block` trials one after the other (`lax.map` over blocks, inside one
+            compiled program): a step of a large batch streams every state array through
+            memory, and blocks small enough to stay in cache run faster per trial (the COBA
+            network at batch 32: 0.15 s per trial in one block, 0.08 s in blocks of 4,
+            `benchmarks/RESULTS.md`). Every state leaf with at least one dimension must have
+            the batch axis first; scalar leaves are shared, except PRNG keys, which are folded
+            with the block index so that blocks draw independent numbers. `inputs` are shared
+            by all trials. Results equal an unblocked run up to those keys; the final state's
+            shared leaves are those of the first block. `None`: the defaults, with
+            `chunk_size` and `progress` from the shorthands.
+        gradient: which gradient `jax.grad` through this call computes.
+            `"surrogate"` or `nj.SurrogateGradient(checkpoint, truncate_backprop)` (default):
+            the time-grid simulation above, spikes with surrogate derivatives. Its
+            `checkpoint=True` wraps each step in `jax.checkpoint`, so that the backward pass
+            keeps only the state carried between steps and recomputes each step's
+            intermediates (time grows by about one forward pass; values and gradients are
+            unchanged); it pays off for models whose step computes much more than it carries
+            (Hodgkin-Huxley gates, networks with synaptic kinetics), while for a LIF layer the
+            carried state is as large as the saved residuals (`benchmarks/RESULTS.md`,
+            training). Its `truncate_backprop=K` cuts the gradient path through the state at
+            steps `K`, `2K`, ... (truncated backpropagation through time; the forward run is
+            unchanged). `"eventprop"` or `nj.EventPropGradient()`: exact gradients by the
+            adjoint method of Wunderlich and Pehle (2021) on an exact event-driven run of an
+            `nj.training.EventNetwork` (current-based LIF, exponential or delta synapses,
+            delays) for `n_steps * dt` ms; `state` is `None`, `inputs` the input spike times,
+            and the recording an `nj.training.EventRecording` (see
+            `nj.training.eventprop_run`). Models without an exact spike time (Izhikevich,
+            AdEx, Hodgkin-Huxley), conductance synapses and the grid's options (`record`,
+            `chunk_size`, ...) are refused, never replaced.
+        spike_dtype: deprecated, `record=nj.Record(spikes=...)`: `"bool"` is `"raster"`,
+            `"ids"` is `"ids"` and `None` is `"float"`.
+        unroll: deprecated, `run=nj.Execution(unroll=...)`.
+        batch_block: deprecated, `run=nj.Execution(batch_block=...)`.
+        checkpoint: deprecated, `gradient=nj.SurrogateGradient(checkpoint=...)`.
+        truncate_backprop: deprecated, `gradient=nj.SurrogateGradient(truncate_backprop=...)`.
+
+    The five deprecated keywords work until the next release, with one `DeprecationWarning`
+    per call that names the new spelling. A value given both as a keyword and inside an
+    option object (`record_every=5` with `record=nj.Record(every=10)`, `chunk_size=` with
+    `run=`, `checkpoint=` with `gradient=nj.SurrogateGradient(...)`) is a `ValueError`; a
+    shorthand left at its default defers to the object.
 
     **Fused runs.** Before scanning `step`, `simulate` asks the model for a fused run of the
     whole chunk (`NeuronModel.fused_run`, when the model has one) and uses it unless the
     model answers `None`. `nj.LIF` serves uncoupled populations with no input or a constant
-    float input, spikes recorded with the default `spike_dtype="bool"` (raster or counts),
-    no `record`, and none of `check`, `checkpoint`, `truncate_backprop`: on CPU one compiled
-    kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
+    float input, spikes recorded as a raster (the default `nj.Record(spikes="raster")`, raster
+    or counts), no `record`, and none of `check`, `checkpoint`, `truncate_backprop`: on CPU one
+    compiled kernel takes the neurons in cache-sized blocks through all steps (5x Brian2's C++
     standalone mode at 10^6 neurons in `benchmarks/RESULTS.md`), with a final state and
     raster identical to the general scan's; `grad` goes through a pure-JAX scan of the same
     arithmetic, and `nj.kernels.use("reference")` (or `NEUROJAX_CPU_KERNEL=0`) runs that scan
@@ -751,8 +763,8 @@ def simulate(
 
     Returns:
         `(final_state, recording)`; see `Recording`. Without `chunk_size` the recording
-        stays on the device (JAX arrays); with it, or with `spike_dtype="ids"`, it is on the
-        host (NumPy arrays). `recording.info` says how long compiling and running took.
+        stays on the device (JAX arrays); with it, or with `nj.Record(spikes="ids")`, it is on
+        the host (NumPy arrays). `recording.info` says how long compiling and running took.
 
     Same inputs and key give bit-identical results, chunked or not.
 
@@ -763,25 +775,54 @@ def simulate(
     final, rec = nj.simulate(lif, lif.init_state(100), 20.0, dt=0.1, n_steps=1000,
                              record=("v",))
     rec.spikes.shape, rec.v.shape     # (1000, 100), (1000, 100)
+    # every 10th step, spikes as float outputs, in chunks of 500 steps on the host
+    final, rec = nj.simulate(lif, lif.init_state(100), 20.0, dt=0.1, n_steps=1000,
+                             record=nj.Record(fields=("v",), every=10, spikes="float"),
+                             run=nj.Execution(chunk_size=500))
     ```
     """
     dt = check_dt("simulate", dt)
-    if gradient != "surrogate":
+    opts = _options.resolve(
+        record=record,
+        record_every=record_every,
+        chunk_size=chunk_size,
+        progress=progress,
+        run=run,
+        gradient=gradient,
+        spike_dtype=spike_dtype,
+        unroll=unroll,
+        batch_block=batch_block,
+        checkpoint=checkpoint,
+        truncate_backprop=truncate_backprop,
+    )
+    record, record_every = opts.record.plain_fields, opts.record.every
+    chunk_size, progress = opts.run.chunk_size, opts.run.progress
+    unroll, batch_block = opts.run.unroll, opts.run.batch_block
+    if isinstance(opts.gradient, EventPropGradient):
+        if opts.record.spikes != "raster":
+            raise ValueError(
+                f"simulate(gradient='eventprop'): record={opts.record!r} keeps spikes as "
+                f"{opts.record.spikes!r}, an option of the time-grid simulation; EventProp "
+                "records exact spike times (leave spikes at 'raster')"
+            )
         grid_options = dict(record=record, record_every=record_every, chunk_size=chunk_size,
                             progress=progress, check=check, unroll=unroll,
-                            batch_block=batch_block, checkpoint=checkpoint,
-                            truncate_backprop=truncate_backprop, start=start)  # fmt: skip
+                            batch_block=batch_block, start=start)  # fmt: skip
         return _eventprop.simulate_eventprop(
-            model, state, inputs, dt=dt, n_steps=n_steps, gradient=gradient, options=grid_options
-        )
+            model, state, inputs, dt=dt, n_steps=n_steps, gradient="eventprop",
+            options=grid_options,
+        )  # fmt: skip
+    spike_dtype = _options.DTYPE_OF_SPIKES[opts.record.spikes]
+    checkpoint = opts.gradient.checkpoint
+    truncate_backprop = opts.gradient.truncate_backprop
     first = _start_of(state, start)
     if batch_block is not None:
-        batch_block = check_positive_int("simulate", "batch_block", batch_block)
         _check_blocks(state, batch_block)
         if spike_dtype == "ids":
             raise ValueError(
-                "simulate: spike_dtype='ids' cannot be combined with batch_block; record the "
-                "batch's spikes as ids without blocks, or as a raster with blocks"
+                "simulate: spikes='ids' (nj.Record) cannot be combined with batch_block "
+                f"(nj.Execution(batch_block={batch_block})); record the batch's spikes as ids "
+                "without blocks, or as a raster with blocks"
             )
     if not hasattr(model, "step") or not callable(model.step):
         raise TypeError(
@@ -789,26 +830,6 @@ def simulate(
         )
     if n_steps is not None:
         n_steps = check_positive_int("simulate", "n_steps", n_steps)
-    record_every = check_positive_int("simulate", "record_every", record_every)
-    unroll = check_positive_int("simulate", "unroll", unroll)
-    if not isinstance(checkpoint, bool):
-        raise TypeError(f"simulate: checkpoint must be a bool, got {checkpoint!r}")
-    if truncate_backprop is not None:
-        truncate_backprop = check_positive_int("simulate", "truncate_backprop", truncate_backprop)
-    if chunk_size is not None:
-        chunk_size = check_positive_int("simulate", "chunk_size", chunk_size)
-    if spike_dtype not in ("bool", "ids", None):
-        raise ValueError(
-            f"simulate: spike_dtype must be 'bool', 'ids' or None, got {spike_dtype!r}"
-        )
-    if spike_dtype == "ids" and record_every != 1:
-        raise ValueError(
-            f"simulate: spike_dtype='ids' records every spike with its step, so record_every "
-            f"must be 1, got {record_every}; record state fields more sparsely with a record "
-            "function, or use spike_dtype='bool' for counts per window"
-        )
-    if not isinstance(progress, bool):
-        raise TypeError(f"simulate: progress must be a bool, got {progress!r}")
     if not isinstance(check, bool):
         raise TypeError(f"simulate: check must be a bool, got {check!r}")
     record = _record_spec(record, state)
@@ -1156,8 +1177,9 @@ def _spike_ids(out: Any, cap: int) -> tuple[jax.Array, jax.Array]:
 
 class SpikeTimes(NamedTuple):
     """The spikes of one population (or neuron model's output) as a list of events, what
-    `nj.simulate(..., spike_dtype="ids")` records: one entry per spike, in step order (and
-    by neuron within a step). As Brian2's `SpikeMonitor` and NEST's spike recorder give them.
+    `nj.simulate(..., record=nj.Record(spikes="ids"))` records: one entry per spike, in step
+    order (and by neuron within a step). As Brian2's `SpikeMonitor` and NEST's spike recorder
+    give them.
 
     Attributes:
         t: time [ms] at the end of the step in which each spike happened (as `recording.t`:
@@ -1175,7 +1197,7 @@ class SpikeTimes(NamedTuple):
 
 
 class _SpikeIdBuffer:
-    """The per-step buffer of spike ids of a `spike_dtype="ids"` run: its size, grown when a
+    """The per-step buffer of spike ids of a `spikes="ids"` run: its size, grown when a
     chunk's step had more spikes, and the assembly of the chunks into `SpikeTimes`."""
 
     def __init__(self, state: Any, model: Any, inputs: Any, kind: str, dt: float) -> None:

@@ -170,6 +170,10 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_gradient_mask.py": ("test_dense_layout_keeps_its_synapses_in_bits",),
     "test_layers.py": ("test_every_unit_of_the_package_has_a_layer",),
     "test_run_loop.py": ("test_spike_ids_are_refused_where_they_cannot_be_built",),
+    "test_simulate_options.py": (
+        "test_option_objects_check_their_fields",
+        "test_a_value_given_both_ways_is_refused",
+    ),
     "test_thread_determinism.py": ("test_coba",),
     "test_yinyang.py": ("test_ttfs_encode_and_latency_digits",),
     "test_validation.py": ("test_public_helpers_are_the_ones_the_models_use",),

@@ -117,10 +117,10 @@ def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
 # give way to the general scan, and the options `simulate` passes to their `applies`.
 GENERAL_PATH_OPTIONS = [
     dict(record=("v",)),
-    dict(spike_dtype=None),
+    dict(record=nj.Record(spikes="float")),
     dict(check=True),
-    dict(checkpoint=True),
-    dict(truncate_backprop=50),
+    dict(gradient=nj.SurrogateGradient(checkpoint=True)),
+    dict(gradient=nj.SurrogateGradient(truncate_backprop=50)),
 ]
 FUSED_APPLIES_OPTIONS = dict(
     record_every=1,

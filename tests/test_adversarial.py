@@ -484,7 +484,7 @@ CASES = [
     ("sim-start-wrap", sim(start=2**31 - 2), ValueError, r"from 2147483646 to 2147483651"),
     (
         "sim-batch-block",
-        sim(batch_block=2, state=lif.init_state((3, 3))),
+        sim(run=nj.Execution(batch_block=2), state=lif.init_state((3, 3))),
         ValueError,
         r"simulate: batch_block=2 must divide",
     ),

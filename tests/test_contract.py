@@ -203,7 +203,12 @@ class JitVariantsTest(chex.TestCase):
 
         def count(current):
             _, rec = nj.simulate(
-                model, state, current, dt=case.dt, n_steps=case.n_steps, spike_dtype=None
+                model,
+                state,
+                current,
+                dt=case.dt,
+                n_steps=case.n_steps,
+                record=nj.Record(spikes="float"),
             )
             return rec.spikes.sum()
 

@@ -167,8 +167,8 @@ def microcircuit_run():
     """A scale-0.01 microcircuit with its Poisson `background` (several spikes per step)."""
     net, state = nj.models.microcircuit(jr.key(0), scale=0.01)
     _, rec = nj.simulate(net, state, dt=DT, n_steps=200)
-    # The emitted counts, by the float outputs themselves (spike_dtype=None): a second path.
-    _, raw = nj.simulate(net, state, dt=DT, n_steps=200, spike_dtype=None)
+    # The emitted counts, by the float outputs themselves (spikes="float"): a second path.
+    _, raw = nj.simulate(net, state, dt=DT, n_steps=200, record=nj.Record(spikes="float"))
     return net, rec, raw
 
 
@@ -223,7 +223,7 @@ def test_recording_keeps_counts_of_a_source_run_alone():
     for every in (1, 10):
         _, rec = nj.simulate(source, state, dt=DT, n_steps=300, record_every=every)
         _, raw = nj.simulate(
-            source, state, dt=DT, n_steps=300, record_every=every, spike_dtype=None
+            source, state, dt=DT, n_steps=300, record=nj.Record(every=every, spikes="float")
         )
         assert rec.spikes.dtype == np.uint8 and np.asarray(raw.spikes).max() > 1
         np.testing.assert_array_equal(np.asarray(rec.spikes), np.asarray(raw.spikes))

@@ -36,7 +36,7 @@ def _net(conn, method):
 def _loss(net):
     """A smooth function of every weight: the summed final membrane potential and spikes."""
     final, rec = nj.simulate(
-        net, net.init_state(jax.random.key(1)), dt=DT, n_steps=150, spike_dtype=None
+        net, net.init_state(jax.random.key(1)), dt=DT, n_steps=150, record=nj.Record(spikes="float")
     )
     return jnp.sum(final.populations["N"].v) + jnp.sum(rec.spikes["N"])
 
@@ -125,7 +125,11 @@ def test_a_synapse_of_weight_zero_stays_a_synapse():
     def loss(net):
         # a postsynaptic drive that depends on the weights at first order
         final, _ = nj.simulate(
-            net, net.init_state(jax.random.key(1)), dt=DT, n_steps=100, spike_dtype=None
+            net,
+            net.init_state(jax.random.key(1)),
+            dt=DT,
+            n_steps=100,
+            record=nj.Record(spikes="float"),
         )
         return jnp.sum(final.populations["N"].v)
 

@@ -204,7 +204,7 @@ def test_poisson_counts_follow_the_poisson_distribution():
         n_terms=18,
     )
     state = src.init_state(2000, key=jax.random.key(3))
-    _, rec = nj.simulate(src, state, dt=0.1, n_steps=200, spike_dtype=None)
+    _, rec = nj.simulate(src, state, dt=0.1, n_steps=200, record=nj.Record(spikes="float"))
     x = np.asarray(rec.spikes)
     for lvl, lam in enumerate(rates * 1e-4):
         counts = x[:, lvl * 1000 : (lvl + 1) * 1000].ravel().astype(int)

@@ -704,7 +704,9 @@ def test_imported_graph_under_jit_vmap_and_grad():
     grads = eqx.filter_grad(loss)(net)
     g = grads.nodes["layer0_affine"].weight
     assert np.all(np.isfinite(np.asarray(g))) and float(jnp.abs(g).sum()) > 0
-    step_by_step = nj.simulate(net, net.init_state((3,)), x, dt=1.0, spike_dtype=None)[1].spikes
+    step_by_step = nj.simulate(
+        net, net.init_state((3,)), x, dt=1.0, record=nj.Record(spikes="float")
+    )[1].spikes
     np.testing.assert_allclose(np.asarray(step_by_step), np.asarray(eager), atol=1e-6)
 
 

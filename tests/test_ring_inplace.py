@@ -61,9 +61,9 @@ def ring_copies(text: str, ring_shapes) -> list[str]:
 def compiled_run(model, state, n_steps: int, mode: str):
     """`simulate` of `model` compiled in kernel mode `mode`: (compiled function, HLO text)."""
     with nj.kernels.use(mode):
-        fn = jax.jit(lambda m, s: simulate(m, s, dt=0.1, n_steps=n_steps, spike_dtype=None)).lower(
-            model, state
-        )
+        fn = jax.jit(
+            lambda m, s: simulate(m, s, dt=0.1, n_steps=n_steps, record=nj.Record(spikes="float"))
+        ).lower(model, state)
         compiled = fn.compile()
     return compiled, compiled.as_text()
 

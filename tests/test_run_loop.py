@@ -17,9 +17,15 @@ def _coba(batch=()):
 
 def test_batch_blocks_in_chunks_equal_one_blocked_call():
     net, state = _coba(batch=(4,))
-    _, whole = nj.simulate(net, state, dt=0.1, n_steps=300, batch_block=2, record_every=10)
+    blocks = nj.Execution(batch_block=2)
+    _, whole = nj.simulate(net, state, dt=0.1, n_steps=300, run=blocks, record_every=10)
     final, chunked = nj.simulate(
-        net, state, dt=0.1, n_steps=300, batch_block=2, record_every=10, chunk_size=100
+        net,
+        state,
+        dt=0.1,
+        n_steps=300,
+        run=nj.Execution(batch_block=2, chunk_size=100),
+        record_every=10,
     )
     for pop in whole.spikes:
         np.testing.assert_array_equal(np.asarray(whole.spikes[pop]), chunked.spikes[pop])
@@ -31,7 +37,9 @@ def test_spike_ids_equal_the_raster_and_keep_the_clock():
     net, state = _coba()
     mid, _ = nj.simulate(net, state, dt=0.1, n_steps=50)
     _, raster = nj.simulate(net, mid, dt=0.1, n_steps=400)
-    _, ids = nj.simulate(net, mid, dt=0.1, n_steps=400, spike_dtype="ids", chunk_size=100)
+    _, ids = nj.simulate(
+        net, mid, dt=0.1, n_steps=400, record=nj.Record(spikes="ids"), chunk_size=100
+    )
     for pop, r in raster.spikes.items():
         steps, neurons = np.nonzero(np.asarray(r))
         got = ids.spikes[pop]
@@ -43,7 +51,7 @@ def test_spike_ids_equal_the_raster_and_keep_the_clock():
     # From rest, COBA's first steps fire more neurons than a first buffer of 256 ids holds:
     # the chunk reruns with a larger one and no spike is lost.
     _, burst_raster = nj.simulate(net, state, dt=0.1, n_steps=30)
-    _, burst = nj.simulate(net, state, dt=0.1, n_steps=30, spike_dtype="ids")
+    _, burst = nj.simulate(net, state, dt=0.1, n_steps=30, record=nj.Record(spikes="ids"))
     assert burst.info.reruns >= 1
     counts = np.asarray(burst_raster.spikes["E"]).sum(axis=1)
     assert counts.max() > 256
@@ -53,7 +61,7 @@ def test_spike_ids_equal_the_raster_and_keep_the_clock():
 def test_spike_ids_of_a_batch_name_the_trial():
     net, state = _coba(batch=(3,))
     _, raster = nj.simulate(net, state, dt=0.1, n_steps=200)
-    _, ids = nj.simulate(net, state, dt=0.1, n_steps=200, spike_dtype="ids")
+    _, ids = nj.simulate(net, state, dt=0.1, n_steps=200, record=nj.Record(spikes="ids"))
     for pop, r in raster.spikes.items():
         steps, trials, neurons = np.nonzero(np.asarray(r))
         got = ids.spikes[pop]
@@ -64,15 +72,14 @@ def test_spike_ids_of_a_batch_name_the_trial():
 
 def test_spike_ids_are_refused_where_they_cannot_be_built():
     lif = nj.LIF()
-    with pytest.raises(ValueError, match="spike_dtype='ids' records every spike"):
-        nj.simulate(
-            lif, lif.init_state(5), 20.0, dt=0.1, n_steps=10, spike_dtype="ids", record_every=2
-        )
-    f = jax.jit(lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, spike_dtype="ids")[0])
-    with pytest.raises(ValueError, match="as spike_dtype='ids' does"):
+    with pytest.raises(ValueError, match="spikes='ids' keeps every spike with its step"):
+        nj.Record(spikes="ids", every=2)
+    ids = nj.Record(spikes="ids")
+    f = jax.jit(lambda s: nj.simulate(lif, s, 20.0, dt=0.1, n_steps=10, record=ids)[0])
+    with pytest.raises(ValueError, match=r"as nj.Record\(spikes='ids'\) does"):
         f(lif.init_state(5))
-    with pytest.raises(ValueError, match="spike_dtype must be 'bool', 'ids' or None"):
-        nj.simulate(lif, lif.init_state(5), 20.0, dt=0.1, n_steps=10, spike_dtype="int")
+    with pytest.raises(ValueError, match="spikes must be one of 'raster', 'ids', 'float'"):
+        nj.Record(spikes="int")
 
 
 def test_run_info_splits_compile_from_run_time():

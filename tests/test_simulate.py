@@ -118,12 +118,13 @@ def test_record_function_and_pytree_outputs():
         _ = rec.w
 
 
-def test_spike_dtype_none_keeps_float_outputs_for_gradients():
+def test_float_spikes_keep_float_outputs_for_gradients():
     lif = nj.LIF()
-    _, rec = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=100, spike_dtype=None)
+    floats = nj.Record(spikes="float")
+    _, rec = nj.simulate(lif, lif.init_state(2), 20.0, dt=0.1, n_steps=100, record=floats)
     assert rec.spikes.dtype == jnp.float32
     g = jax.grad(
-        lambda i: nj.simulate(lif, lif.init_state(2), i, dt=0.1, n_steps=100, spike_dtype=None)[
+        lambda i: nj.simulate(lif, lif.init_state(2), i, dt=0.1, n_steps=100, record=floats)[
             1
         ].spikes.sum()
     )(jnp.array([20.0, 30.0]))
@@ -191,9 +192,16 @@ def test_batch_block_equals_one_block_for_a_network():
     net, state = nj.models.coba(jax.random.key(2), n_exc=400, n_inh=100, p=0.05, batch=6)
     final_a, rec_a = nj.simulate(net, state, dt=0.1, n_steps=500, record=lambda s, o: s.step)
     with pytest.raises(ValueError, match="trial axis right after time"):
-        nj.simulate(net, state, dt=0.1, n_steps=500, record=lambda s, o: s.step, batch_block=2)
+        nj.simulate(
+            net,
+            state,
+            dt=0.1,
+            n_steps=500,
+            record=lambda s, o: s.step,
+            run=nj.Execution(batch_block=2),
+        )
     final_a, rec_a = nj.simulate(net, state, dt=0.1, n_steps=500)
-    final_b, rec_b = nj.simulate(net, state, dt=0.1, n_steps=500, batch_block=2)
+    final_b, rec_b = nj.simulate(net, state, dt=0.1, n_steps=500, run=nj.Execution(batch_block=2))
     assert rec_a.spikes["E"].sum() > 100
     for pop in ("E", "I"):
         np.testing.assert_array_equal(rec_a.spikes[pop], rec_b.spikes[pop])
@@ -206,7 +214,7 @@ def test_batch_block_gives_blocks_independent_random_numbers():
     src = nj.PoissonSource(200.0)
     net = nj.Network({"s": (src, 50)})
     state = net.init_state(jax.random.key(0), batch=4)
-    _, rec = nj.simulate(net, state, dt=0.1, n_steps=200, batch_block=2)
+    _, rec = nj.simulate(net, state, dt=0.1, n_steps=200, run=nj.Execution(batch_block=2))
     spikes = np.asarray(rec.spikes["s"])
     assert spikes.shape == (200, 4, 50)
     # Trials within a block differ (one key, a batch of draws), and so do the blocks.
@@ -216,14 +224,21 @@ def test_batch_block_gives_blocks_independent_random_numbers():
 
 def test_batch_block_errors():
     lif = nj.LIF()
+    blocks = nj.Execution(batch_block=2)
     with pytest.raises(ValueError, match="must divide the batch size 5"):
-        nj.simulate(lif, lif.init_state((5, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2)
-    with pytest.raises(ValueError, match="spike_dtype='ids' cannot be combined with batch_block"):
+        nj.simulate(lif, lif.init_state((5, 3)), 1.0, dt=0.1, n_steps=10, run=blocks)
+    with pytest.raises(ValueError, match=r"spikes='ids' \(nj.Record\) cannot be combined with"):
         nj.simulate(
-            lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=2, spike_dtype="ids"
+            lif,
+            lif.init_state((4, 3)),
+            1.0,
+            dt=0.1,
+            n_steps=10,
+            run=blocks,
+            record=nj.Record(spikes="ids"),
         )
-    with pytest.raises(TypeError, match="batch_block must be a positive int"):
-        nj.simulate(lif, lif.init_state((4, 3)), 1.0, dt=0.1, n_steps=10, batch_block=1.5)
+    with pytest.raises(TypeError, match="nj.Execution: batch_block must be a positive int"):
+        nj.Execution(batch_block=1.5)
 
 
 # What `FusedEcho.fused_run` was asked, in order. `simulate` asks while tracing a chunk, so

@@ -460,7 +460,7 @@ def test_gradients_finite_over_random_initialisations():
         )
         s = n.init_state(key)
         s = eqx.tree_at(lambda s: (s.plastic[0].weights, s.plastic[1].weights), s, (w_in, w_rec))
-        final, rec = nj.simulate(n, s, dt=DT, n_steps=300, spike_dtype=None)
+        final, rec = nj.simulate(n, s, dt=DT, n_steps=300, record=nj.Record(spikes="float"))
         value = jnp.mean(final.plastic[0].weights) + jnp.mean(final.plastic[1].weights)
         return value, rec.spikes["E"].sum()
 

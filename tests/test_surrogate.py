@@ -98,8 +98,8 @@ def _recurrent_rate_gradients(w_rec: float, steps: int = 2000):
 
     def rate(scale, trunc=None):
         _, rec = nj.simulate(
-            net, state, {"A": scale * drive}, dt=dt, n_steps=steps, spike_dtype=None,
-            truncate_backprop=trunc,
+            net, state, {"A": scale * drive}, dt=dt, n_steps=steps,
+            record=nj.Record(spikes="float"), gradient=nj.SurrogateGradient(truncate_backprop=trunc),
         )  # fmt: skip
         return rec.spikes["A"].sum() / (n * steps * dt * 1e-3)
 

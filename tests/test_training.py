@@ -238,7 +238,7 @@ def test_sequential_call_equals_stepwise():
     )
     x = tr.rate_encode(jnp.full((2, 8), 0.4, F32), 50, key=jr.key(1))
     out = net(x)
-    _, rec = nj.simulate(net, net.init_state(2), x, dt=1.0, spike_dtype=None)
+    _, rec = nj.simulate(net, net.init_state(2), x, dt=1.0, record=nj.Record(spikes="float"))
     np.testing.assert_allclose(np.asarray(out), np.asarray(rec.spikes), rtol=1e-6, atol=1e-6)
     hidden = net(x, return_all=True)
     assert [h.shape for h in hidden] == [(50, 2, 12), (50, 2, 7), (50, 2, 3)]
@@ -354,13 +354,14 @@ def test_simulate_checkpoint_and_truncation_on_neuron_model():
     lif = nj.LIF(tau_m=10.0, v_rest=0.0, v_reset=0.0, v_th=1.0, surrogate="arctan")
     drive = 1.2 + 0.3 * jnp.sin(jnp.arange(80, dtype=F32) / 5.0)[:, None] * jnp.ones(4, F32)
 
-    def loss(gain, **kw):
-        _, rec = nj.simulate(lif, lif.init_state(4), gain * drive, dt=0.5, spike_dtype=None, **kw)
-        return rec.spikes.sum() + rec.v.sum() * 1e-2
-
     def loss_rec(gain, **kw):
         _, rec = nj.simulate(
-            lif, lif.init_state(4), gain * drive, dt=0.5, spike_dtype=None, record=("v",), **kw
+            lif,
+            lif.init_state(4),
+            gain * drive,
+            dt=0.5,
+            record=nj.Record(fields=("v",), spikes="float"),
+            gradient=nj.SurrogateGradient(**kw),
         )
         return rec.spikes.sum() + rec.v.sum() * 1e-2
 
@@ -371,11 +372,10 @@ def test_simulate_checkpoint_and_truncation_on_neuron_model():
     assert np.isfinite(float(g)) and abs(float(g)) > 0
     # Truncation with a window longer than the run changes nothing.
     assert float(jax.grad(lambda a: loss_rec(a, truncate_backprop=1000))(1.0)) == float(g)
-    with pytest.raises(ValueError, match=r"simulate: truncate_backprop must be a positive int"):
-        nj.simulate(lif, lif.init_state(4), drive, dt=0.5, truncate_backprop=0)
-    with pytest.raises(TypeError, match=r"simulate: checkpoint must be a bool"):
-        nj.simulate(lif, lif.init_state(4), drive, dt=0.5, checkpoint="yes")
-    del loss
+    with pytest.raises(ValueError, match=r"nj.SurrogateGradient: truncate_backprop must be a posi"):
+        nj.SurrogateGradient(truncate_backprop=0)
+    with pytest.raises(TypeError, match=r"nj.SurrogateGradient: checkpoint must be a bool"):
+        nj.SurrogateGradient(checkpoint="yes")
 
 
 def test_vmap_grad_equals_loop_and_gradients_finite():

@@ -50,8 +50,9 @@ def main() -> None:
             def rate(scale, trunc=None, net=net, state=state):
                 inputs = {"A": scale * drive}
                 _, rec = nj.simulate(
-                    net, state, inputs, dt=DT, n_steps=STEPS, spike_dtype=None,
-                    truncate_backprop=trunc,
+                    net, state, inputs, dt=DT, n_steps=STEPS,
+                    record=nj.Record(spikes="float"),
+                    gradient=nj.SurrogateGradient(truncate_backprop=trunc),
                 )  # fmt: skip
                 return rec.spikes["A"].sum() / (N * STEPS * DT * 1e-3)
 

@@ -29,8 +29,8 @@ def as_raster(
     """`x` as a NumPy raster of spikes or spike counts, time-major, checked.
 
     Accepted element types: bool, integers >= 0, and floats holding whole numbers >= 0 (the
-    0.0/1.0 outputs of `simulate(..., spike_dtype=None)`). The array is not copied when it
-    is already a NumPy array.
+    0.0/1.0 outputs of `simulate(..., record=nj.Record(spikes="float"))`). The array is not
+    copied when it is already a NumPy array.
     """
     if isinstance(x, jax.core.Tracer):
         raise TypeError(

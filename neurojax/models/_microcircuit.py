@@ -925,7 +925,7 @@ def microcircuit(
 class _SpikeIds(eqx.Module):
     """The network stepped with, as its one output, the spikes of the eight populations
     concatenated in their order (the background source left out), so that a run recorded
-    with `spike_dtype="ids"` finds the step's spiking neurons in one pass and gives global
+    with `nj.Record(spikes="ids")` finds the step's spiking neurons in one pass and gives global
     ids."""
 
     net: Network
@@ -947,18 +947,19 @@ def run_spike_ids(
     cpu: dict | None = None,
 ):
     """Run `n_steps` of the (unbatched) microcircuit through `nj.simulate` with
-    `spike_dtype="ids"` in chunks of 2 000 steps, recording the spikes of the eight
+    `record=nj.Record(spikes="ids")` in chunks of 2 000 steps, recording the spikes of the eight
     populations as global neuron ids (populations concatenated in `POPULATIONS` order).
 
     The public way to the same record is `nj.simulate(net, state, dt=dt, n_steps=n,
-    spike_dtype="ids")`, which gives one `nj.SpikeTimes` per population (and one for the
-    background source).
+    record=nj.Record(spikes="ids"))`, which gives one `nj.SpikeTimes` per population (and one
+    for the background source).
 
     Returns `(final_state, ids, counts, compile_s, run_s)`: `ids` the global ids of all
     spikes in step order, `counts` the number of spikes of each step; `compile_s` and
     `run_s` are wall-clock seconds (`recording.info`). A dict `cpu` receives the process CPU
     seconds of the whole call (`"s"`).
     """
+    from .._options import Execution, Record
     from .._simulate import simulate
 
     final, rec = simulate(
@@ -966,9 +967,8 @@ def run_spike_ids(
         state,
         dt=dt,
         n_steps=n_steps,
-        spike_dtype="ids",
-        chunk_size=min(n_steps, 2000),
-        progress=progress,
+        record=Record(spikes="ids"),
+        run=Execution(chunk_size=min(n_steps, 2000), progress=progress),
     )
     times = rec.spikes
     first = int(state.step) if np.ndim(state.step) == 0 else 0

@@ -85,7 +85,7 @@ class AdEx(NeuronModel):
     exponential upswing makes one step's derivative with respect to `v` large near the peak: for
     the default cell, the gradient of the spike count of 100 ms (10 spikes) with respect to a
     1.5 nA input, at `dt = 0.05`, measured about 160 with Euler and 2.5 with RK4 (`jax.grad` of
-    `simulate(..., spike_dtype=None)[1].spikes.sum()`).
+    `simulate(..., record=nj.Record(spikes="float"))[1].spikes.sum()`).
 
     **Accuracy.** A spike is registered, and the neuron reset, at the end of the step in
     which `v` crosses `v_peak`, so every spike lags the exact crossing by up to one step and

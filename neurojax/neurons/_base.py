@@ -105,9 +105,11 @@ class NeuronModel(eqx.Module, metaclass=NamesBadParameters):
             n_rec: number of records.
             record_every: steps per record.
             **options: the rest of the `simulate` call, every key always given: `kind`
-                (`"none"`, `"const"`, `"series"` or `"fn"`), `record`, `spike_dtype`,
-                `check`, `checkpoint`, `truncate_backprop`. A fused run serves only the
-                configurations it knows and answers `None` to every other.
+                (`"none"`, `"const"`, `"series"` or `"fn"`), `record`, `spike_dtype` (how
+                spikes are kept, `nj.Record(spikes=...)`: `"bool"` for `"raster"`, `"ids"`,
+                `None` for `"float"`), `check`, `checkpoint`, `truncate_backprop` (of
+                `nj.SurrogateGradient`). A fused run serves only the configurations it knows
+                and answers `None` to every other.
         """
         return None
 

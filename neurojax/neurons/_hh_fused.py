@@ -6,11 +6,12 @@ that record `v`, `m`, `h` or `n` on a GPU and under `nj.kernels.interpret("gpu")
 
 `nj.simulate` takes this path by itself, through `HodgkinHuxley.fused_run`, for an
 `nj.HodgkinHuxley` (or a subclass that keeps its `step`) with an `nj.HHState`, with no
-input or one constant float input, spikes recorded with the default `spike_dtype="bool"` (the
-bool raster, or counts per window with `record_every > 1`), no state field recorded, and
-none of `check`, `checkpoint` or `truncate_backprop`. The run is the kernel `"hh_run"` of
-the registry (`neurojax.kernels`). On CPU, with the compiled library available, one call of
-`nj_hh_run` (`neurojax/kernels/hh_run.cc`) then runs all steps: blocks of 256 neurons,
+input or one constant float input, spikes recorded with the default
+`nj.Record(spikes="raster")` (the bool raster, or counts per window with `record_every > 1`),
+no state field recorded, and none of `check`, `checkpoint` or `truncate_backprop`. The run
+is the kernel `"hh_run"` of the registry (`neurojax.kernels`). On CPU, with the compiled
+library available, one call of `nj_hh_run` (`neurojax/kernels/hh_run.cc`) then runs all
+steps: blocks of 256 neurons,
 each block's state in the L1 cache and each neuron-step in registers, the blocks shared
 between the threads of XLA's CPU thread pool. Elsewhere (GPU, TPU, no compiler,
 `nj.kernels.use("reference")`, `NEUROJAX_CPU_KERNEL=0`) the run is the kernel's reference,

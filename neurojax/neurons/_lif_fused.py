@@ -6,8 +6,8 @@ record `v` or `refractory` too).
 `nj.simulate` takes this path by itself, through `LIF.fused_run`, when it can give exactly the
 numbers of its general `lax.scan` over `LIF.step`: the model is an `nj.LIF` (or a subclass
 that keeps `LIF.step`) with an `nj.LIFState`, the input is `None` or
-one constant float array, spikes are recorded with the default `spike_dtype="bool"` (the
-bool raster, or counts per window with `record_every > 1`), no state field is recorded, and
+one constant float array, spikes are recorded with the default `nj.Record(spikes="raster")`
+(the bool raster, or counts per window with `record_every > 1`), no state field is recorded, and
 neither `check`, `checkpoint` nor `truncate_backprop` is asked for. The run is the kernel
 `"lif_run"` of the registry (`neurojax.kernels`): on CPU, with the compiled library
 available, one call of `nj_lif_run` (`neurojax/kernels/lif_run.cc`) runs all steps, neuron

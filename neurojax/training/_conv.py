@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._options import Record, SurrogateGradient
 from .._simulate import simulate
 from .._validation import check_dt, check_positive, default_float
 from ..neurons import NeuronModel
@@ -398,9 +399,8 @@ class SpikingConv(_Layer):
             state,
             currents,
             dt=dt,
-            spike_dtype=None,
-            checkpoint=checkpoint,
-            truncate_backprop=truncate_backprop,
+            record=Record(spikes="float"),
+            gradient=SurrogateGradient(checkpoint=checkpoint, truncate_backprop=truncate_backprop),
         )
         return _time_back(rec.spikes, axis)
 

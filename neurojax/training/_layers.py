@@ -18,6 +18,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._options import Record, SurrogateGradient
 from .._simulate import simulate
 from .._validation import (
     as_float,
@@ -304,9 +305,8 @@ class SpikingDense(_Layer):
             state,
             currents,
             dt=dt,
-            spike_dtype=None,
-            checkpoint=checkpoint,
-            truncate_backprop=truncate_backprop,
+            record=Record(spikes="float"),
+            gradient=SurrogateGradient(checkpoint=checkpoint, truncate_backprop=truncate_backprop),
         )
         return _time_back(rec.spikes, axis)
 
@@ -433,9 +433,8 @@ class SpikingRecurrent(_Layer):
             state,
             currents,
             dt=dt,
-            spike_dtype=None,
-            checkpoint=checkpoint,
-            truncate_backprop=truncate_backprop,
+            record=Record(spikes="float"),
+            gradient=SurrogateGradient(checkpoint=checkpoint, truncate_backprop=truncate_backprop),
         )
         return _time_back(rec.spikes, axis)
 
@@ -549,9 +548,8 @@ class LeakyReadout(eqx.Module):
             state,
             currents,
             dt=dt,
-            spike_dtype=None,
-            checkpoint=checkpoint,
-            truncate_backprop=truncate_backprop,
+            record=Record(spikes="float"),
+            gradient=SurrogateGradient(checkpoint=checkpoint, truncate_backprop=truncate_backprop),
         )
         return _time_back(rec.spikes, axis)
 
