@@ -148,6 +148,17 @@ class RunSpec(NamedTuple):
     block_synapses: int = 32
 
 
+def _as_spec(spec: Any) -> RunSpec:
+    """`spec` as a `RunSpec` (the registry hands static arguments over as plain tuples)."""
+    if not isinstance(spec, tuple) or len(spec) != len(RunSpec._fields):
+        raise ValueError(f"network_run: spec must be a RunSpec, got {type(spec).__name__}")
+    spec = RunSpec(*spec)
+    return spec._replace(
+        pops=tuple(PopSpec(*p) for p in spec.pops),
+        projs=tuple(ProjSpec(*q) for q in spec.projs),
+    )
+
+
 def _inputs_of(pop: PopSpec) -> list[str]:
     """The kinds of the population's input arguments, in argument order."""
     kinds = {}
@@ -437,6 +448,7 @@ def network_run_reference(*args, spec: RunSpec):
     Returns a flat tuple: the final state leaves of every population (a source: its spikes),
     of every projection's synapse, the rings, the spike record per population
     `(T, n_rec, npad)` and each recorded field `(T, n_rec, npad)`."""
+    spec = _as_spec(spec)
     n_trials = _check_args(args, spec)
     per_trial = [x.shape[0] == n_trials and n_trials > 1 for x in args]
     xs = [x if b else x[0] for x, b in zip(args, per_trial, strict=True)]
@@ -467,6 +479,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
+    spec = _as_spec(spec)
     n_trials = _check_args(args, spec)
     interpret = _pallas.pallas_interpret()
     kinds = arg_kinds(spec)
