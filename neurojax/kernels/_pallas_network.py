@@ -483,13 +483,17 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
     n_trials = _check_args(args, spec)
     interpret = _pallas.pallas_interpret()
     kinds = arg_kinds(spec)
+    ring_pos = [len(kinds) - 1 - len(spec.rings) + r for r in range(len(spec.rings))]
+    dtype_np = jnp.dtype(args[0].dtype)
     per_trial = [x.shape[0] == n_trials and n_trials > 1 for x in args]
     per_trial[-1] = True
+    args = list(args)
+    for pos in ring_pos:  # the rings are written: one per trial, aliased with the output
+        args[pos] = jnp.broadcast_to(args[pos], (n_trials, *args[pos].shape[1:]))
+        per_trial[pos] = True
     flat_in = [x.reshape(-1) for x in args[:-1]] + [args[-1].astype(jnp.int32)]
     shapes = [x.shape[1:] for x in args]
     n_in = len(flat_in)
-    ring_pos = [len(kinds) - 1 - len(spec.rings) + r for r in range(len(spec.rings))]
-    dtype_np = jnp.dtype(args[0].dtype)
     dtype = dtype_np.type
     rec_dtype = _spikes_dtype(spec)
 
@@ -642,7 +646,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
 
                     lax.fori_loop(0, n_chunks, chunk, 0)
 
-                lax.cond(jnp.any(live), work, lambda: None)
+                lax.cond(jnp.max(sv) > 0, work, lambda: None)
                 return carry
 
             lax.fori_loop(0, n_tiles, tile, 0)
@@ -750,6 +754,8 @@ class FoldTrials(Batching):
                 x = jnp.broadcast_to(x[None], (axis_size, *x.shape))
                 x = x.reshape((total, *x.shape[2:]))
             out_args.append(x)  # else shared: one copy for every trial
+        # The step is always per trial (an unvmapped one is the same for every element).
+        out_args[-1] = jnp.broadcast_to(out_args[-1], (total,)) if not step_b else out_args[-1]
         out = apply(*out_args)
         out = tuple(y.reshape((axis_size, n_inner, *y.shape[1:])) for y in out)
         return out, tuple(True for _ in out)

@@ -1,0 +1,347 @@
+"""The whole-network GPU kernel (`network_run`: one Pallas Triton program per trial runs every
+step of a network that fits), on the CPU in Pallas interpret mode against the per-step path
+(`nj.simulate` scanning `Network.step` with the CPU kernels), and lowered for CUDA without a
+device.
+
+Tolerance: interpret mode runs the kernel body's XLA operations (the models' own `step`,
+the kinetics, the outputs) in the per-step path's order, and adds a step's arrivals in
+synapse order as the per-step path does, so spikes must be equal and voltages equal to
+rounding (1e-6 relative; on a GPU the atomics add in no fixed order). Poisson sources draw
+from the kernel's own counter-based generator: their trains are compared by their
+statistics, not draw by draw."""
+
+import re
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import neurojax as nj
+from neurojax.kernels import _pallas_network
+from neurojax.network import _network_run
+
+TRITON = "__gpu$xla.gpu.triton"
+
+
+def _net(n_e=80, n_i=20, *, delay=0.3, per_synapse=False, model_i="izhikevich", drive=13.0):
+    """A small E/I network: LIF excitatory and Izhikevich (or AdEx) inhibitory neurons;
+    exponential, alpha and delta kinetics; conductance and current outputs; delays."""
+    lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=5.0)
+    inh = nj.Izhikevich() if model_i == "izhikevich" else nj.AdEx()
+    drive_i = 12.0 if model_i == "izhikevich" else 0.9
+    k = jax.random.split(jax.random.key(1), 4)
+    rng = np.random.default_rng(3)
+
+    def proj(pre, post, npre, npost, kk, w, syn, out):
+        conn = nj.connect.fixed_prob(kk, npre, npost, 0.1, weight=w)
+        d = delay
+        if per_synapse:  # 0 to 0.5 ms in whole steps of 0.1 ms
+            d = jnp.asarray(rng.integers(0, 6, conn.nse) * 0.1, jnp.float32)
+        return nj.Projection(pre, post, conn, synapse=syn, output=out, layout="event", delay=d)
+
+    projs = [
+        proj("E", "E", n_e, n_e, k[0], 0.6, nj.Exponential(5.0), nj.ConductanceOutput(0.0)),
+        proj("E", "I", n_e, n_i, k[1], 0.6, nj.Alpha(3.0), nj.ConductanceOutput(0.0)),
+        proj("I", "E", n_i, n_e, k[2], 6.7, nj.Exponential(10.0), nj.ConductanceOutput(-80.0)),
+        proj("I", "I", n_i, n_i, k[3], -2.0, nj.Delta(), nj.CurrentOutput()),
+    ]
+    return nj.Network(
+        {"E": (lif, n_e), "I": (inh, n_i)},
+        projs,
+        inputs={"E": drive, "I": drive_i},
+        dt=0.1,
+    )
+
+
+def _both(fn):
+    """`fn()` on the per-step path (the CPU's default) and with the GPU slot interpreted."""
+    want = fn()
+    with nj.kernels.interpret("gpu"):
+        got = fn()
+    return got, want
+
+
+def _assert_same(got, want, fields=("v",), rtol=1e-6):
+    (g_state, g_rec), (w_state, w_rec) = got, want
+    for name in w_rec.spikes:
+        np.testing.assert_array_equal(
+            np.asarray(g_rec.spikes[name]), np.asarray(w_rec.spikes[name]), err_msg=name
+        )
+    for field in fields:
+        for name, x in w_rec.values.get(field, {}).items():
+            np.testing.assert_allclose(
+                np.asarray(g_rec.values[field][name]), np.asarray(x), rtol=rtol, atol=1e-5
+            )
+    for g, w in zip(jax.tree.leaves(g_state), jax.tree.leaves(w_state), strict=True):
+        if jnp.issubdtype(g.dtype, jax.dtypes.prng_key):
+            continue
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=1e-5)
+
+
+def _pallas_calls(fn, *args):
+    with nj.kernels.interpret("gpu"):
+        return str(jax.make_jaxpr(fn)(*args))
+
+
+@pytest.mark.parametrize(
+    "model_i, per_synapse, record_every",
+    [("izhikevich", False, 1), ("adex", True, 1), ("izhikevich", True, 4)],
+)
+def test_simulate_runs_the_network_in_one_kernel(model_i, per_synapse, record_every):
+    """`nj.simulate` of a network that fits takes `network_run` (one `pallas_call`, no scan
+    around it) and gives the per-step path's spikes (raster or counts), recorded voltages
+    and final state: LIF, Izhikevich and AdEx; exponential, alpha and delta kinetics;
+    conductance and current outputs; homogeneous and per-synapse delays."""
+    net = _net(model_i=model_i, per_synapse=per_synapse)
+    state = net.init_state(jax.random.key(0))
+
+    def run(st):
+        return nj.simulate(net, st, dt=0.1, n_steps=120, record=("v",), record_every=record_every)
+
+    got, want = _both(lambda: jax.jit(run)(state))
+    # AdEx's exponential term (exp((v - v_T) / delta_T)) amplifies a last-bit difference of
+    # an input sum over 120 steps to ~1e-4 mV near threshold; the others stay at rounding.
+    _assert_same(got, want, rtol=1e-3 if model_i == "adex" else 1e-6)
+    spikes = {k: int(np.asarray(v).sum()) for k, v in want[1].spikes.items()}
+    assert spikes["E"] > 5 and spikes["I"] > 5, spikes  # both populations fire
+    jaxpr = _pallas_calls(run, state)
+    assert jaxpr.count("pallas_call") == 1
+    assert "while" not in jaxpr.split("pallas_call")[0]  # no loop of steps around the kernel
+
+
+def test_small_coba_equals_the_cpu_kernels_spike_counts():
+    """The bar: COBA (here 400 neurons, the benchmark's model and parameters) under
+    `nj.kernels.interpret("gpu")` equals the CPU kernel's spike counts, step by step."""
+    net, state = nj.models.coba(jax.random.key(2), n_exc=320, n_inh=80, p=0.05, method="event")
+
+    def run(st):
+        return nj.simulate(net, st, dt=0.1, n_steps=150)
+
+    got, want = _both(lambda: jax.jit(run)(state))
+    _assert_same(got, want, fields=())
+    assert int(np.asarray(want[1].spikes["E"]).sum()) > 0
+
+
+def test_a_burst_takes_more_tiles_never_a_rerun():
+    """Every neuron fires in the same step (a burst far above any capacity) onto a dense
+    fan-out: the kernel delivers every spike, as the per-step path does."""
+    n = 300
+    lif = nj.LIF(tau_m=10.0, v_rest=-60.0, v_reset=-70.0, v_th=-50.0, t_ref=2.0)
+    conn = nj.connect.fixed_prob(jax.random.key(4), n, n, 0.5, weight=0.05)
+    net = nj.Network(
+        {"E": (lif, n)},
+        [nj.Projection("E", "E", conn, synapse=nj.Exponential(2.0), layout="event", delay=0.2)],
+        inputs={"E": 0.5},
+        dt=0.1,
+    )
+    state = eqx.tree_at(
+        lambda s: s.populations["E"].v, net.init_state(), jnp.full((n,), -40.0, jnp.float32)
+    )
+
+    def run(st):
+        return nj.simulate(net, st, dt=0.1, n_steps=30, record=("v",))
+
+    got, want = _both(lambda: jax.jit(run)(state))
+    _assert_same(got, want)
+    assert int(np.asarray(want[1].spikes["E"][0]).sum()) == n  # the whole population at once
+
+
+def test_batch_and_time_series_inputs():
+    """A `batch=(3,)` state is the kernel's trial axis (one launch), with a constant input
+    per trial and a time series shared by the trials, as on the per-step path."""
+    net = _net()
+    state = net.init_state(jax.random.key(5), batch=(3,))
+    n_steps = 80
+    series = {"E": jnp.linspace(0.0, 4.0, n_steps)[:, None] * jnp.ones((1, 80))}
+
+    def run(st):
+        return nj.simulate(net, st, series, dt=0.1, n_steps=n_steps, record=("v",))
+
+    got, want = _both(lambda: jax.jit(run)(state))
+    _assert_same(got, want)
+    counts = np.asarray(want[1].spikes["E"]).sum(axis=(0, 2))
+    assert len(set(counts.tolist())) > 1  # the trials differ
+    assert _pallas_calls(run, state).count("pallas_call") == 1
+
+    const = {"E": jnp.asarray([[0.0], [2.0], [4.0]]) * jnp.ones((3, 80))}
+
+    def run_const(st):
+        return nj.simulate(net, st, const, dt=0.1, n_steps=40)
+
+    got, want = _both(lambda: jax.jit(run_const)(state))
+    _assert_same(got, want, fields=())
+
+
+def test_vmap_over_full_states_and_a_weight_scale_is_one_launch():
+    """`jax.vmap` over keys (full states) and a per-trial weight scale becomes the kernel's
+    trial axis: one `pallas_call`, no loop over trials, and the stacked single runs."""
+    net = _net()
+    keys = jax.random.split(jax.random.key(6), 3)
+    scales = jnp.asarray([0.5, 1.0, 2.0], jnp.float32)
+
+    def one(key, scale):
+        scaled = eqx.tree_at(
+            lambda m: m.projections[0].layout.weights,
+            net,
+            net.projections[0].layout.weights * scale,
+        )
+        return nj.simulate(scaled, scaled.init_state(key), dt=0.1, n_steps=60, record=("v",))
+
+    got, want = _both(lambda: jax.jit(jax.vmap(one))(keys, scales))
+    _assert_same(got, want)
+    singles = [jax.jit(one)(k, s) for k, s in zip(keys, scales, strict=True)]
+    for b, single in enumerate(singles):
+        np.testing.assert_array_equal(
+            np.asarray(got[1].spikes["E"][b]), np.asarray(single[1].spikes["E"])
+        )
+    jaxpr = _pallas_calls(jax.vmap(one), keys, scales)
+    assert jaxpr.count("pallas_call") == 1
+    assert "while" not in jaxpr.split("pallas_call")[0]
+
+
+def test_poisson_sources_match_the_reference_statistics():
+    """Poisson sources drawn in the kernel (counter-based generator) have the mean and
+    variance of counts of `PoissonSource.step` (binomial: `N p`, `N p (1 - p)`), independent
+    across trials; and they drive their targets (that the kernel delivers them as its
+    reference does, with the same generator, is checked in the next test)."""
+    n_src, n_steps, rate, dt = 400, 200, 500.0, 0.1
+    p = rate * dt * 1e-3
+    lif = nj.LIF(tau_m=10.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=2.0)
+    conn = nj.connect.fixed_prob(jax.random.key(7), n_src, 50, 0.1, weight=1.5)
+    net = nj.Network(
+        {"P": (nj.PoissonSource(rate), n_src), "E": (lif, 50)},
+        [nj.Projection("P", "E", conn, synapse=nj.Exponential(5.0), layout="event")],
+        dt=dt,
+    )
+    state = net.init_state(jax.random.key(8), batch=(2,))
+
+    def run(st):
+        return nj.simulate(net, st, dt=dt, n_steps=n_steps, record=("v",))
+
+    (g_state, g_rec), (_, w_rec) = _both(lambda: jax.jit(run)(state))
+    counts = np.asarray(g_rec.spikes["P"]).sum(axis=0).astype(float)  # (2, n_src)
+    ref = np.asarray(w_rec.spikes["P"]).sum(axis=0).astype(float)
+    mean, var = n_steps * p, n_steps * p * (1 - p)
+    # The mean over 800 counts has standard error sqrt(var / 800) = 0.11; the sample
+    # variance of 800 near-Poisson counts has a relative standard error of about 5 %.
+    for c in (counts, ref):
+        assert abs(c.mean() - mean) < 5 * np.sqrt(var / c.size), (c.mean(), mean)
+        assert abs(c.var(ddof=1) / var - 1) < 0.25, (c.var(ddof=1), var)
+    assert abs(np.corrcoef(counts[0], counts[1])[0, 1]) < 0.2  # trials independent
+    assert not np.array_equal(counts[0], counts[1])
+    assert int(np.asarray(g_rec.spikes["E"]).sum()) > 0  # and drive their targets
+    assert g_state.populations["P"].spikes.shape == (2, n_src)
+
+
+def test_kernel_equals_its_reference_with_poisson_sources():
+    """With Poisson sources the kernel and the entry's pure-JAX reference (the same
+    generator) agree exactly on every spike and to rounding on every state."""
+    example = next(_pallas_network._examples())
+    spec = example.static["spec"]
+    want = jax.jit(lambda *a: _pallas_network.network_run_reference(*a, spec=spec))(*example.args)
+    with nj.kernels.interpret("gpu"):
+        got = jax.jit(lambda *a: _pallas_network.network_run_gpu(*a, spec=spec))(*example.args)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, float), np.asarray(w, float), rtol=1e-6, atol=1e-5)
+    assert int(np.asarray(want[5]).sum()) > 20  # the sources fired
+
+
+def test_the_cpu_keeps_the_per_step_path_and_unfit_networks_fall_back():
+    """Without the interpret switch the CPU answers None (its C++ per-step kernels run); a
+    network that does not fit one program (gap junctions, a plastic projection, a custom
+    limit) falls back with the reason in `explain_run`."""
+    net = _net()
+    state = net.init_state(jax.random.key(0))
+    assert net.fused_run(state, None, 0.1, 10, 1, **_options()) is None
+    with nj.kernels.interpret("gpu"):
+        assert net.fused_run(state, None, 0.1, 10, 1, **_options()) is not None
+        gap = nj.Network(
+            {"E": (nj.LIF(), 10)},
+            gap_junctions={"E": nj.GapJunction(_ring_pairs(10))},
+        )
+        assert gap.fused_run(gap.init_state(), None, 0.1, 10, 1, **_options()) is None
+        why = gap.explain_run(gap.init_state(), dt=0.1, n_steps=10)
+        assert why["cuda"].startswith("per-step") and "gap junctions" in why["cuda"]
+        small = _pallas_network.Limits(200, 10**9, 64, "a test")
+        found = _network_run.plan(net, state, None, 0.1, 10, 1, limits=small)
+        assert isinstance(found, str) and "registers" in found and "> 200 (a test)" in found
+        small = _pallas_network.Limits(10**6, 10**9, 2, "a test")
+        found = _network_run.plan(net, state, None, 0.1, 10, 1, limits=small)
+        assert isinstance(found, str) and "fan-out" in found
+
+
+def _ring_pairs(n):
+    """Neighbours on a chain, each pair once: a gap-junction connectivity."""
+    from jax.experimental import sparse
+
+    i = np.arange(n - 1)
+    idx = np.stack([i, i + 1], axis=1).astype(np.int32)
+    return sparse.BCOO((jnp.full((n - 1,), 0.1, jnp.float32), jnp.asarray(idx)), shape=(n, n))
+
+
+def _options(**kw):
+    base = dict(
+        kind="none",
+        record=None,
+        spike_dtype="bool",
+        check=False,
+        checkpoint=False,
+        truncate_backprop=None,
+    )
+    return {**base, **kw}
+
+
+def test_explain_says_which_path_runs_and_why():
+    """`nj.kernels.explain(net, state, ...)` (and `net.explain_run`) name the path per
+    platform: the CPU's per-step path, the GPU's whole-network kernel, the TPU's per-step
+    path; under the interpret switch the CPU runs the kernel."""
+    net = _net()
+    state = net.init_state(jax.random.key(0))
+    why = nj.kernels.explain(net, state, dt=0.1, n_steps=100)
+    assert why == net.explain_run(state, dt=0.1, n_steps=100)
+    assert why["cpu"].startswith("per-step") and "C++" in why["cpu"]
+    assert why["cuda"].startswith("network_run") and "100 neurons" in why["cuda"]
+    assert why["tpu"].startswith("per-step")
+    with nj.kernels.interpret("gpu"):
+        assert nj.kernels.explain(net, state, dt=0.1, n_steps=100)["cpu"].startswith("network_run")
+    with nj.kernels.use("reference"):
+        assert all(
+            s.startswith("per-step")
+            for s in nj.kernels.explain(net, state, dt=0.1, n_steps=100).values()
+        )
+
+
+def test_kernel_arguments_are_checked():
+    """A wrong argument is refused before any work, naming it."""
+    example = next(_pallas_network._examples())
+    spec = example.static["spec"]
+    args = list(example.args)
+    args[3] = args[3][:, :10]  # v of the wrong width is still rank 2: change its rank
+    args[3] = args[3][0]
+    with pytest.raises(ValueError, match=r"argument pop1\.state0 must have a leading axis"):
+        _pallas_network.network_run_reference(*args, spec=spec)
+    with pytest.raises(ValueError, match=r"expected 16 arguments, got 15"):
+        _pallas_network.network_run_gpu(*example.args[:-1], spec=spec)
+    with pytest.raises(ValueError, match=r"n_rec must be an int >= 1, got 0"):
+        _pallas_network.network_run_reference(*example.args, spec=spec._replace(n_rec=0))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coba_one_second_lowers_for_cuda_with_the_steps_inside_the_kernel(batched):
+    """The bar: the COBA 1 s program (4000 neurons, 10^4 steps; and `jax.vmap` over 8 full
+    states) lowered for CUDA is one Triton call with no XLA loop around it."""
+    net, state = nj.models.coba(jax.random.key(0), method="event")
+
+    def run(st):
+        return nj.simulate(net, st, dt=0.1, n_steps=10_000)
+
+    fn, args = run, (state,)
+    if batched:
+        states = jax.tree.map(lambda x: jnp.broadcast_to(x, (8, *x.shape)), state)
+        fn, args = jax.vmap(run), (states,)
+    with nj.kernels.cross_platform():
+        text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    assert text.count(TRITON) == 1
+    assert not re.search(r"stablehlo\.while|scf\.while", text)
