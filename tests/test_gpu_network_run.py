@@ -201,6 +201,28 @@ def test_vmap_over_full_states_and_a_weight_scale_is_one_launch():
     assert "while" not in jaxpr.split("pallas_call")[0]
 
 
+def test_gradient_through_the_kernel_is_the_per_step_paths():
+    """`jax.grad` of recorded voltages with respect to a weight scale: the kernel's
+    derivative (the JVP of the entry's reference, with the models' surrogate spikes) equals
+    the per-step path's (same operations in the same order: 1e-5 relative)."""
+    net = _net()
+    state = net.init_state(jax.random.key(0))
+
+    def loss(scale):
+        scaled = eqx.tree_at(
+            lambda m: m.projections[0].layout.weights,
+            net,
+            net.projections[0].layout.weights * scale,
+        )
+        _, rec = nj.simulate(scaled, state, dt=0.1, n_steps=40, record=("v",))
+        return rec.values["v"]["E"].sum() + rec.values["v"]["I"].sum()
+
+    got, want = _both(lambda: jax.jit(jax.grad(loss))(1.0))
+    assert abs(float(want)) > 1.0  # the weight matters
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+    assert _pallas_calls(jax.grad(loss), 1.0).count("pallas_call") == 1
+
+
 def test_poisson_sources_match_the_reference_statistics():
     """Poisson sources drawn in the kernel (counter-based generator) have the mean and
     variance of counts of `PoissonSource.step` (binomial: `N p`, `N p (1 - p)`), independent
