@@ -25,26 +25,41 @@ from neurojax.network import _network_run
 TRITON = "__gpu$xla.gpu.triton"
 
 
-def _net(n_e=80, n_i=20, *, delay=0.3, per_synapse=False, model_i="izhikevich", drive=13.0):
+def _net(
+    n_e=80, n_i=20, *, delay=0.3, per_synapse=False, model_i="izhikevich", drive=13.0, stp=False
+):
     """A small E/I network: LIF excitatory and Izhikevich (or AdEx) inhibitory neurons;
-    exponential, alpha and delta kinetics; conductance and current outputs; delays."""
+    exponential, alpha and delta kinetics; conductance and current outputs; delays; with
+    `stp`, Tsodyks-Markram depression on E->E and facilitation on I->E."""
     lif = nj.LIF(tau_m=20.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=5.0)
     inh = nj.Izhikevich() if model_i == "izhikevich" else nj.AdEx()
     drive_i = 12.0 if model_i == "izhikevich" else 0.9
     k = jax.random.split(jax.random.key(1), 4)
     rng = np.random.default_rng(3)
 
-    def proj(pre, post, npre, npost, kk, w, syn, out):
+    def proj(pre, post, npre, npost, kk, w, syn, out, short_term=None):
         conn = nj.connect.fixed_prob(kk, npre, npost, 0.1, weight=w)
         d = delay
         if per_synapse:  # 0 to 0.5 ms in whole steps of 0.1 ms
             d = jnp.asarray(rng.integers(0, 6, conn.nse) * 0.1, jnp.float32)
-        return nj.Projection(pre, post, conn, synapse=syn, output=out, layout="event", delay=d)
+        return nj.Projection(
+            pre,
+            post,
+            conn,
+            synapse=syn,
+            output=out,
+            layout="event",
+            delay=d,
+            short_term=short_term if stp else None,
+        )
 
+    depress = nj.TsodyksMarkram(u=0.5, tau_rec=20.0)
+    facilitate = nj.TsodyksMarkram(u=0.1, tau_rec=5.0, tau_facil=30.0)
+    e_exc, e_inh = nj.ConductanceOutput(0.0), nj.ConductanceOutput(-80.0)
     projs = [
-        proj("E", "E", n_e, n_e, k[0], 0.6, nj.Exponential(5.0), nj.ConductanceOutput(0.0)),
-        proj("E", "I", n_e, n_i, k[1], 0.6, nj.Alpha(3.0), nj.ConductanceOutput(0.0)),
-        proj("I", "E", n_i, n_e, k[2], 6.7, nj.Exponential(10.0), nj.ConductanceOutput(-80.0)),
+        proj("E", "E", n_e, n_e, k[0], 1.2, nj.Exponential(5.0), e_exc, depress),
+        proj("E", "I", n_e, n_i, k[1], 0.6, nj.Alpha(3.0), e_exc),
+        proj("I", "E", n_i, n_e, k[2], 6.7, nj.Exponential(10.0), e_inh, facilitate),
         proj("I", "I", n_i, n_i, k[3], -2.0, nj.Delta(), nj.CurrentOutput()),
     ]
     return nj.Network(
@@ -86,15 +101,22 @@ def _pallas_calls(fn, *args):
 
 
 @pytest.mark.parametrize(
-    "model_i, per_synapse, record_every",
-    [("izhikevich", False, 1), ("adex", True, 1), ("izhikevich", True, 4)],
+    "model_i, per_synapse, record_every, stp",
+    [
+        ("izhikevich", False, 1, False),
+        ("adex", True, 1, False),
+        ("izhikevich", True, 4, False),
+        ("izhikevich", True, 1, True),
+    ],
 )
-def test_simulate_runs_the_network_in_one_kernel(model_i, per_synapse, record_every):
+def test_simulate_runs_the_network_in_one_kernel(model_i, per_synapse, record_every, stp):
     """`nj.simulate` of a network that fits takes `network_run` (one `pallas_call`, no scan
     around it) and gives the per-step path's spikes (raster or counts), recorded voltages
     and final state: LIF, Izhikevich and AdEx; exponential, alpha and delta kinetics;
-    conductance and current outputs; homogeneous and per-synapse delays."""
-    net = _net(model_i=model_i, per_synapse=per_synapse)
+    conductance and current outputs; homogeneous and per-synapse delays; Tsodyks-Markram
+    short-term depression and facilitation (the releases delivered in place of the spikes,
+    the short-term state `u, r, last` carried in the kernel)."""
+    net = _net(model_i=model_i, per_synapse=per_synapse, stp=stp)
     state = net.init_state(jax.random.key(0))
 
     def run(st):

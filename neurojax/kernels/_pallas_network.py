@@ -17,23 +17,27 @@ spikes and the recorded fields of each record window of `every` steps. A step is
    plasticity rules' `on_pre`/`on_post` are); a Poisson source draws its spikes from a
    counter-based generator (`poisson_uniform`) keyed by its PRNG key's words, the trial, the
    global step and the neuron; the spikes are stored to a per-trial spike row in global
-   memory;
-3. *delivery*: each projection walks its presynaptic population's spike row in tiles of
-   `block_spikes` neurons; a tile without a spike costs one load (`lax.cond`), a tile with
-   spikes walks the compressed rows of its spiking neurons `block_synapses` synapses at a
-   time and adds `s * w` into the ring at `(trial, (step + 1 + delay) mod D, column)` with
-   atomic adds (per-projection or per-synapse delays). There is no spike list to size and no
-   capacity: a burst costs more tiles with work, never a rerun.
+   memory; a projection with short-term plasticity turns its presynaptic spikes into
+   releases (Tsodyks-Markram's elementwise `release`, traced into the kernel, its state
+   `u, r, last` in registers) and stores them to a row of its own;
+3. *delivery*: each projection walks its presynaptic population's spike row (or its
+   release row) in tiles of `block_spikes` neurons; a tile without a spike costs one load
+   (`lax.cond`), a tile with spikes walks the compressed rows of its spiking neurons
+   `block_synapses` synapses at a time and adds `s * w` (`s` the spike, or the release) into
+   the ring at `(trial, (step + 1 + delay) mod D, column)` with atomic adds (per-projection
+   or per-synapse delays). There is no spike list to size and no capacity: a burst costs
+   more tiles with work, never a rerun.
 
 **Barriers.** Inside one program the lanes of phases 1-2 and of phase 3 are different
 threads, and they meet in global memory, so two `debug_barrier`s (CUDA `__syncthreads`, which
 also makes the block's global writes visible to the block) separate the phases of a step:
 - barrier A, after phase 2, before phase 3: the zeroing of the slot read in phase 1 is done
   before any atomic add of phase 3 can target that slot (a delay of `D - 1` steps lands in
-  it), and the spike row stored in phase 2 is visible to the tile loads of phase 3;
+  it), and the spike and release rows stored in phase 2 are visible to the tile loads of
+  phase 3;
 - barrier B, after phase 3, before the next step's phase 1: every atomic add of this step
   has landed before the next step reads its slot (a delay of 0 lands in it), and every tile
-  load of this step's spike row is done before the next step overwrites it.
+  load of this step's rows is done before the next step overwrites them.
 Programs never touch another trial's memory, so no barrier between programs is needed.
 Interpret mode runs the lanes in order and cannot see a missing barrier: these two are the
 kernel's whole synchronisation, and a change of phases must keep them.
@@ -114,6 +118,10 @@ class ProjSpec(NamedTuple):
         synapse, n_syn_params, syn_state, n_syn_state: kinetics treedef and leaf counts,
             and those of its state.
         output, n_out_params: treedef of the output (current or conductance) and its leaves.
+        stp: short-term plasticity, None without: the elementwise release function
+            `stp(s, step, u, r, last, u_par, rate_rec, rate_facil, dt) -> (u, r, last,
+            release)` (Tsodyks-Markram's), traced into the kernel; its state `(u, r, last)`
+            (per presynaptic neuron; `last` int32) and parameters are arguments.
     """
 
     pre: int
@@ -129,6 +137,7 @@ class ProjSpec(NamedTuple):
     n_syn_state: int
     output: Any
     n_out_params: int
+    stp: Any = None
 
 
 class RunSpec(NamedTuple):
@@ -168,10 +177,14 @@ def _inputs_of(pop: PopSpec) -> list[str]:
     return [kinds[j] for j in range(len(kinds))]
 
 
+_STP_ARGS = ("u", "r", "last", "u_par", "rate_rec", "rate_facil")
+
+
 def arg_kinds(spec: RunSpec) -> list[tuple[str, int]]:
     """`(name, base rank)` of every argument of the entry, in order: per population its
     state leaves (a source: its spikes and its key's two words), parameters and inputs; per
-    projection its synapse state, kinetics and output parameters, `indptr`, `indices`,
+    projection its synapse state, kinetics and output parameters, (short-term plasticity)
+    its state `u, r, last` and parameters `u_par, rate_rec, rate_facil`, `indptr`, `indices`,
     `weights` and (per-synapse delays) `delays`; the rings `(T, D * W)`; the step `(T,)`."""
     out = []
     for p, pop in enumerate(spec.pops):
@@ -186,6 +199,8 @@ def arg_kinds(spec: RunSpec) -> list[tuple[str, int]]:
         out += [(f"proj{i}.syn_state{j}", 1) for j in range(pr.n_syn_state)]
         out += [(f"proj{i}.syn_param{j}", 1) for j in range(pr.n_syn_params)]
         out += [(f"proj{i}.out_param{j}", 1) for j in range(pr.n_out_params)]
+        if pr.stp is not None:
+            out += [(f"proj{i}.stp_{name}", 1) for name in _STP_ARGS]
         out += [(f"proj{i}.indptr", 1), (f"proj{i}.indices", 1), (f"proj{i}.weights", 1)]
         if pr.delay is None:
             out.append((f"proj{i}.delays", 1))
@@ -259,14 +274,14 @@ class _Ops(NamedTuple):
     zero_slot: Callable  # (ring, slot)
     deliver: Callable  # (proj index, spikes (npad,), step) -> None
     barrier: Callable  # () -> None
-    store_spikes: Callable  # (spikes per population) -> None: the rows delivery reads
+    store_spikes: Callable  # (spikes per population, releases per STP projection) -> None
 
 
 def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_input):
     """One network step on the registers `carry = (pop states, syn states)`; `params` the
     loaded parameters; `k` the global step (int32), `ls` the step in the chunk. Returns the
     new carry and the spikes per population (float 0/1, lanes past `n` zero)."""
-    pops_st, syn_st = carry
+    pops_st, syn_st, stp_st = carry
     # 1. arrivals and kinetics
     syn_new, g = [], []
     for i, pr in enumerate(spec.projs):
@@ -312,13 +327,25 @@ def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_inp
         s = jnp.where(inside, s.astype(dtype), dtype(0))
         pops_new.append(tuple(jtu.tree_leaves(st)))
         spikes.append(s)
-    ops.store_spikes(spikes)
+    # short-term plasticity: the releases that replace a projection's spikes in delivery
+    stp_new, sent = [], [spikes[pr.pre] for pr in spec.projs]
+    for i, pr in enumerate(spec.projs):
+        if pr.stp is None:
+            continue
+        u, r, last = stp_st[len(stp_new)]
+        u_par, rate_rec, rate_facil = params["stp"][i]
+        u, r, last, release = pr.stp(
+            spikes[pr.pre], k, u, r, last, u_par, rate_rec, rate_facil, dtype(spec.dt)
+        )
+        stp_new.append((u, r, last))
+        sent[i] = release
+    ops.store_spikes(spikes, [sent[i] for i, pr in enumerate(spec.projs) if pr.stp is not None])
     ops.barrier()  # barrier A (module docstring)
     # 3. delivery
     for i in range(len(spec.projs)):
-        ops.deliver(i, spikes[spec.projs[i].pre], k)
+        ops.deliver(i, sent[i], k)
     ops.barrier()  # barrier B
-    return (tuple(pops_new), tuple(syn_new)), spikes
+    return (tuple(pops_new), tuple(syn_new), tuple(stp_new)), spikes
 
 
 def _split(args, spec: RunSpec):
@@ -334,17 +361,22 @@ def _split(args, spec: RunSpec):
             keys.append(None)
         pop_params.append(tuple(next(it) for _ in range(pop.n_params)))
         inputs.append(tuple(next(it) for _ in _inputs_of(pop)))
-    syn_st, syn_p, out_p, tables = [], [], [], []
+    syn_st, syn_p, out_p, tables, stp_st, stp_p = [], [], [], [], [], []
     for pr in spec.projs:
         syn_st.append(tuple(next(it) for _ in range(pr.n_syn_state)))
         syn_p.append(tuple(next(it) for _ in range(pr.n_syn_params)))
         out_p.append(tuple(next(it) for _ in range(pr.n_out_params)))
+        if pr.stp is not None:
+            stp_st.append(tuple(next(it) for _ in range(3)))
+            stp_p.append(tuple(next(it) for _ in range(3)))
+        else:
+            stp_p.append(None)
         indptr, indices, weights = next(it), next(it), next(it)
         delays = next(it) if pr.delay is None else None
         tables.append((indptr, indices, weights, delays))
     rings = [next(it) for _ in spec.rings]
     step = next(it)
-    return pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step
+    return pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st, stp_p
 
 
 def _param_value(x: jax.Array) -> jax.Array:
@@ -361,7 +393,9 @@ def _spikes_dtype(spec: RunSpec):
 
 def _reference_trial(spec: RunSpec, trial, *args):
     """One trial of the run in pure JAX (every argument without its trial axis)."""
-    pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step = _split(args, spec)
+    pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st, stp_p = (
+        _split(args, spec)
+    )
     dtype = jnp.dtype(args[0].dtype).type
     params = {
         "pop": [tuple(_param_value(x) for x in ps) for ps in pop_params],
@@ -369,6 +403,7 @@ def _reference_trial(spec: RunSpec, trial, *args):
         "out": [tuple(_param_value(x) for x in ps) for ps in out_p],
         "input": [tuple(_param_value(x) if x.ndim == 1 else x for x in ins) for ins in inputs],
         "key": [None if k is None else (k[0], k[1]) for k in keys],
+        "stp": [None if ps is None else tuple(_param_value(x) for x in ps) for ps in stp_p],
     }
     rows = []
     for indptr, indices, _, _ in tables:
@@ -411,7 +446,7 @@ def _reference_trial(spec: RunSpec, trial, *args):
             def read_input(p, j, ls_):
                 return params["input"][p][j][ls_]
 
-            ops = _Ops(read_row, zero_slot, deliver, lambda: None, lambda spikes: None)
+            ops = _Ops(read_row, zero_slot, deliver, lambda: None, lambda spikes, sent: None)
             state, spikes = _step(spec, dtype, ops, params, state, k, ls, trial, read_input)
             counts = tuple(c_ + s_.astype(jnp.int32) for c_, s_ in zip(counts, spikes))
             return (state, tuple(box["rings"]), counts), None
@@ -425,8 +460,8 @@ def _reference_trial(spec: RunSpec, trial, *args):
         rec = tuple(c.astype(_spikes_dtype(spec)) for c in counts)
         return (state, rings_), (rec, fields)
 
-    carry = ((tuple(pops), tuple(syn_st)), tuple(rings))
-    ((pops_f, syn_f), rings_f), (rec, fields) = lax.scan(
+    carry = ((tuple(pops), tuple(syn_st), tuple(stp_st)), tuple(rings))
+    ((pops_f, syn_f, stp_f), rings_f), (rec, fields) = lax.scan(
         run_window, carry, jnp.arange(spec.n_rec, dtype=jnp.int32)
     )
     return (
@@ -435,12 +470,13 @@ def _reference_trial(spec: RunSpec, trial, *args):
         tuple(rings_f),
         rec,
         fields,
+        tuple(x for st in stp_f for x in st),
     )
 
 
 def _outputs_flat(out):
-    pops, syns, rings, rec, fields = out
-    return (*pops, *syns, *rings, *rec, *fields)
+    pops, syns, rings, rec, fields, stps = out
+    return (*pops, *syns, *rings, *rec, *fields, *stps)
 
 
 def network_run_reference(*args, spec: RunSpec):
@@ -449,7 +485,8 @@ def network_run_reference(*args, spec: RunSpec):
 
     Returns a flat tuple: the final state leaves of every population (a source: its spikes),
     of every projection's synapse, the rings, the spike record per population
-    `(T, n_rec, npad)` and each recorded field `(T, n_rec, npad)`."""
+    `(T, n_rec, npad)`, each recorded field `(T, n_rec, npad)` and the short-term state
+    `u, r, last` of every projection that has it `(T, npad of its presynaptic population)`."""
     spec = _as_spec(spec)
     n_trials = _check_args(args, spec)
     per_trial = [x.shape[0] == n_trials and n_trials > 1 for x in args]
@@ -504,6 +541,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
         (p, j) for p, pop in enumerate(spec.pops) for j in range(1 if pop.source else pop.n_state)
     ]
     syn_leaves = [(i, j) for i, pr in enumerate(spec.projs) for j in range(pr.n_syn_state)]
+    stp_projs = [i for i, pr in enumerate(spec.projs) if pr.stp is not None]
     out_shapes = []
     for p, _ in pop_leaves:
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * spec.pops[p].npad,), dtype_np))
@@ -517,13 +555,22 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
     for p, _ in spec.record:
         npad = spec.pops[p].npad
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * spec.n_rec * npad,), dtype_np))
+    for i in stp_projs:  # short-term state u, r, last
+        npad = spec.pops[spec.projs[i].pre].npad
+        for dt_ in (dtype_np, dtype_np, jnp.dtype(jnp.int32)):
+            out_shapes.append(jax.ShapeDtypeStruct((n_trials * npad,), dt_))
     for pop in spec.pops:  # this step's spikes, read back by delivery's tiles
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * pop.npad,), dtype_np))
+    for i in stp_projs:  # this step's releases of a projection with short-term plasticity
+        npad = spec.pops[spec.projs[i].pre].npad
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * npad,), dtype_np))
     n_pop_out, n_syn_out, n_ring = len(pop_leaves), len(syn_leaves), len(spec.rings)
     ring_out0 = n_pop_out + n_syn_out
     rec_out0 = ring_out0 + n_ring
     field_out0 = rec_out0 + len(spec.pops)
-    row_out0 = field_out0 + len(spec.record)
+    stp_out0 = field_out0 + len(spec.record)
+    row_out0 = stp_out0 + 3 * len(stp_projs)
+    rel_out0 = row_out0 + len(spec.pops)
     aliases = {ring_pos[r]: ring_out0 + r for r in range(n_ring)}
     bs_of = [_pallas.next_pow2(min(spec.block_spikes, pop.npad)) for pop in spec.pops]
 
@@ -564,7 +611,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 pos += 1
             inputs.append(tuple(ins_p))
             inp_pos.append(pos_p)
-        syn0, syn_p, out_p, table_pos = [], [], [], []
+        syn0, syn_p, out_p, table_pos, stp0, stp_p = [], [], [], [], [], []
         for pr in spec.projs:
             syn0.append(tuple(load(pos + j) for j in range(pr.n_syn_state)))
             pos += pr.n_syn_state
@@ -572,10 +619,23 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             pos += pr.n_syn_params
             out_p.append(tuple(load(pos + j) for j in range(pr.n_out_params)))
             pos += pr.n_out_params
+            if pr.stp is not None:
+                stp0.append(tuple(load(pos + j) for j in range(3)))
+                stp_p.append(tuple(load(pos + 3 + j) for j in range(3)))
+                pos += 6
+            else:
+                stp_p.append(None)
             table_pos.append(pos)
             pos += 3 if pr.delay is not None else 4
         k0 = ins[n_in - 1][t]
-        params = {"pop": pop_params, "syn": syn_p, "out": out_p, "input": inputs, "key": keys}
+        params = {
+            "pop": pop_params,
+            "syn": syn_p,
+            "out": out_p,
+            "input": inputs,
+            "key": keys,
+            "stp": stp_p,
+        }
         ring_refs = outs[ring_out0 : ring_out0 + n_ring]
 
         def read_row(r, slot, col, npad, n):
@@ -603,7 +663,10 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
         def deliver(i, s, k):
             pr = spec.projs[i]
             pre = spec.pops[pr.pre]
-            row_ref = outs[row_out0 + pr.pre]
+            if pr.stp is None:
+                row_ref = outs[row_out0 + pr.pre]
+            else:
+                row_ref = outs[rel_out0 + stp_projs.index(i)]
             tp = table_pos[i]
             indptr_ref, indices_ref, w_ref = ins[tp], ins[tp + 1], ins[tp + 2]
             delay_ref = ins[tp + 3] if pr.delay is None else None
@@ -663,10 +726,14 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             base = t * (s_len * npad) if per_trial[pos_] else jnp.int32(0)
             return ins[pos_][base + ls * npad + jnp.arange(npad, dtype=jnp.int32)]
 
-        def spikes_store(spikes):
+        def spikes_store(spikes, sent):
             for p, pop in enumerate(spec.pops):
                 at = t * pop.npad + jnp.arange(pop.npad, dtype=jnp.int32)
                 store(outs[row_out0 + p], at, spikes[p])
+            for q, i in enumerate(stp_projs):
+                npad = spec.pops[spec.projs[i].pre].npad
+                at = t * npad + jnp.arange(npad, dtype=jnp.int32)
+                store(outs[rel_out0 + q], at, sent[q])
 
         ops = _Ops(read_row, zero_slot, deliver, barrier, spikes_store)
 
@@ -690,7 +757,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 store(outs[field_out0 + q], at, state[0][p][j])
             return state
 
-        state = lax.fori_loop(0, spec.n_rec, window, (tuple(pops0), tuple(syn0)))
+        state = lax.fori_loop(0, spec.n_rec, window, (tuple(pops0), tuple(syn0), tuple(stp0)))
         q = 0
         for p, st in enumerate(state[0]):
             npad = spec.pops[p].npad
@@ -702,6 +769,11 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             for x in st:
                 store(outs[q], t * npad + jnp.arange(npad, dtype=jnp.int32), x.astype(dtype))
                 q += 1
+        for q, (i, st) in enumerate(zip(stp_projs, state[2], strict=True)):
+            npad = spec.pops[spec.projs[i].pre].npad
+            at = t * npad + jnp.arange(npad, dtype=jnp.int32)
+            for j, x in enumerate(st):
+                store(outs[stp_out0 + 3 * q + j], at, x)
 
     whole = pl.no_block_spec
     out = pl.pallas_call(
@@ -727,6 +799,8 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
         res.append(out[rec_out0 + p].reshape(n_trials, spec.n_rec, pop.npad))
     for q, (p, _) in enumerate(spec.record):
         res.append(out[field_out0 + q].reshape(n_trials, spec.n_rec, spec.pops[p].npad))
+    for q in range(3 * len(stp_projs)):
+        res.append(out[stp_out0 + q].reshape(n_trials, -1))
     return tuple(res)
 
 

@@ -21,6 +21,8 @@ from .._recording import count_dtype
 from ..kernels import _pallas, _pallas_network
 from ..kernels._pallas_network import PopSpec, ProjSpec, RunSpec
 from ..neurons import LIF, AdEx, Izhikevich
+from ..synapses import TsodyksMarkram
+from ..synapses._short_term import _release_reference
 from ._sources import PoissonSource
 
 __all__ = ["fused_run", "explain_run", "plan", "platform_reason"]
@@ -246,8 +248,6 @@ def plan(
             return f"{where} shares another's synaptic state (merge_synapses=True)"
         if pr.plasticity is not None:
             return f"{where} is plastic"
-        if pr.short_term is not None:
-            return f"{where} has short-term plasticity"
         if pr.learnable_delays:
             return f"{where} has learnable delays"
         lay = pr.layout
@@ -279,6 +279,15 @@ def plan(
         args += [_state_rows(x, n_post, npad_post, batch) for x in s_leaves] + k_args + o_args
         per_neuron = sum(a.shape[-1] > 1 for a in k_args + o_args)
         words_of.append(npad_post * (len(s_leaves) + per_neuron))
+        stp = None
+        if pr.short_term is not None:
+            found = _stp_args(pr.short_term, state.short_term[i], batch, dtype, where)
+            if isinstance(found, str):
+                return found
+            stp_args, stp_words = found
+            args += stp_args
+            words_of.append(stp_words)
+            stp = _release_reference
         delay = net.homogeneous_delay_steps[i]
         args += [
             lay.indptr.astype(jnp.int32)[None],
@@ -303,6 +312,7 @@ def plan(
                 len(s_leaves),
                 o_def,
                 len(o_args),
+                stp,
             )
         )
     for buf, (d_slots, width) in zip(state.buffers, net.ring_shape, strict=True):
@@ -381,6 +391,13 @@ def plan(
             values.setdefault(field, {})[pop] = jnp.moveaxis(x, 1, 0).reshape(
                 n_rec, *batch, pop_specs[p].n
             )
+        short = list(state.short_term)
+        for i, pr in enumerate(proj_specs):
+            if pr.stp is None:
+                continue
+            n_pre = pop_specs[pr.pre].n
+            u, r, last = (out.pop(0)[:, :n_pre].reshape(*batch, n_pre) for _ in range(3))
+            short[i] = type(state.short_term[i])(u=u, r=r, last=last)
         new = type(state)(
             pops,
             tuple(synapses),
@@ -388,11 +405,37 @@ def plan(
             state.step + n_rec * every,
             state.plastic,
             state.peak,
-            state.short_term,
+            tuple(short),
         )
         return new, spikes, values
 
     return _Plan(spec, tuple(args), batch, unpack)
+
+
+def _stp_args(rule, st, batch, dtype, where):
+    """A Tsodyks-Markram projection's short-term arguments `(u, r, last, u_par, rate_rec,
+    rate_facil)` as `TsodyksMarkram.release` computes its rates, and its register words; or
+    why it cannot be one."""
+    if type(rule).release is not TsodyksMarkram.release:
+        return f"{where}: {type(rule).__name__}'s release is not Tsodyks-Markram's"
+    n = st.u.shape[-1]
+    npad = _lanes(n)
+    for name, leaf, want in (("u", st.u, dtype), ("r", st.r, dtype), ("last", st.last, jnp.int32)):
+        if leaf.dtype != want or leaf.shape != (*batch, n):
+            return f"{where}: short-term {name} of shape {leaf.shape} {leaf.dtype}"
+    tau_f = jnp.asarray(rule.tau_facil).astype(dtype)
+    facil = tau_f > 0
+    rate_f = jnp.where(facil, 1 / jnp.where(facil, tau_f, 1), jnp.inf)
+    rate_r = 1 / jnp.asarray(rule.tau_rec).astype(dtype)
+    params = []
+    for what, x in (("u", rule.u), ("rate_rec", rate_r), ("rate_facil", rate_f)):
+        a = _as_lanes(x, n, npad, (), dtype, f"{where}: short-term {what}")
+        if isinstance(a, str):
+            return a
+        params.append(a)
+    rows = [_state_rows(x, n, npad, batch) for x in (st.u, st.r, st.last)]
+    words = npad * (3 + sum(a.shape[-1] > 1 for a in params))
+    return rows + params, words
 
 
 def _series(value, n, npad, batch, n_trials, dtype, name, n_steps):
