@@ -118,6 +118,7 @@ def test_simulate_runs_the_network_in_one_kernel(model_i, per_synapse, record_ev
     the short-term state `u, r, last` carried in the kernel)."""
     net = _net(model_i=model_i, per_synapse=per_synapse, stp=stp)
     state = net.init_state(jax.random.key(0))
+    assert net.explain_run(state, dt=0.1, n_steps=120)["cuda"].startswith("network_run")
 
     def run(st):
         return nj.simulate(net, st, dt=0.1, n_steps=120, record=("v",), record_every=record_every)
@@ -221,6 +222,43 @@ def test_vmap_over_full_states_and_a_weight_scale_is_one_launch():
     jaxpr = _pallas_calls(jax.vmap(one), keys, scales)
     assert jaxpr.count("pallas_call") == 1
     assert "while" not in jaxpr.split("pallas_call")[0]
+
+
+@pytest.mark.parametrize("mode", ["additive", "multiplicative"])
+def test_pair_stdp_runs_in_the_kernel(mode):
+    """Pair STDP (`nj.STDP`) on E->E inside the kernel: the traces in registers, depression
+    over the rows of the arriving neurons and potentiation over the columns of the spiking
+    ones (in that order, a barrier between), then delivery with the new weights; equal to
+    the per-step path's weights, traces and spikes, over a batch of two trials."""
+    base = _net(delay=0.0)
+    rule = nj.STDP(a_plus=0.05, a_minus=0.06, tau_plus=10.0, tau_minus=12.0, w_max=2.0, mode=mode)
+    plastic = nj.Projection(
+        "E",
+        "E",
+        nj.connect.fixed_prob(jax.random.key(1), 80, 80, 0.1, weight=0.6),
+        synapse=nj.Exponential(5.0),
+        output=nj.ConductanceOutput(0.0),
+        layout="event",
+        plasticity=rule,
+    )
+    net = nj.Network(
+        {"E": (base.populations["E"], 80), "I": (base.populations["I"], 20)},
+        [plastic, *base.projections[1:]],
+        inputs=base.inputs,
+        dt=0.1,
+    )
+    state = net.init_state(jax.random.key(3), batch=(2,))
+    assert net.explain_run(state, dt=0.1, n_steps=100)["cuda"].startswith("network_run")
+
+    def run(st):
+        return nj.simulate(net, st, dt=0.1, n_steps=100, record=("v",))
+
+    got, want = _both(lambda: jax.jit(run)(state))
+    _assert_same(got, want)
+    w0 = np.asarray(state.plastic[0].weights)
+    w1 = np.asarray(want[0].plastic[0].weights)
+    assert np.abs(w1 - w0).max() > 1e-3  # the weights moved
+    assert _pallas_calls(run, state).count("pallas_call") == 1
 
 
 def test_gradient_through_the_kernel_is_the_per_step_paths():

@@ -122,6 +122,11 @@ class ProjSpec(NamedTuple):
             `stp(s, step, u, r, last, u_par, rate_rec, rate_facil, dt) -> (u, r, last,
             release)` (Tsodyks-Markram's), traced into the kernel; its state `(u, r, last)`
             (per presynaptic neuron; `last` int32) and parameters are arguments.
+        rule, n_rule_params, max_fan_in: pair STDP (None without): the rule's treedef (its
+            `trace_decays`, `update_pre_traces`, `update_post_traces`, `on_pre`, `on_post`
+            traced into the kernel) and array leaves, and the widest column; its weights
+            are per trial and written, its traces `x, y` and columns `col_ptr, col_syn,
+            col_pre` are arguments.
     """
 
     pre: int
@@ -138,6 +143,9 @@ class ProjSpec(NamedTuple):
     output: Any
     n_out_params: int
     stp: Any = None
+    rule: Any = None
+    n_rule_params: int = 0
+    max_fan_in: int = 0
 
 
 class RunSpec(NamedTuple):
@@ -178,13 +186,16 @@ def _inputs_of(pop: PopSpec) -> list[str]:
 
 
 _STP_ARGS = ("u", "r", "last", "u_par", "rate_rec", "rate_facil")
+_RULE_ARGS = ("x", "y", "col_ptr", "col_syn", "col_pre")
 
 
 def arg_kinds(spec: RunSpec) -> list[tuple[str, int]]:
     """`(name, base rank)` of every argument of the entry, in order: per population its
     state leaves (a source: its spikes and its key's two words), parameters and inputs; per
     projection its synapse state, kinetics and output parameters, (short-term plasticity)
-    its state `u, r, last` and parameters `u_par, rate_rec, rate_facil`, `indptr`, `indices`,
+    its state `u, r, last` and parameters `u_par, rate_rec, rate_facil`, (pair STDP) the
+    rule's parameters, its traces `x, y` and columns `col_ptr, col_syn, col_pre`, `indptr`,
+    `indices`,
     `weights` and (per-synapse delays) `delays`; the rings `(T, D * W)`; the step `(T,)`."""
     out = []
     for p, pop in enumerate(spec.pops):
@@ -201,6 +212,9 @@ def arg_kinds(spec: RunSpec) -> list[tuple[str, int]]:
         out += [(f"proj{i}.out_param{j}", 1) for j in range(pr.n_out_params)]
         if pr.stp is not None:
             out += [(f"proj{i}.stp_{name}", 1) for name in _STP_ARGS]
+        if pr.rule is not None:
+            out += [(f"proj{i}.rule_param{j}", 1) for j in range(pr.n_rule_params)]
+            out += [(f"proj{i}.{name}", 1) for name in _RULE_ARGS]
         out += [(f"proj{i}.indptr", 1), (f"proj{i}.indices", 1), (f"proj{i}.weights", 1)]
         if pr.delay is None:
             out.append((f"proj{i}.delays", 1))
@@ -274,14 +288,16 @@ class _Ops(NamedTuple):
     zero_slot: Callable  # (ring, slot)
     deliver: Callable  # (proj index, spikes (npad,), step) -> None
     barrier: Callable  # () -> None
-    store_spikes: Callable  # (spikes per population, releases per STP projection) -> None
+    store_spikes: Callable  # (spikes, releases per STP projection, STDP trace rows) -> None
+    depress: Callable  # (proj, rule, s_arr, s_post, x_dec, x_new, y_dec) -> None
+    potentiate: Callable  # the same arguments -> None
 
 
 def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_input):
     """One network step on the registers `carry = (pop states, syn states)`; `params` the
     loaded parameters; `k` the global step (int32), `ls` the step in the chunk. Returns the
     new carry and the spikes per population (float 0/1, lanes past `n` zero)."""
-    pops_st, syn_st, stp_st = carry
+    pops_st, syn_st, stp_st, rule_st = carry
     # 1. arrivals and kinetics
     syn_new, g = [], []
     for i, pr in enumerate(spec.projs):
@@ -339,13 +355,37 @@ def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_inp
         )
         stp_new.append((u, r, last))
         sent[i] = release
-    ops.store_spikes(spikes, [sent[i] for i, pr in enumerate(spec.projs) if pr.stp is not None])
+    # pair STDP: the traces (elementwise); the weights change in phase 3
+    rule_new, trace_rows, plastic = [], [], []
+    for i, pr in enumerate(spec.projs):
+        if pr.rule is None:
+            continue
+        x_old, y_old = rule_st[len(rule_new)]
+        rule = jtu.tree_unflatten(pr.rule, params["rule"][i])
+        (dx,), (dy,) = rule.trace_decays(spec.dt)
+        x_dec, y_dec = x_old * dx, y_old * dy
+        s_arr, s_post = spikes[pr.pre], spikes[pr.post]
+        (x_new,) = rule.update_pre_traces((x_dec,), s_arr)
+        (y_new,) = rule.update_post_traces((y_dec,), s_post)
+        rule_new.append((x_new, y_new))
+        trace_rows.append((x_dec, x_new, y_dec))
+        plastic.append((i, rule, s_arr, s_post, x_dec, x_new, y_dec))
+    ops.store_spikes(
+        spikes, [sent[i] for i, pr in enumerate(spec.projs) if pr.stp is not None], trace_rows
+    )
     ops.barrier()  # barrier A (module docstring)
+    if plastic:
+        for args in plastic:
+            ops.depress(*args)
+        ops.barrier()  # barrier P1: depression's weights before potentiation reads them
+        for args in plastic:
+            ops.potentiate(*args)
+        ops.barrier()  # barrier P2: the step's weights before delivery reads them
     # 3. delivery
     for i in range(len(spec.projs)):
         ops.deliver(i, sent[i], k)
     ops.barrier()  # barrier B
-    return (tuple(pops_new), tuple(syn_new), tuple(stp_new)), spikes
+    return (tuple(pops_new), tuple(syn_new), tuple(stp_new), tuple(rule_new)), spikes
 
 
 def _split(args, spec: RunSpec):
@@ -362,6 +402,7 @@ def _split(args, spec: RunSpec):
         pop_params.append(tuple(next(it) for _ in range(pop.n_params)))
         inputs.append(tuple(next(it) for _ in _inputs_of(pop)))
     syn_st, syn_p, out_p, tables, stp_st, stp_p = [], [], [], [], [], []
+    rule_p, rule_st, cols = [], [], []
     for pr in spec.projs:
         syn_st.append(tuple(next(it) for _ in range(pr.n_syn_state)))
         syn_p.append(tuple(next(it) for _ in range(pr.n_syn_params)))
@@ -371,12 +412,22 @@ def _split(args, spec: RunSpec):
             stp_p.append(tuple(next(it) for _ in range(3)))
         else:
             stp_p.append(None)
+        if pr.rule is not None:
+            rule_p.append(tuple(next(it) for _ in range(pr.n_rule_params)))
+            rule_st.append((next(it), next(it)))
+            cols.append(tuple(next(it) for _ in range(3)))
+        else:
+            rule_p.append(None)
+            cols.append(None)
         indptr, indices, weights = next(it), next(it), next(it)
         delays = next(it) if pr.delay is None else None
         tables.append((indptr, indices, weights, delays))
     rings = [next(it) for _ in spec.rings]
     step = next(it)
-    return pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st, stp_p
+    return (
+        (pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st),
+        (stp_p, rule_p, rule_st, cols),
+    )
 
 
 def _param_value(x: jax.Array) -> jax.Array:
@@ -393,9 +444,9 @@ def _spikes_dtype(spec: RunSpec):
 
 def _reference_trial(spec: RunSpec, trial, *args):
     """One trial of the run in pure JAX (every argument without its trial axis)."""
-    pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st, stp_p = (
-        _split(args, spec)
-    )
+    first, (stp_p, rule_p, rule_st, _) = _split(args, spec)
+    pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st = first
+    plastic_idx = [i for i, pr in enumerate(spec.projs) if pr.rule is not None]
     dtype = jnp.dtype(args[0].dtype).type
     params = {
         "pop": [tuple(_param_value(x) for x in ps) for ps in pop_params],
@@ -404,6 +455,7 @@ def _reference_trial(spec: RunSpec, trial, *args):
         "input": [tuple(_param_value(x) if x.ndim == 1 else x for x in ins) for ins in inputs],
         "key": [None if k is None else (k[0], k[1]) for k in keys],
         "stp": [None if ps is None else tuple(_param_value(x) for x in ps) for ps in stp_p],
+        "rule": [None if ps is None else tuple(_param_value(x) for x in ps) for ps in rule_p],
     }
     rows = []
     for indptr, indices, _, _ in tables:
@@ -421,7 +473,8 @@ def _reference_trial(spec: RunSpec, trial, *args):
             state, rings_, counts = c
             ls = w * spec.every + q
             k = step + ls
-            box = {"rings": list(rings_)}
+            box = {"rings": list(rings_[: len(spec.rings)])}
+            box["w"] = dict(zip(plastic_idx, rings_[len(spec.rings) :], strict=True))
 
             def read_row(r, slot, col, npad, n):
                 d_slots, width = spec.rings[r]
@@ -440,16 +493,37 @@ def _reference_trial(spec: RunSpec, trial, *args):
                 d = pr.delay if delays is None else delays
                 slot = lax.rem(k_ + 1 + d, jnp.int32(d_slots))
                 target = slot * width + pr.col + indices
+                if i in box["w"]:
+                    weights = box["w"][i]
                 val = s[rows[i]] * weights
                 box["rings"][pr.ring] = box["rings"][pr.ring].at[target].add(val)
+
+            def depress(i, rule, s_arr, s_post, x_dec, x_new, y_dec):
+                w, pre, post = box["w"][i], rows[i], tables[i][1]
+                new = rule.on_pre(w, (x_dec[pre],), (y_dec[post],), s_arr[pre])
+                box["w"][i] = jnp.where(s_arr[pre] > 0, new, w)
+
+            def potentiate(i, rule, s_arr, s_post, x_dec, x_new, y_dec):
+                w, pre, post = box["w"][i], rows[i], tables[i][1]
+                new = rule.on_post(w, (x_new[pre],), (y_dec[post],), s_post[post])
+                box["w"][i] = jnp.where(s_post[post] > 0, new, w)
 
             def read_input(p, j, ls_):
                 return params["input"][p][j][ls_]
 
-            ops = _Ops(read_row, zero_slot, deliver, lambda: None, lambda spikes, sent: None)
+            ops = _Ops(
+                read_row,
+                zero_slot,
+                deliver,
+                lambda: None,
+                lambda spikes, sent, traces: None,
+                depress,
+                potentiate,
+            )
             state, spikes = _step(spec, dtype, ops, params, state, k, ls, trial, read_input)
             counts = tuple(c_ + s_.astype(jnp.int32) for c_, s_ in zip(counts, spikes))
-            return (state, tuple(box["rings"]), counts), None
+            memory = (*box["rings"], *(box["w"][i] for i in plastic_idx))
+            return (state, memory, counts), None
 
         state, rings_ = carry
         zero = tuple(jnp.zeros((pop.npad,), jnp.int32) for pop in spec.pops)
@@ -460,23 +534,29 @@ def _reference_trial(spec: RunSpec, trial, *args):
         rec = tuple(c.astype(_spikes_dtype(spec)) for c in counts)
         return (state, rings_), (rec, fields)
 
-    carry = ((tuple(pops), tuple(syn_st), tuple(stp_st)), tuple(rings))
-    ((pops_f, syn_f, stp_f), rings_f), (rec, fields) = lax.scan(
+    w0 = tuple(tables[i][2] for i in plastic_idx)
+    carry = ((tuple(pops), tuple(syn_st), tuple(stp_st), tuple(rule_st)), (*rings, *w0))
+    ((pops_f, syn_f, stp_f, rule_f), memory_f), (rec, fields) = lax.scan(
         run_window, carry, jnp.arange(spec.n_rec, dtype=jnp.int32)
     )
     return (
         tuple(x for st in pops_f for x in st),
         tuple(x for st in syn_f for x in st),
-        tuple(rings_f),
+        tuple(memory_f[: len(spec.rings)]),
         rec,
         fields,
         tuple(x for st in stp_f for x in st),
+        tuple(
+            x
+            for w_i, (x_i, y_i) in zip(memory_f[len(spec.rings) :], rule_f, strict=True)
+            for x in (w_i, x_i, y_i)
+        ),
     )
 
 
 def _outputs_flat(out):
-    pops, syns, rings, rec, fields, stps = out
-    return (*pops, *syns, *rings, *rec, *fields, *stps)
+    pops, syns, rings, rec, fields, stps, rules = out
+    return (*pops, *syns, *rings, *rec, *fields, *stps, *rules)
 
 
 def network_run_reference(*args, spec: RunSpec):
@@ -486,7 +566,9 @@ def network_run_reference(*args, spec: RunSpec):
     Returns a flat tuple: the final state leaves of every population (a source: its spikes),
     of every projection's synapse, the rings, the spike record per population
     `(T, n_rec, npad)`, each recorded field `(T, n_rec, npad)` and the short-term state
-    `u, r, last` of every projection that has it `(T, npad of its presynaptic population)`."""
+    `u, r, last` of every projection that has it `(T, npad of its presynaptic population)`,
+    and per STDP projection its weights `(T, nnz)` and traces `x (T, npad pre)`,
+    `y (T, npad post)`."""
     spec = _as_spec(spec)
     n_trials = _check_args(args, spec)
     per_trial = [x.shape[0] == n_trials and n_trials > 1 for x in args]
@@ -527,7 +609,17 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
     per_trial = [x.shape[0] == n_trials and n_trials > 1 for x in args]
     per_trial[-1] = True
     args = list(args)
-    for pos in ring_pos:  # the rings are written: one per trial, aliased with the output
+    plastic_idx = [i for i, pr in enumerate(spec.projs) if pr.rule is not None]
+    w_pos = {}
+    pos = 0
+    for name, _ in kinds:
+        if name.endswith(".weights"):
+            i = int(name[4 : name.index(".")])
+            if spec.projs[i].rule is not None:
+                w_pos[i] = pos
+        pos += 1
+    # the rings and plastic weights are written: one per trial, aliased with the output
+    for pos in [*ring_pos, *w_pos.values()]:
         args[pos] = jnp.broadcast_to(args[pos], (n_trials, *args[pos].shape[1:]))
         per_trial[pos] = True
     flat_in = [x.reshape(-1) for x in args[:-1]] + [args[-1].astype(jnp.int32)]
@@ -559,19 +651,32 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
         npad = spec.pops[spec.projs[i].pre].npad
         for dt_ in (dtype_np, dtype_np, jnp.dtype(jnp.int32)):
             out_shapes.append(jax.ShapeDtypeStruct((n_trials * npad,), dt_))
+    for i in plastic_idx:  # STDP: weights, x, y
+        pr = spec.projs[i]
+        nnz = args[w_pos[i]].shape[1]
+        for size in (nnz, spec.pops[pr.pre].npad, spec.pops[pr.post].npad):
+            out_shapes.append(jax.ShapeDtypeStruct((n_trials * size,), dtype_np))
     for pop in spec.pops:  # this step's spikes, read back by delivery's tiles
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * pop.npad,), dtype_np))
     for i in stp_projs:  # this step's releases of a projection with short-term plasticity
         npad = spec.pops[spec.projs[i].pre].npad
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * npad,), dtype_np))
+    for i in plastic_idx:  # this step's STDP trace rows: x decayed, x new, y decayed
+        pr = spec.projs[i]
+        for p_ in (pr.pre, pr.pre, pr.post):
+            out_shapes.append(jax.ShapeDtypeStruct((n_trials * spec.pops[p_].npad,), dtype_np))
     n_pop_out, n_syn_out, n_ring = len(pop_leaves), len(syn_leaves), len(spec.rings)
     ring_out0 = n_pop_out + n_syn_out
     rec_out0 = ring_out0 + n_ring
     field_out0 = rec_out0 + len(spec.pops)
     stp_out0 = field_out0 + len(spec.record)
-    row_out0 = stp_out0 + 3 * len(stp_projs)
+    plastic_out0 = stp_out0 + 3 * len(stp_projs)
+    row_out0 = plastic_out0 + 3 * len(plastic_idx)
     rel_out0 = row_out0 + len(spec.pops)
+    trace_out0 = rel_out0 + len(stp_projs)
     aliases = {ring_pos[r]: ring_out0 + r for r in range(n_ring)}
+    for q, i in enumerate(plastic_idx):
+        aliases[w_pos[i]] = plastic_out0 + 3 * q
     bs_of = [_pallas.next_pow2(min(spec.block_spikes, pop.npad)) for pop in spec.pops]
 
     def kernel(*refs):
@@ -612,6 +717,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             inputs.append(tuple(ins_p))
             inp_pos.append(pos_p)
         syn0, syn_p, out_p, table_pos, stp0, stp_p = [], [], [], [], [], []
+        rule0, rule_p, col_pos = [], [], []
         for pr in spec.projs:
             syn0.append(tuple(load(pos + j) for j in range(pr.n_syn_state)))
             pos += pr.n_syn_state
@@ -625,6 +731,15 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 pos += 6
             else:
                 stp_p.append(None)
+            if pr.rule is not None:
+                rule_p.append(tuple(load(pos + j) for j in range(pr.n_rule_params)))
+                pos += pr.n_rule_params
+                rule0.append((load(pos), load(pos + 1)))
+                col_pos.append(pos + 2)
+                pos += 5
+            else:
+                rule_p.append(None)
+                col_pos.append(None)
             table_pos.append(pos)
             pos += 3 if pr.delay is not None else 4
         k0 = ins[n_in - 1][t]
@@ -635,6 +750,7 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             "input": inputs,
             "key": keys,
             "stp": stp_p,
+            "rule": rule_p,
         }
         ring_refs = outs[ring_out0 : ring_out0 + n_ring]
 
@@ -669,6 +785,8 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 row_ref = outs[rel_out0 + stp_projs.index(i)]
             tp = table_pos[i]
             indptr_ref, indices_ref, w_ref = ins[tp], ins[tp + 1], ins[tp + 2]
+            if pr.rule is not None:  # the weights as this step's plasticity left them
+                w_ref = outs[plastic_out0 + 3 * plastic_idx.index(i)]
             delay_ref = ins[tp + 3] if pr.delay is None else None
             nnz = shapes[tp + 1][0]
             w_per_trial = per_trial[tp + 2]
@@ -726,7 +844,13 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             base = t * (s_len * npad) if per_trial[pos_] else jnp.int32(0)
             return ins[pos_][base + ls * npad + jnp.arange(npad, dtype=jnp.int32)]
 
-        def spikes_store(spikes, sent):
+        def spikes_store(spikes, sent, traces):
+            for q, rows3 in enumerate(traces):
+                pr = spec.projs[plastic_idx[q]]
+                for j, (p_, x) in enumerate(zip((pr.pre, pr.pre, pr.post), rows3, strict=True)):
+                    npad = spec.pops[p_].npad
+                    at = t * npad + jnp.arange(npad, dtype=jnp.int32)
+                    store(outs[trace_out0 + 3 * q + j], at, x)
             for p, pop in enumerate(spec.pops):
                 at = t * pop.npad + jnp.arange(pop.npad, dtype=jnp.int32)
                 store(outs[row_out0 + p], at, spikes[p])
@@ -735,7 +859,85 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 at = t * npad + jnp.arange(npad, dtype=jnp.int32)
                 store(outs[rel_out0 + q], at, sent[q])
 
-        ops = _Ops(read_row, zero_slot, deliver, barrier, spikes_store)
+        def masked_store(ref, at, value, ok, size):
+            if interpret:  # masked lanes aimed past the end, where the scatter drops them
+                ref[jnp.where(ok, at, size)] = value
+            else:
+                plgpu.store(ref.at[at], value, mask=ok)
+
+        def plastic_walk(i, rule, depressing):
+            """Depression (rows of the arriving presynaptic neurons) or potentiation
+            (columns of the spiking postsynaptic neurons) of STDP projection `i`, in tiles
+            of spiking neurons; each synapse is in one row and one column, so no two lanes
+            write one weight in a phase."""
+            pr = spec.projs[i]
+            q = plastic_idx.index(i)
+            tp, cp = table_pos[i], col_pos[i]
+            nnz = shapes[tp + 1][0]
+            if nnz == 0:
+                return
+            w_ref = outs[plastic_out0 + 3 * q]
+            xdec_ref, xnew_ref, ydec_ref = (outs[trace_out0 + 3 * q + j] for j in range(3))
+            own, other = (pr.pre, pr.post) if depressing else (pr.post, pr.pre)
+            npad_own, npad_other = spec.pops[own].npad, spec.pops[other].npad
+            n_own = pr.n_pre if depressing else spec.pops[pr.post].n
+            width = pr.max_fan_out if depressing else pr.max_fan_in
+            if width == 0:
+                return
+            ptr_ref = ins[tp] if depressing else ins[cp]
+            spike_ref = outs[row_out0 + own]
+            bs = bs_of[own]
+            bc = _pallas.next_pow2(min(spec.block_synapses, width))
+            n_chunks = -(-width // bc)
+            lane_s = jnp.arange(bs, dtype=jnp.int32)
+            lane_c = jnp.arange(bc, dtype=jnp.int32)
+
+            def tile(j, carry):
+                idx = j * bs + lane_s
+                sv = spike_ref[t * npad_own + idx]
+                live = sv != 0
+
+                def work():
+                    local = jnp.minimum(idx, n_own - 1)
+                    start = ptr_ref[local]
+                    end = ptr_ref[local + 1]
+                    if depressing:
+                        mine = xdec_ref[t * npad_own + idx]
+                    else:
+                        mine = ydec_ref[t * npad_own + idx]
+
+                    def chunk(c, cc):
+                        at = start[:, None] + c * bc + lane_c[None, :]
+                        ok = live[:, None] & (at < end[:, None])
+                        ac = jnp.clip(at, 0, nnz - 1)
+                        if depressing:
+                            syn, partner = ac, ins[tp + 1][ac]
+                        else:
+                            syn, partner = ins[cp + 1][ac], ins[cp + 2][ac]
+                        w = w_ref[t * nnz + syn]
+                        if depressing:
+                            y = ydec_ref[t * npad_other + partner]
+                            new = rule.on_pre(w, (mine[:, None],), (y,), sv[:, None])
+                        else:
+                            x = xnew_ref[t * npad_other + partner]
+                            new = rule.on_post(w, (x,), (mine[:, None],), sv[:, None])
+                        masked_store(w_ref, t * nnz + syn, new, ok, n_trials * nnz)
+                        return cc
+
+                    lax.fori_loop(0, n_chunks, chunk, 0)
+
+                lax.cond(jnp.max(sv) > 0, work, lambda: None)
+                return carry
+
+            lax.fori_loop(0, -(-n_own // bs), tile, 0)
+
+        def depress(i, rule, *_):
+            plastic_walk(i, rule, True)
+
+        def potentiate(i, rule, *_):
+            plastic_walk(i, rule, False)
+
+        ops = _Ops(read_row, zero_slot, deliver, barrier, spikes_store, depress, potentiate)
 
         def window(w, carry):
             def one(q, c):
@@ -757,7 +959,9 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 store(outs[field_out0 + q], at, state[0][p][j])
             return state
 
-        state = lax.fori_loop(0, spec.n_rec, window, (tuple(pops0), tuple(syn0), tuple(stp0)))
+        state = lax.fori_loop(
+            0, spec.n_rec, window, (tuple(pops0), tuple(syn0), tuple(stp0), tuple(rule0))
+        )
         q = 0
         for p, st in enumerate(state[0]):
             npad = spec.pops[p].npad
@@ -774,6 +978,12 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
             at = t * npad + jnp.arange(npad, dtype=jnp.int32)
             for j, x in enumerate(st):
                 store(outs[stp_out0 + 3 * q + j], at, x)
+        for q, (i, (x, y)) in enumerate(zip(plastic_idx, state[3], strict=True)):
+            pr = spec.projs[i]
+            for j, (p_, v) in enumerate(((pr.pre, x), (pr.post, y))):
+                npad = spec.pops[p_].npad
+                at = t * npad + jnp.arange(npad, dtype=jnp.int32)
+                store(outs[plastic_out0 + 3 * q + 1 + j], at, v.astype(dtype))
 
     whole = pl.no_block_spec
     out = pl.pallas_call(
@@ -801,6 +1011,8 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
         res.append(out[field_out0 + q].reshape(n_trials, spec.n_rec, spec.pops[p].npad))
     for q in range(3 * len(stp_projs)):
         res.append(out[stp_out0 + q].reshape(n_trials, -1))
+    for q in range(3 * len(plastic_idx)):
+        res.append(out[plastic_out0 + q].reshape(n_trials, -1))
     return tuple(res)
 
 

@@ -21,6 +21,8 @@ from .._recording import count_dtype
 from ..kernels import _pallas, _pallas_network
 from ..kernels._pallas_network import PopSpec, ProjSpec, RunSpec
 from ..neurons import LIF, AdEx, Izhikevich
+from ..plasticity import STDP
+from ..plasticity._base import replace_state
 from ..synapses import TsodyksMarkram
 from ..synapses._short_term import _release_reference
 from ._sources import PoissonSource
@@ -246,8 +248,6 @@ def plan(
         where = f"projections[{i}] ({pr.pre} -> {pr.post})"
         if net.synapse_of[i] != i:
             return f"{where} shares another's synaptic state (merge_synapses=True)"
-        if pr.plasticity is not None:
-            return f"{where} is plastic"
         if pr.learnable_delays:
             return f"{where} has learnable delays"
         lay = pr.layout
@@ -288,11 +288,20 @@ def plan(
             args += stp_args
             words_of.append(stp_words)
             stp = _release_reference
+        rule_def, n_rule = None, 0
+        weights = lay.weights.astype(dtype)[None]
+        if pr.plasticity is not None:
+            found = _stdp_args(pr, state.plastic[i], batch, dtype, where)
+            if isinstance(found, str):
+                return found
+            rule_args, rule_def, n_rule, weights, stdp_words = found
+            args += rule_args
+            words_of.append(stdp_words)
         delay = net.homogeneous_delay_steps[i]
         args += [
             lay.indptr.astype(jnp.int32)[None],
             lay.indices.astype(jnp.int32)[None],
-            lay.weights.astype(dtype)[None],
+            weights,
         ]
         if delay is None:
             args.append(pr.delay_steps.astype(jnp.int32)[None])
@@ -313,6 +322,9 @@ def plan(
                 o_def,
                 len(o_args),
                 stp,
+                rule_def,
+                n_rule,
+                pr.max_fan_in if rule_def is not None else 0,
             )
         )
     for buf, (d_slots, width) in zip(state.buffers, net.ring_shape, strict=True):
@@ -398,12 +410,22 @@ def plan(
             n_pre = pop_specs[pr.pre].n
             u, r, last = (out.pop(0)[:, :n_pre].reshape(*batch, n_pre) for _ in range(3))
             short[i] = type(state.short_term[i])(u=u, r=r, last=last)
+        plastic = list(state.plastic)
+        for i, pr in enumerate(proj_specs):
+            if pr.rule is None:
+                continue
+            ps = state.plastic[i]
+            n_pre, n_post = pop_specs[pr.pre].n, pop_specs[pr.post].n
+            w = out.pop(0).reshape(*batch, -1)
+            x = out.pop(0)[:, :n_pre].reshape(*batch, n_pre)
+            y = out.pop(0)[:, :n_post].reshape(*batch, n_post)
+            plastic[i] = replace_state(ps, weights=w, pre_traces=(x,), post_traces=(y,))
         new = type(state)(
             pops,
             tuple(synapses),
             tuple(rings),
             state.step + n_rec * every,
-            state.plastic,
+            tuple(plastic),
             state.peak,
             tuple(short),
         )
@@ -436,6 +458,40 @@ def _stp_args(rule, st, batch, dtype, where):
     rows = [_state_rows(x, n, npad, batch) for x in (st.u, st.r, st.last)]
     words = npad * (3 + sum(a.shape[-1] > 1 for a in params))
     return rows + params, words
+
+
+def _stdp_args(pr, ps, batch, dtype, where):
+    """A pair-STDP projection's arguments (the rule's parameters, its traces `x, y`, the
+    columns), its rule's treedef and parameter count, its per-trial weights and its register
+    words; or why it cannot run in the kernel."""
+    rule = pr.plasticity
+    if not isinstance(rule, STDP) or rule.pair_kernel() is None:
+        return f"{where}: its rule {type(rule).__name__} is not pair STDP (nj.STDP's own maths)"
+    if ps.history is not None:
+        return f"{where}: a plastic projection with a delay (its arrivals' history)"
+    if pr.col_ptr is None or pr.col_syn is None or pr.col_pre is None:
+        return f"{where}: its layout holds no columns"
+    leaves, rule_def = jtu.tree_flatten(rule)
+    params = []
+    for j, leaf in enumerate(leaves):
+        leaf = jnp.asarray(leaf)
+        if leaf.size != 1 or not jnp.issubdtype(leaf.dtype, jnp.floating):
+            return f"{where}: STDP parameter {j} of shape {leaf.shape} (one value is served)"
+        params.append(leaf.astype(dtype).reshape(1, 1))
+    (x,), (y,) = ps.pre_traces, ps.post_traces
+    n_pre, n_post = pr.n_pre, pr.n_post
+    for name, leaf, n in (("x", x, n_pre), ("y", y, n_post)):
+        if leaf.dtype != dtype or leaf.shape != (*batch, n):
+            return f"{where}: the STDP trace {name} of shape {leaf.shape} {leaf.dtype}"
+    nnz = pr.layout.indices.shape[0]
+    w = ps.weights
+    if w.dtype != dtype or w.shape[-1:] != (nnz,):
+        return f"{where}: plastic weights of shape {w.shape} {w.dtype}"
+    weights = jnp.broadcast_to(w, (*batch, nnz)).reshape(-1, nnz)
+    npad_pre, npad_post = _lanes(n_pre), _lanes(n_post)
+    rows = [_state_rows(x, n_pre, npad_pre, batch), _state_rows(y, n_post, npad_post, batch)]
+    cols = [c.astype(jnp.int32)[None] for c in (pr.col_ptr, pr.col_syn, pr.col_pre)]
+    return params + rows + cols, rule_def, len(params), weights, npad_pre + npad_post
 
 
 def _series(value, n, npad, batch, n_trials, dtype, name, n_steps):
