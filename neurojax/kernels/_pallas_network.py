@@ -20,7 +20,13 @@ spikes and the recorded fields of each record window of `every` steps. A step is
    memory; a projection with short-term plasticity turns its presynaptic spikes into
    releases (Tsodyks-Markram's elementwise `release`, traced into the kernel, its state
    `u, r, last` in registers) and stores them to a row of its own;
-3. *delivery*: each projection walks its presynaptic population's spike row (or its
+3. *plasticity* (pair STDP, when a projection has it): the traces `x, y` are updated in
+   registers in phase 2 and stored as rows (`x` decayed and after this step's arrivals, `y`
+   decayed); depression walks the compressed rows of the arriving presynaptic neurons
+   (`on_pre`, traced in), then potentiation the columns of the spiking postsynaptic ones
+   (`on_post`), reading and writing the trial's weights in global memory with plain stores
+   (a synapse is in one row and one column: no two lanes of a phase write one weight);
+4. *delivery*: each projection walks its presynaptic population's spike row (or its
    release row) in tiles of `block_spikes` neurons; a tile without a spike costs one load
    (`lax.cond`), a tile with spikes walks the compressed rows of its spiking neurons
    `block_synapses` synapses at a time and adds `s * w` (`s` the spike, or the release) into
@@ -28,19 +34,23 @@ spikes and the recorded fields of each record window of `every` steps. A step is
    or per-synapse delays). There is no spike list to size and no capacity: a burst costs
    more tiles with work, never a rerun.
 
-**Barriers.** Inside one program the lanes of phases 1-2 and of phase 3 are different
-threads, and they meet in global memory, so two `debug_barrier`s (CUDA `__syncthreads`, which
+**Barriers.** Inside one program the lanes of phases 1-2 and of phases 3-4 are different
+threads, and they meet in global memory, so `debug_barrier`s (CUDA `__syncthreads`, which
 also makes the block's global writes visible to the block) separate the phases of a step:
-- barrier A, after phase 2, before phase 3: the zeroing of the slot read in phase 1 is done
-  before any atomic add of phase 3 can target that slot (a delay of `D - 1` steps lands in
-  it), and the spike and release rows stored in phase 2 are visible to the tile loads of
-  phase 3;
-- barrier B, after phase 3, before the next step's phase 1: every atomic add of this step
+- barrier A, after phase 2, before phases 3 and 4: the zeroing of the slot read in phase 1
+  is done before any atomic add of phase 4 can target that slot (a delay of `D - 1` steps
+  lands in it), and the spike, release and trace rows stored in phase 2 are visible to the
+  tile loads of phases 3 and 4;
+- barriers P1 and P2 (only with STDP), after depression and after potentiation: the weights
+  depression wrote are the ones potentiation reads, and the weights of this step are the
+  ones delivery reads;
+- barrier B, after phase 4, before the next step's phase 1: every atomic add of this step
   has landed before the next step reads its slot (a delay of 0 lands in it), and every tile
   load of this step's rows is done before the next step overwrites them.
 Programs never touch another trial's memory, so no barrier between programs is needed.
-Interpret mode runs the lanes in order and cannot see a missing barrier: these two are the
-kernel's whole synchronisation, and a change of phases must keep them.
+Interpret mode runs the lanes in order and cannot see a missing barrier: these (two, or
+four with STDP) are the kernel's whole synchronisation, and a change of phases must keep
+them.
 
 **Arguments** are flat arrays, one per state leaf, parameter leaf, table and ring
 (`arg_kinds` lists them); each has a *base* rank (its rank for one trial) and is per trial

@@ -904,9 +904,10 @@ class Network(eqx.Module):
         and why): populations of `nj.LIF`, `nj.Izhikevich`, `nj.AdEx` (their own `step`) and
         `nj.PoissonSource`; projections with the event layout, any elementwise kinetics
         (`nj.Exponential`, `nj.Alpha`, `nj.Delta`, ...) and current or conductance output,
-        per-projection or per-synapse delays, Tsodyks-Markram short-term plasticity;
-        constant inputs and `simulate`'s constant or time-series inputs; no weight plasticity
-        (STDP and the other rules), gap junctions, shared synapses or learnable delays;
+        per-projection or per-synapse delays, Tsodyks-Markram short-term plasticity, pair
+        STDP (`nj.STDP`) on projections without delay; constant inputs and `simulate`'s
+        constant or time-series inputs; no other weight plasticity rule, gap junctions,
+        shared synapses or learnable delays;
         spikes recorded as the bool raster or window counts, fields of neuron populations;
         and a state, rings and per-neuron parameters within the device's limits
         (`neurojax.kernels._pallas_network.device_limits`: registers of one program, ring
