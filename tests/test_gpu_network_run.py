@@ -410,17 +410,28 @@ def test_kernel_arguments_are_checked():
         _pallas_network.network_run_reference(*example.args, spec=spec._replace(n_rec=0))
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_coba_one_second_lowers_for_cuda_with_the_steps_inside_the_kernel(batched):
-    """The bar: the COBA 1 s program (4000 neurons, 10^4 steps; and `jax.vmap` over 8 full
-    states) lowered for CUDA is one Triton call with no XLA loop around it."""
-    net, state = nj.models.coba(jax.random.key(0), method="event")
+@pytest.mark.parametrize("case", ["coba", "coba_vmap8", "coba_stdp", "short_term"])
+def test_coba_one_second_lowers_for_cuda_with_the_steps_inside_the_kernel(case):
+    """The bar: the COBA 1 s program (4000 neurons, 10^4 steps; `jax.vmap` over 8 full
+    states; COBA with pair STDP on E->E; a network with short-term plasticity) lowered for
+    CUDA is one Triton call with no XLA loop around it."""
+    if case == "short_term":
+        net = _net(stp=True)
+        state = net.init_state(jax.random.key(0))
+    else:
+        net, state = nj.models.coba(jax.random.key(0), method="event")
+    if case == "coba_stdp":
+        from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
+        from benchmarks.stdp_overhead import with_stdp
+
+        net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+    assert net.explain_run(state, dt=0.1, n_steps=10_000)["cuda"].startswith("network_run")
 
     def run(st):
         return nj.simulate(net, st, dt=0.1, n_steps=10_000)
 
     fn, args = run, (state,)
-    if batched:
+    if case == "coba_vmap8":
         states = jax.tree.map(lambda x: jnp.broadcast_to(x, (8, *x.shape)), state)
         fn, args = jax.vmap(run), (states,)
     with nj.kernels.cross_platform():

@@ -958,8 +958,12 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 counts = tuple(c_ + s_.astype(jnp.int32) for c_, s_ in zip(counts, spikes))
                 return state, counts
 
-            zero = tuple(jnp.zeros((pop.npad,), jnp.int32) for pop in spec.pops)
-            state, counts = lax.fori_loop(0, spec.every, one, (carry, zero))
+            if spec.every == 1:  # the raster: this step's spikes, no counts carried
+                state, counts = _step(spec, dtype, ops, params, carry, k0 + w, w, t, read_input)
+                counts = tuple(c_ > 0 for c_ in counts)
+            else:
+                zero = tuple(jnp.zeros((pop.npad,), jnp.int32) for pop in spec.pops)
+                state, counts = lax.fori_loop(0, spec.every, one, (carry, zero))
             for p, pop in enumerate(spec.pops):
                 at = (t * spec.n_rec + w) * pop.npad + jnp.arange(pop.npad, dtype=jnp.int32)
                 store(outs[rec_out0 + p], at, counts[p].astype(rec_dtype))

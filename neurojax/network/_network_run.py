@@ -151,6 +151,7 @@ def plan(
     pop_index = {name: p for p, name in enumerate(names)}
     args: list[Any] = []
     words_of = []  # registers per population and projection: one per lane of each array
+    counting = int(every > 1)  # spike counts carried through a window (not for the raster)
     pop_specs = []
     pop_treedefs = []
     projs = net.projections
@@ -178,7 +179,7 @@ def plan(
             if isinstance(rate, str):
                 return rate
             args += [_state_rows(st.spikes.astype(dtype), n, npad, batch), words, rate]
-            words_of.append(npad * (2 + (rate.shape[-1] > 1)))
+            words_of.append(npad * (1 + counting + (rate.shape[-1] > 1)))
             pop_specs.append(PopSpec(n, npad, True, None, 1, None, 0, (), offsets[name]))
             pop_treedefs.append(None)
             continue
@@ -227,7 +228,7 @@ def plan(
             in_args.append(a)
         args += [_state_rows(x, n, npad, batch) for x in leaves] + m_args + in_args
         per_neuron = sum(a.shape[-1] > 1 for a in m_args + in_args)
-        words_of.append(npad * (1 + len(leaves) + per_neuron))
+        words_of.append(npad * (counting + len(leaves) + per_neuron))
         pop_specs.append(
             PopSpec(
                 n,
