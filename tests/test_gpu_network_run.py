@@ -393,6 +393,14 @@ def test_explain_says_which_path_runs_and_why():
             s.startswith("per-step")
             for s in nj.kernels.explain(net, state, dt=0.1, n_steps=100).values()
         )
+    # the switch that keeps networks on the per-step path (to time or test it on a GPU)
+    with nj.kernels.whole_networks(False), nj.kernels.interpret("gpu"):
+        why = nj.kernels.explain(net, state, dt=0.1, n_steps=100)
+        assert all(s.startswith("per-step") and "whole_networks(False)" in s for s in why.values())
+        assert net.fused_run(state, None, 0.1, 10, 1, **_options()) is None
+    with pytest.raises(TypeError, match="enabled must be True or False, got 'no'"):
+        with nj.kernels.whole_networks("no"):
+            pass
 
 
 def test_kernel_arguments_are_checked():

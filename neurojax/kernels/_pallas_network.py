@@ -64,9 +64,10 @@ so it equals the kernel's spikes exactly and its voltages to rounding (the atomi
 no fixed order on a GPU).
 """
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -76,6 +77,7 @@ import jax.tree_util as jtu
 from jax import lax
 
 from . import _pallas
+from ._config import jax_option
 from ._registry import Batching, Example, Kernel, register
 
 __all__ = [
@@ -89,8 +91,53 @@ __all__ = [
     "network_run_gpu",
     "network_run_reference",
     "poisson_uniform",
+    "whole_networks",
+    "whole_networks_enabled",
     "NETWORK_RUN",
 ]
+
+_WHOLE = jax_option(
+    "neurojax_whole_networks",
+    True,
+    "neurojax: let a network that fits one GPU program run whole (network_run).",
+)
+_WHOLE_FALLBACK = [True]
+
+
+def whole_networks_enabled() -> bool:
+    """Whether a network that fits may run whole in `network_run` (read at trace time)."""
+    return _WHOLE_FALLBACK[0] if _WHOLE is None else bool(_WHOLE.value)
+
+
+@contextlib.contextmanager
+def whole_networks(enabled: bool = True) -> Iterator[None]:
+    """Let (True, the default) or stop (False) `nj.simulate` running a network that fits
+    one GPU program in the whole-network kernel (`network_run`, `Network.fused_run`) in the
+    enclosed code; stopped, every network runs step by step, as on the CPU. Part of
+    `jax.jit`'s cache key, like the kernel mode.
+
+    Example:
+    ```python
+    with nj.kernels.whole_networks(False):   # time or test the per-step GPU path
+        _, rec = nj.simulate(net, state, dt=0.1, n_steps=1000)
+    ```
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(
+            f"nj.kernels.whole_networks: enabled must be True or False, got {enabled!r}"
+        )
+    if _WHOLE is None:
+        old = _WHOLE_FALLBACK[0]
+        _WHOLE_FALLBACK[0] = enabled
+        jax.clear_caches()
+        try:
+            yield
+        finally:
+            _WHOLE_FALLBACK[0] = old
+            jax.clear_caches()
+        return
+    with _WHOLE(enabled):
+        yield
 
 
 class PopSpec(NamedTuple):

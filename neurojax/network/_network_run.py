@@ -77,6 +77,8 @@ def platform_reason() -> tuple[bool, str]:
     """Whether this trace may take `network_run`, and why (the mode and the platform)."""
     if kernels.mode() == "reference":
         return False, "nj.kernels.use('reference') is in force: the pure-JAX per-step path runs"
+    if not _pallas_network.whole_networks_enabled():
+        return False, "nj.kernels.whole_networks(False) is in force: networks run per step"
     if _pallas.interpret_mode() == "gpu":
         return True, "nj.kernels.interpret('gpu') runs the GPU slot on the CPU, interpreted"
     if jax.default_backend() in ("gpu", "cuda"):
@@ -569,7 +571,7 @@ def explain_run(
         if ok and _pallas.interpret_mode() == "gpu"
         else "per-step: the CPU keeps the per-step path and its compiled C++ kernels"
     )
-    if kernels.mode() == "reference":
+    if kernels.mode() == "reference" or not _pallas_network.whole_networks_enabled():
         return {p: f"per-step: {reason}" for p in ("cpu", "cuda", "tpu")}
     return {
         "cpu": cpu,
