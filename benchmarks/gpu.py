@@ -30,8 +30,11 @@ sees, in this order of priority:
 
 15. `network_run` (third, after `gpu_check`): the whole-network kernel (one program per trial
     runs every step, `Network.fused_run`): its spike counts against the CPU kernels' on COBA
-    first, then COBA 1 s as one trial, 1024 trials, `jax.vmap` over 64 full states and COBA
-    with STDP, each line naming the path that ran (`nj.kernels.explain`).
+    and on COBA with STDP first, then COBA 1 s as one trial (and the same kept per step with
+    `nj.kernels.whole_networks(False)`), 1024 trials, `jax.vmap` over 64 full states and COBA
+    with STDP, each line naming the path that ran (`nj.kernels.explain`). Since this kernel
+    landed, the COBA sections above (`coba_one`, `coba_batch`, `coba_vmap`, `coba_cmdbuf`)
+    take it on a GPU too (full-size COBA builds the event layout and fits one program).
 Before any timing, `gpu_check` (second, after `machine`) runs the whole-run LIF and HH kernels
 and COBA's per-step kernels on the GPU and on the CPU on the same inputs and compares the
 spike counts of every neuron; a mismatch is written as `"match": false` and logged in
