@@ -418,14 +418,29 @@ def test_kernel_arguments_are_checked():
         _pallas_network.network_run_reference(*example.args, spec=spec._replace(n_rec=0))
 
 
-@pytest.mark.parametrize("case", ["coba", "coba_vmap8", "coba_stdp", "short_term"])
+@pytest.mark.parametrize(
+    "case", ["coba", "coba_vmap8", "coba_stdp", "short_term", "poisson_series"]
+)
 def test_coba_one_second_lowers_for_cuda_with_the_steps_inside_the_kernel(case):
     """The bar: the COBA 1 s program (4000 neurons, 10^4 steps; `jax.vmap` over 8 full
-    states; COBA with pair STDP on E->E; a network with short-term plasticity) lowered for
-    CUDA is one Triton call with no XLA loop around it."""
+    states; COBA with pair STDP on E->E; a network with short-term plasticity; Poisson
+    sources, a time-series input, recorded voltages and window counts) lowered for CUDA is
+    one Triton call with no XLA loop around it."""
+    inputs, options = None, {}
     if case == "short_term":
         net = _net(stp=True)
         state = net.init_state(jax.random.key(0))
+    elif case == "poisson_series":
+        lif = nj.LIF(tau_m=10.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, t_ref=2.0)
+        conn = nj.connect.fixed_prob(jax.random.key(7), 400, 50, 0.1, weight=1.5)
+        net = nj.Network(
+            {"P": (nj.PoissonSource(500.0), 400), "E": (lif, 50)},
+            [nj.Projection("P", "E", conn, synapse=nj.Exponential(5.0), layout="event")],
+            dt=0.1,
+        )
+        state = net.init_state(jax.random.key(8), batch=(2,))
+        inputs = {"E": jnp.ones((10_000, 50))}
+        options = dict(record=("v",), record_every=10)
     else:
         net, state = nj.models.coba(jax.random.key(0), method="event")
     if case == "coba_stdp":
@@ -433,10 +448,12 @@ def test_coba_one_second_lowers_for_cuda_with_the_steps_inside_the_kernel(case):
         from benchmarks.stdp_overhead import with_stdp
 
         net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
-    assert net.explain_run(state, dt=0.1, n_steps=10_000)["cuda"].startswith("network_run")
+    every = options.get("record_every", 1)
+    why = net.explain_run(state, inputs, dt=0.1, n_steps=10_000, record_every=every)
+    assert why["cuda"].startswith("network_run")
 
     def run(st):
-        return nj.simulate(net, st, dt=0.1, n_steps=10_000)
+        return nj.simulate(net, st, inputs, dt=0.1, n_steps=10_000, **options)
 
     fn, args = run, (state,)
     if case == "coba_vmap8":
