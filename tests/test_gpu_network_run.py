@@ -197,6 +197,24 @@ def test_batch_and_time_series_inputs():
     _assert_same(got, want, fields=())
 
 
+def test_a_run_in_chunks_is_the_run_in_one():
+    """`simulate(..., chunk_size=...)` hands the kernel's state (rings, synapses, step
+    counter, Poisson counters) from chunk to chunk: the same spikes as one call."""
+    net = _net()
+    state = net.init_state(jax.random.key(9))
+    with nj.kernels.interpret("gpu"):
+        _, whole = nj.simulate(net, state, dt=0.1, n_steps=90, record=("v",))
+        _, chunked = nj.simulate(net, state, dt=0.1, n_steps=90, record=("v",), chunk_size=30)
+    for name in ("E", "I"):
+        np.testing.assert_array_equal(
+            np.asarray(chunked.spikes[name]), np.asarray(whole.spikes[name])
+        )
+        np.testing.assert_allclose(
+            np.asarray(chunked.values["v"][name]), np.asarray(whole.values["v"][name]), rtol=1e-6
+        )
+    assert int(np.asarray(whole.spikes["E"]).sum()) > 0
+
+
 def test_vmap_over_full_states_and_a_weight_scale_is_one_launch():
     """`jax.vmap` over keys (full states) and a per-trial weight scale becomes the kernel's
     trial axis: one `pallas_call`, no loop over trials, and the stacked single runs."""
@@ -352,6 +370,10 @@ def test_the_cpu_keeps_the_per_step_path_and_unfit_networks_fall_back():
         small = _pallas_network.Limits(10**6, 10**9, 2, "a test")
         found = _network_run.plan(net, state, None, 0.1, 10, 1, limits=small)
         assert isinstance(found, str) and "fan-out" in found
+        small = _pallas_network.Limits(10**6, 100, 64, "a test")
+        found = _network_run.plan(net, state, None, 0.1, 10, 1, limits=small)
+        # two rings of 4 slots: (4 x 100 + 4 x 100) floats of 4 bytes
+        assert isinstance(found, str) and "rings take 3200 bytes > 100 (a test)" in found
 
 
 def _ring_pairs(n):
