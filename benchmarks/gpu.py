@@ -28,6 +28,13 @@ sees, in this order of priority:
     CONDITIONAL command buffers): COBA one trial and 1024 trials, to compare with
     `coba_one` and `coba_batch`.
 
+15. `network_run` (third, after `gpu_check`): the whole-network kernel (one program per trial
+    runs every step, `Network.fused_run`): its spike counts against the CPU kernels' on COBA
+    and on COBA with STDP first, then COBA 1 s as one trial (and the same kept per step with
+    `nj.kernels.whole_networks(False)`), 1024 trials, `jax.vmap` over 64 full states and COBA
+    with STDP, each line naming the path that ran (`nj.kernels.explain`). Since this kernel
+    landed, the COBA sections above (`coba_one`, `coba_batch`, `coba_vmap`, `coba_cmdbuf`)
+    take it on a GPU too (full-size COBA builds the event layout and fits one program).
 Before any timing, `gpu_check` (second, after `machine`) runs the whole-run LIF and HH kernels
 and COBA's per-step kernels on the GPU and on the CPU on the same inputs and compares the
 spike counts of every neuron; a mismatch is written as `"match": false` and logged in
@@ -88,7 +95,7 @@ from . import _harness
 # JAX load (benchmarks.peers.brainpy_coba), and the parent never needs them.
 
 TOTAL_S = 400.0  # the whole run, peers included: 6 min 40 s, under the 7-minute target
-QUICK_TOTAL_S = 260.0  # the sections added for issue #37 (gpu_check interprets the GPU kernels)
+QUICK_TOTAL_S = 330.0  # issue #37: gpu_check and network_run interpret the GPU kernels
 STARTUP_MARGIN_S = 2.0
 QUICK_FLOOR_S = 5.0
 
@@ -105,6 +112,7 @@ class Section:
 SECTIONS = (
     Section("machine", "neurojax", 20, 8, 25),
     Section("gpu_check", "neurojax", 40, 15, 40),
+    Section("network_run", "neurojax", 90, 20, 70),
     Section("scan_floor", "neurojax", 15, 5, 15),
     Section("coba_one", "neurojax", 40, 15, 30),
     Section("coba_batch", "neurojax", 75, 15, 30),
@@ -154,6 +162,9 @@ FULL = {
     "microcircuit_scales": (0.1, 1.0),
     "microcircuit_steps": 1000,
     "cmdbuf_batch": 1024,
+    "nr_check_coba": (3200, 800, 0.02),
+    "nr_batch": 1024,
+    "nr_vmap": 64,
 }
 QUICK = {
     "matmul_sizes": (256, 512),
@@ -183,6 +194,9 @@ QUICK = {
     "microcircuit_scales": (0.01,),
     "microcircuit_steps": 20,
     "cmdbuf_batch": 2,
+    "nr_check_coba": (160, 40, 0.1),
+    "nr_batch": 2,
+    "nr_vmap": 2,
 }
 # XLA:GPU's command buffers (CUDA graphs) for the kinds of commands a step uses, WHILE and
 # CONDITIONAL included (off by default): the `coba_cmdbuf` section runs in a child with them.
@@ -1080,6 +1094,130 @@ def sec_coba_vmap(ctx: Context) -> None:
     ctx.guard(f"vmap_{ctx.size['vmap_trials']}", "neurojax", one)
 
 
+def sec_network_run(ctx: Context) -> None:
+    """The whole-network kernel (`network_run`: one Pallas Triton program per trial runs every
+    step of a network that fits, `Network.fused_run`). First its result against the CPU
+    kernels' on the same COBA network and state (spike counts per neuron, exactly; without a
+    GPU the kernel runs interpreted, on a smaller COBA): a mismatch is `"match": false` and a
+    line in capitals; the same with STDP on E->E. Then COBA 1 s as one trial (and the same
+    kept on the per-step path, `nj.kernels.whole_networks(False)`), a batch of `nr_batch`
+    trials, `jax.vmap` over `nr_vmap` full states, and COBA with STDP on E->E; each line says
+    which path ran (`nj.kernels.explain`: `network_run`, or `per-step` and why)."""
+    import contextlib
+
+    import jax
+    import numpy as np
+
+    import neurojax as nj
+
+    steps = ctx.size["coba_steps"]
+    on_gpu = ctx.cuda and jax.default_backend() == "gpu"
+    platform = "cuda" if on_gpu else "cpu"
+
+    def check(stdp: bool = False) -> dict[str, Any]:
+        n_exc, n_inh, p = ctx.size["nr_check_coba"]
+        net, state = nj.models.coba(
+            jax.random.key(SEED), n_exc=n_exc, n_inh=n_inh, p=p, method="event"
+        )
+        if stdp:
+            from .peers.brian2_coba_stdp import STDP_PARAMS
+            from .stdp_overhead import with_stdp
+
+            net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+        n_check = ctx.size["check_steps"]
+
+        def run(st):
+            spikes = nj.simulate(net, st, dt=COBA_DT, n_steps=n_check)[1].spikes
+            return spikes["E"], spikes["I"]
+
+        cpu = jax.devices("cpu")[0]
+        with jax.default_device(cpu):
+            want = jax.tree.map(np.asarray, jax.jit(run)(jax.device_put(state, cpu)))
+        side = contextlib.nullcontext() if on_gpu else nj.kernels.interpret("gpu")
+        with side:
+            path = nj.kernels.explain(net, state, dt=COBA_DT, n_steps=n_check)
+            got = jax.tree.map(np.asarray, jax.jit(run)(state))
+        equal = all(
+            np.array_equal(g.sum(axis=0), w.sum(axis=0)) for g, w in zip(got, want, strict=True)
+        )
+        total = sum(int(w.sum()) for w in want)
+        diff = sum(
+            int(np.abs(g.sum(axis=0).astype(np.int64) - w.sum(axis=0)).sum())
+            for g, w in zip(got, want, strict=True)
+        )
+        if not equal:
+            _harness.log(f"gpu: GPU/CPU MISMATCH in network_run: {diff} of {total} spikes differ")
+        return {
+            "match": equal,
+            "stdp": stdp,
+            "n_neurons": n_exc + n_inh,
+            "n_spikes_cpu": total,
+            "spikes_differing": diff,
+            "steps": n_check,
+            "gpu_path": "device" if on_gpu else "interpret",
+            "path": path["cuda" if on_gpu else "cpu"],
+            **_device_fields(),
+        }
+
+    def timed(
+        figure: str, trials: int, *, vmap: bool = False, stdp: bool = False, whole: bool = True
+    ):
+        def one() -> dict[str, Any]:
+            every = 1 if trials == 1 and not vmap else ctx.size["batch_record_every"]
+            batch = () if trials == 1 or vmap else (trials,)
+            net, state = nj.models.coba(jax.random.key(SEED), batch=batch, method="event")
+            if stdp:
+                from .peers.brian2_coba_stdp import STDP_PARAMS
+                from .stdp_overhead import with_stdp
+
+                net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+            with nj.kernels.whole_networks(whole):
+                path = nj.kernels.explain(net, state, dt=COBA_DT, n_steps=steps)[platform]
+            if path.startswith("per-step"):
+                net = _harness.fit_spike_capacity(net, state, dt=COBA_DT, n_steps=steps)
+
+            def run(net, state):
+                return nj.simulate(net, state, dt=COBA_DT, n_steps=steps, record_every=every)[
+                    1
+                ].spikes
+
+            if vmap:
+                state = jax.vmap(net.init_state)(jax.random.split(jax.random.key(SEED + 1), trials))
+                single = run
+
+                def run(net, states):  # noqa: F811  (the vmapped form of the same run)
+                    return jax.vmap(lambda st: single(net, st))(states)
+
+            with nj.kernels.whole_networks(whole):  # read while `run` is traced
+                timing, spikes, _ = _harness.time_jax(
+                    run, (net, state), repeats=ctx.repeats, budget_s=ctx.budget(0.3)
+                )
+            return {
+                "model": "coba",
+                "trials": trials,
+                "vmap": vmap,
+                "stdp": stdp,
+                "steps": steps,
+                "dt": COBA_DT,
+                "record_every": every,
+                "path": path,
+                **_timing(timing),
+                "run_per_trial_s": timing.run_s / trials,
+                **_coba_rates(spikes, 3200, 800, trials, steps * COBA_DT),
+                **_device_fields(),
+            }
+
+        ctx.guard(figure, "neurojax", one)
+
+    ctx.guard("check", "neurojax", check)
+    ctx.guard("check_stdp", "neurojax", lambda: check(stdp=True))
+    timed("coba_one", 1)
+    timed("coba_one_per_step", 1, whole=False)  # the same run kept on the per-step path
+    timed(f"batch_{ctx.size['nr_batch']}", ctx.size["nr_batch"])
+    timed(f"vmap_{ctx.size['nr_vmap']}", ctx.size["nr_vmap"], vmap=True)
+    timed("coba_stdp", 1, stdp=True)
+
+
 def sec_microcircuit(ctx: Context) -> None:
     """The per-step path on the cortical microcircuit (Potjans and Diesmann 2014) at the
     scales of `microcircuit_scales`: real-time factor (wall time / simulated time)."""
@@ -1156,6 +1294,7 @@ SECTION_FUNCS: dict[str, Callable[[Context], None]] = {
     "training": sec_training,
     "coba_scales": sec_coba_scales,
     "coba_vmap": sec_coba_vmap,
+    "network_run": sec_network_run,
     "microcircuit": sec_microcircuit,
     "coba_cmdbuf": sec_coba_cmdbuf,
     "peer_brainpy": sec_peer_brainpy,

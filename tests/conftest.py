@@ -166,6 +166,7 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     "test_eventprop.py": ("test_refusals_name_the_argument",),
     "test_first_run.py": ("test_import_loads_neither_matplotlib_nor_scipy",),
     "test_gpu_run.py": ("test_whole_run_arguments_are_checked",),
+    "test_gpu_network_run.py": ("test_kernel_arguments_are_checked",),
     "test_gpu_step.py": ("test_proxy_counts_a_loop_it_is_shown",),
     "test_gradient_mask.py": ("test_dense_layout_keeps_its_synapses_in_bits",),
     "test_layers.py": ("test_every_unit_of_the_package_has_a_layer",),

@@ -12,6 +12,8 @@ and the public switch that chooses between them.
 - `nj.kernels.interpret(slot)`: the CPU runs each entry's `"gpu"` or `"tpu"` implementation,
   Pallas kernels in interpret mode (how the accelerator kernels are tested without one);
   `NEUROJAX_PALLAS_INTERPRET=gpu` (or `tpu`) sets it as a process's default.
+- `nj.kernels.whole_networks(enabled)`: let (default) or stop a network that fits one GPU
+  program running whole (`network_run`); stopped, networks run step by step.
 - `nj.kernels.explain(kernel, *args, **static)`: which implementation each platform runs
   for a call, and why (the mode, a missing slot, the entry's `supports`, the CPU library).
 - `Kernel`, `call`, `register`, `Fold`, `Sequential`, `Example`: how a kernel is declared and
@@ -24,6 +26,7 @@ from ._config import set_mode as set_mode
 from ._config import use as use
 from ._pallas import interpret as interpret
 from ._pallas import interpret_mode as interpret_mode
+from ._pallas_network import whole_networks as whole_networks
 from ._registry import Batching as Batching
 from ._registry import Example as Example
 from ._registry import Fold as Fold

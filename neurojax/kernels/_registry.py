@@ -311,6 +311,12 @@ def explain(kernel: "Kernel | str", *args, **static) -> dict[str, str]:
     traces, and says what sent a platform to the reference (the mode, a missing slot, the
     entry's `supports`, the compiled library).
 
+    Given a model that says how it runs (an object with `explain_run`, such as
+    `nj.Network`) in place of a kernel, it answers with that method:
+    `nj.kernels.explain(net, state, dt=0.1, n_steps=1000)` says, per platform, whether
+    `nj.simulate` runs the whole network in one GPU program per trial (`"network_run"`) or
+    step by step (`"per-step"`), and why.
+
     Example:
     ```python
     nj.kernels.explain("lif_run", *args, n_rec=100, every=1, euler=False, shape=(n,))
@@ -319,6 +325,8 @@ def explain(kernel: "Kernel | str", *args, **static) -> dict[str, str]:
     #  "tpu": "reference: 'lif_run' has no tpu implementation"}
     ```
     """
+    if not isinstance(kernel, (Kernel, str)) and callable(getattr(kernel, "explain_run", None)):
+        return kernel.explain_run(*args, **static)
     if isinstance(kernel, str):
         known = registry()
         if kernel not in known:

@@ -25,7 +25,7 @@ from .._validation import (
 )
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
-from . import _checks, _phases
+from . import _checks, _network_run, _phases
 from ._memory import MemoryReport, RingRow, plan_memory
 from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
@@ -897,6 +897,70 @@ class Network(eqx.Module):
         peak = _phases.peaks(previous, plastic_needs + delivery_needs)
         new = NetworkState(pops, tuple(synapses), tuple(buffers), k + 1, plastic, peak, short)
         return new, spikes
+
+    # ------------------------------------------------------------------ whole runs
+
+    def fused_run(
+        self, state: NetworkState, inputs: Any, dt: float, n_rec: int, record_every: int, **options
+    ) -> tuple[Any, ...] | None:
+        """A whole chunk of `nj.simulate` in one GPU kernel launch, one program per trial
+        (the registry entry `network_run`), or None: `simulate` then scans `step`.
+
+        It serves a network that fits one program (`explain_run` says whether this one does
+        and why): populations of `nj.LIF`, `nj.Izhikevich`, `nj.AdEx` (their own `step`) and
+        `nj.PoissonSource`; projections with the event layout, any elementwise kinetics
+        (`nj.Exponential`, `nj.Alpha`, `nj.Delta`, ...) and current or conductance output,
+        per-projection or per-synapse delays, Tsodyks-Markram short-term plasticity, pair
+        STDP (`nj.STDP`) on projections without delay; constant inputs and `simulate`'s
+        constant or time-series inputs; no other weight plasticity rule, gap junctions,
+        shared synapses or learnable delays;
+        spikes recorded as the bool raster or window counts, fields of neuron populations;
+        and a state, rings and per-neuron parameters within the device's limits
+        (`neurojax.kernels._pallas_network.device_limits`: registers of one program, ring
+        bytes, fan-out). It runs on a GPU backend, under `nj.kernels.interpret("gpu")` (the
+        kernel interpreted on the CPU, for tests) and under `nj.kernels.cross_platform()`
+        (to lower for CUDA); elsewhere the CPU keeps the per-step path and its C++ kernels.
+
+        The results equal the per-step path's (spikes exactly, voltages to rounding: the
+        atomics add a step's arrivals in no fixed order), except a Poisson source's trains:
+        the kernel draws them from its own counter-based generator (keyed by the source's
+        key, the trial, the step and the neuron; the key is not split), with the same
+        statistics but other draws than `PoissonSource.step`'s.
+        """
+        return _network_run.fused_run(self, state, inputs, dt, n_rec, record_every, **options)
+
+    def explain_run(
+        self,
+        state: NetworkState,
+        inputs: Any = None,
+        *,
+        dt: float,
+        n_steps: int,
+        record_every: int = 1,
+        spike_dtype: str | None = "bool",
+    ) -> dict[str, str]:
+        """Which path `nj.simulate(self, state, inputs, dt=dt, n_steps=n_steps, ...)` takes on
+        each platform and why: `{"cpu": ..., "cuda": ..., "tpu": ...}`, each a sentence that
+        starts with `"network_run"` (the whole run in one GPU program per trial,
+        `fused_run`) or `"per-step"` (the scan over `step`). `nj.kernels.explain(net, state,
+        ...)` asks the same.
+
+        Example:
+        ```python
+        net = nj.Network({"E": (nj.LIF(), 50)}, inputs={"E": 1.0})
+        net.explain_run(net.init_state(), dt=0.1, n_steps=100)["cuda"]
+        # 'network_run: the network fits one program per trial (50 neurons, 0 projections)'
+        ```
+        """
+        return _network_run.explain_run(
+            self,
+            state,
+            inputs,
+            dt=dt,
+            n_steps=n_steps,
+            record_every=record_every,
+            spike_dtype=spike_dtype,
+        )
 
     # ------------------------------------------------------------------ spike capacity
 
