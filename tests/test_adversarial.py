@@ -264,6 +264,24 @@ CASES = [
     ),
     # --- networks (the projections are built beforehand: a valid projection's own build may
     # compile, for example after another test cleared JAX's caches; the network refuses)
+    (
+        "explain-state-none",
+        lambda: nj.kernels.explain(net, None, dt=0.1, n_steps=10),
+        TypeError,
+        r"Network.explain_run: state must be this network's state .* got NoneType",
+    ),
+    (
+        "explain-dt-negative",
+        lambda: nj.kernels.explain(net, net.init_state(KEY), dt=-1.0, n_steps=10),
+        ValueError,
+        r"Network.explain_run: dt must be finite and > 0 ms, got -1.0",
+    ),
+    (
+        "explain-record-every",
+        lambda: nj.kernels.explain(net, net.init_state(KEY), dt=0.1, n_steps=10, record_every=3),
+        ValueError,
+        r"Network.explain_run: record_every=3 must divide n_steps=10",
+    ),
     ("net-pop-size", lambda: nj.Network({"E": (nj.LIF(), 0)}, []), ValueError, r"Network"),
     ("net-pop-model", lambda: nj.Network({"E": ("lif", 5)}, []), TypeError, r"Network"),
     (

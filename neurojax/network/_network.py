@@ -17,6 +17,7 @@ from .._validation import (
     as_float,
     check_dt,
     check_key,
+    check_positive_int,
     default_float,
     fmt_list,
     is_concrete,
@@ -952,6 +953,22 @@ class Network(eqx.Module):
         # 'network_run: the network fits one program per trial (50 neurons, 0 projections)'
         ```
         """
+        owner = "Network.explain_run"
+        if not isinstance(state, NetworkState):
+            raise TypeError(
+                f"{owner}: state must be this network's state (a NetworkState made with "
+                f"init_state), got {type(state).__name__}"
+            )
+        dt = check_dt(owner, dt)
+        n_steps = check_positive_int(owner, "n_steps", n_steps)
+        record_every = check_positive_int(owner, "record_every", record_every)
+        if n_steps % record_every:
+            raise ValueError(f"{owner}: record_every={record_every} must divide n_steps={n_steps}")
+        if spike_dtype not in ("bool", "ids", None):
+            raise ValueError(
+                f"{owner}: spike_dtype must be 'bool', 'ids' or None (nj.Record's spikes "
+                f"'raster', 'ids', 'float'), got {spike_dtype!r}"
+            )
         return _network_run.explain_run(
             self,
             state,
