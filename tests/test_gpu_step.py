@@ -1,18 +1,11 @@
 """The per-step GPU path of a network (for networks too large for one program): the kernels a
 COBA step costs, the vmapped step with no loop over trials, and the step's results.
 
-**The proxy kernel count** (`kernels_per_step`). Without a GPU, XLA:GPU's kernel count per
-step is estimated the way issue #37 measured it: the step is traced with the GPU slots
-(`nj.kernels.interpret("gpu")`), every Pallas call replaced by an opaque host callback (one
-custom call, standing for one Triton kernel), compiled by the CPU compiler, and the
-instructions of the compiled step that launch work are counted: fusions, custom calls and
-unfused operations (constants, parameters, bitcasts and tuples launch nothing). XLA:GPU fuses
-at least as much as XLA:CPU (multi-output fusion of the slices that split a group's state),
-so the count is an upper bound of its kernels per step. The helper is also what
-`benchmarks/gpu.py --dry-run` reports."""
-
-import collections
-import re
+On the GPU slots a step is: one Pallas kernel for the arrivals (every projection's kinetics,
+and the ring's read slot zeroed), the input currents (XLA, one fusion per population), one
+Pallas kernel per group for the neurons (the model's own `step`, spikes written in place, no
+concatenation or split of the state), the delivery kernel, and the step counter.
+`kernels_per_step` (`tests/_kernel_count.py`) is the proxy count of issue #37."""
 
 import equinox as eqx
 import jax
@@ -22,47 +15,7 @@ import pytest
 
 import neurojax as nj
 
-_FREE = {"constant", "parameter", "bitcast", "get-tuple-element", "tuple", "after-all"}
-
-
-def _stub_pallas_call(kernel, out_shape, **_):
-    """A Pallas call as one opaque custom call with the same results (zeros)."""
-
-    def call(*args):
-        single = isinstance(out_shape, jax.ShapeDtypeStruct)
-        flat = (out_shape,) if single else tuple(out_shape)
-        out = jax.pure_callback(
-            lambda *_: tuple(np.zeros(o.shape, o.dtype) for o in flat), flat, *args
-        )
-        return out[0] if single else out
-
-    return call
-
-
-def kernels_per_step(fn, *args) -> tuple[int, int, collections.Counter]:
-    """`(kernels, stubbed Triton calls, instruction counts)` of `fn(*args)` (one step),
-    traced with the GPU slots and compiled by the CPU compiler (module docstring)."""
-    from jax.experimental import pallas as pl
-
-    original = pl.pallas_call
-    pl.pallas_call = _stub_pallas_call
-    try:
-        with nj.kernels.interpret("gpu"):
-            text = jax.jit(fn).lower(*args).compile().as_text()
-    finally:
-        pl.pallas_call = original
-    entry = text[text.index("ENTRY") :]
-    entry = entry[: entry.index("\n}\n")]
-    ops = collections.Counter()
-    stubs = 0
-    for line in entry.splitlines()[1:]:
-        m = re.search(r"= (?:\([^=]*?\)|\S+) ([\w-]+)\(", line)
-        if m:
-            ops[m.group(1)] += 1
-            stubs += m.group(1) == "custom-call" and "callback" in line
-    launched = sum(c for op, c in ops.items() if op not in _FREE)
-    return launched, stubs, ops
-
+from _kernel_count import kernels_per_step
 
 @pytest.fixture(scope="module")
 def coba():
@@ -74,17 +27,21 @@ def _stacked(state, b):
 
 
 # Measured on this tree: 46 before the delivery read the spike vector itself (23 of them the
-# compaction of the spike list), 22 with it. Issue #37 aims at 6; what is left is the neuron
-# phase's split and merge of the group's state (slices and concatenations).
-COBA_KERNELS_MAX = 22
+# compaction of the spike list), 22 with it, 6 with the fused arrivals and group kernels (the
+# arrivals, the two populations' currents, the group, the delivery, the step counter).
+COBA_KERNELS_MAX = 6
+# Recorded values of the same count (fails when a change makes them larger; lower them then).
+STDP_COBA_KERNELS = 14
+MICROCIRCUIT_KERNELS = 52
 
 
 def test_coba_step_kernel_count(coba):
     net, state = coba
     kernels, triton, ops = kernels_per_step(lambda s: net.step(s, None, 0.1), state)
-    assert triton == 1, ops  # one delivery kernel for the whole group
+    assert triton == 3, ops  # arrivals, the group's neurons, the delivery
     assert kernels <= COBA_KERNELS_MAX, ops
     assert "while" not in ops and "sort" not in ops and "scatter" not in ops, ops
+    assert "concatenate" not in ops and "slice" not in ops, ops
 
 
 def test_vmapped_coba_step_is_one_program_for_all_trials(coba):
@@ -94,8 +51,8 @@ def test_vmapped_coba_step_is_one_program_for_all_trials(coba):
     states = _stacked(state, 8)
     step = jax.vmap(lambda s: net.step(s, None, 0.1))
     kernels, triton, ops = kernels_per_step(step, states)
-    assert triton == 1 and "while" not in ops, ops
-    assert kernels <= COBA_KERNELS_MAX + 3, ops
+    assert triton == 3 and "while" not in ops, ops
+    assert kernels <= COBA_KERNELS_MAX, ops
     with nj.kernels.cross_platform():
         text = jax.jit(step).trace(states).lower(lowering_platforms=("cuda",)).as_text()
         tpu = jax.jit(step).trace(states).lower(lowering_platforms=("tpu",)).as_text()
@@ -156,3 +113,18 @@ def test_vmapped_network_under_interpret_equals_stacked_runs():
             np.asarray(got[pop]), np.stack([np.asarray(w[pop]) for w in want])
         )
     assert int(np.asarray(got["E"]).sum()) > 0
+
+
+def test_stdp_coba_and_microcircuit_step_counts():
+    """The proxy count of the STDP COBA step (additive STDP on E->E, as `bench-gpu` builds
+    it) and of the microcircuit's step (scale 0.02): their recorded values."""
+    from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
+    from benchmarks.stdp_overhead import with_stdp
+
+    net, state = nj.models.coba(jax.random.key(0))
+    net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+    kernels, _, ops = kernels_per_step(lambda s: net.step(s, None, 0.1), state)
+    assert kernels <= STDP_COBA_KERNELS, ops
+    net, state = nj.models.microcircuit(jax.random.key(0), scale=0.02)
+    kernels, _, ops = kernels_per_step(lambda s: net.step(s, None, 0.1), state)
+    assert kernels <= MICROCIRCUIT_KERNELS, ops

@@ -35,11 +35,15 @@ padding mask, the per-device step of a spike source) is handed in by the caller.
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import jax.tree_util as jtu
 from jax import lax
 
+from ..kernels import _pallas
+from ..kernels._pallas_step import Operands, segments_call, store
 from ._layout import Delivery, Layout
 from ._plastic import plastic_step
 from ._propagation import clear_slot, zero_after
@@ -55,7 +59,12 @@ __all__ = [
     "split_delays",
     "delivery",
     "peaks",
+    "CLEARED",
 ]
+
+CLEARED = "cleared"
+"""The `fresh` flag `arrivals` gives a ring whose read slot it has already zeroed (the GPU
+per-step path): `delivery` then neither zeroes it nor takes it as fresh."""
 
 
 class Plan(NamedTuple):
@@ -122,6 +131,10 @@ def arrivals(
     projection that shares another's columns and state, `Plan.synapse_of`: its arrivals are
     in the other's `g`).
     """
+    if _pallas.gpu_path():
+        fused = _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt)
+        if fused is not None:
+            return fused
     rings, rows, fresh = list(buffers), [], []
     for buf in buffers:
         fresh.append(buf.shape[-2] == 1)
@@ -142,6 +155,108 @@ def arrivals(
         synapses.append(syn_state)
         g.append(g_i)
     return rings, fresh, synapses, g
+
+
+def _lead(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """The trial dimensions of a `(*trials, n)` shape and their product."""
+    lead = tuple(shape[:-1])
+    return lead, int(np.prod(lead, dtype=np.int64))
+
+
+def _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt):
+    """Phase 1 as one Pallas kernel for every ring and projection (the GPU per-step path,
+    `neurojax.kernels._pallas_step`): each projection's program reads its columns of the
+    slot `step mod D`, advances its kinetics there, writes the new state and `g`, and zeroes
+    what it read, so the rings come back with the slot cleared (`CLEARED`).
+
+    None (the caller keeps the XLA path) unless every ring's columns are exactly its owning
+    projections' targets, every synaptic state leaf is `(*trials, n_post)` with the rings'
+    trials, every kinetics parameter a scalar or a vector of `n_post`, and `dt` a number."""
+    if not buffers or isinstance(dt, jax.core.Tracer):
+        return None
+    lead, n_trials = _lead(buffers[0].shape[:-1])
+    if any(tuple(b.shape[:-2]) != lead for b in buffers):
+        return None
+    owners = [i for i in range(len(kinetics)) if not plan.shares(i)]
+    for si, buf in enumerate(buffers):
+        at = 0
+        mine = [i for i in owners if plan.ring_of[i][0] == si]
+        for off, n in sorted((plan.ring_of[i][1], plan.sizes[plan.post[i]]) for i in mine):
+            if off != at:
+                return None
+            at += n
+        if at != buf.shape[-1]:
+            return None
+    ops = Operands()
+    now = ops.step(step, lead)
+    if now is None:
+        return None
+    ring_at = [ops.add(b) for b in buffers]
+    out_shapes, segments, layout = [], [], []
+    for i in owners:
+        syn, st, n = kinetics[i], synapse_states[i], plan.sizes[plan.post[i]]
+        si, off = plan.ring_of[i]
+        leaves, treedef = jtu.tree_flatten(st)
+        if any(not isinstance(x, jax.Array) or x.shape != lead + (n,) for x in leaves):
+            return None
+        params, static = eqx.partition(syn, eqx.is_array)
+        p_leaves, p_def = jtu.tree_flatten(params)
+        st_specs = [ops.leaf(x, n, lead) for x in leaves]
+        p_specs = [ops.leaf(x, n, lead) for x in p_leaves]
+        if any(spec is None for spec in st_specs + p_specs):
+            return None
+        x_abs = jax.ShapeDtypeStruct(lead + (n,), buffers[si].dtype)
+        new_abs, g_abs = jax.eval_shape(lambda s_, x_, syn=syn: syn.step(s_, x_, dt), st, x_abs)
+        if jtu.tree_structure(new_abs) != treedef or g_abs.shape != lead + (n,):
+            return None
+        if any(
+            a.shape != x.shape or a.dtype != x.dtype
+            for a, x in zip(jtu.tree_leaves(new_abs), leaves, strict=True)
+        ):
+            return None
+        first = len(out_shapes)
+        out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), g_abs.dtype))
+        layout.append((i, treedef, first, n))
+        d_slots, width = buffers[si].shape[-2:]
+
+        def body(
+            t, lane, ic, ok, ins, outs,
+            n=n, si=si, off=off, st_specs=st_specs, p_specs=p_specs, treedef=treedef,
+            p_def=p_def, static=static, first=first, d_slots=d_slots, width=width,
+        ):
+            slot = 0 if d_slots == 1 else lax.rem(now.load(ins, t, ic), jnp.int32(d_slots))
+            row = (t * d_slots + slot) * width + off
+            x = ins[ring_at[si]][row + ic]
+            state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
+            model = eqx.combine(jtu.tree_unflatten(p_def, [sp.load(ins, t, ic) for sp in p_specs]), static)
+            new, g = model.step(state, x, dt)
+            new_leaves = jtu.tree_leaves(new)
+            for j, value in enumerate(new_leaves):
+                store(outs[first + j], t * n + lane, value, ok)
+            store(outs[first + len(new_leaves)], t * n + lane, g, ok)
+            store(outs[n_out + si], row + lane, jnp.zeros((), x.dtype), ok)
+
+        segments.append((n, body))
+    n_out = len(out_shapes)
+    out_shapes += [jax.ShapeDtypeStruct((b.size,), b.dtype) for b in buffers]
+    outs = segments_call(
+        segments,
+        ops.arrays,
+        out_shapes,
+        n_trials=n_trials,
+        aliases={pos: n_out + si for si, pos in enumerate(ring_at)},
+        name="nj_arrivals",
+    )
+    synapses, g = list(synapse_states), [None] * len(kinetics)
+    for i, treedef, first, n in layout:
+        k = treedef.num_leaves
+        synapses[i] = jtu.tree_unflatten(
+            treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
+        )
+        g[i] = outs[first + k].reshape(lead + (n,))
+    rings = [o.reshape(b.shape) for o, b in zip(outs[n_out:], buffers, strict=True)]
+    return rings, [CLEARED] * len(buffers), synapses, g
 
 
 def total_current(
@@ -210,6 +325,18 @@ def integrate(
         if isinstance(model, SpikeSource):
             (name,) = names
             pops[name], s_group = source_step(name, model, populations[name])
+        elif (
+            fused := (
+                _group_gpu(plan, names, model, populations, current, dt)
+                if valid is None and _pallas.gpu_path()
+                else None
+            )
+        ) is not None:
+            new_pops, new_spikes, s_group = fused
+            pops.update(new_pops)
+            spikes.update(new_spikes)
+            group_spikes.append(s_group)
+            continue
         elif len(names) == 1:
             (name,) = names
             pops[name], s_group = model.step(populations[name], current(name), dt)
@@ -249,6 +376,121 @@ def integrate(
             spikes[n] = s_group[..., off : off + plan.sizes[n]]
             off += plan.sizes[n]
     return pops, spikes, group_spikes
+
+
+def _group_gpu(plan, names, model, populations, current, dt):
+    """Phase 2 of one group as one Pallas kernel (the GPU per-step path,
+    `neurojax.kernels._pallas_step`): one segment per population, whose programs read the
+    population's state, its input current and the group model's parameters at the
+    population's offset, run the model's own `step` on them, and write the new state, the
+    population's spikes and (for a group of several) the group's spike vector, so neither
+    the state nor the current is ever concatenated or split.
+
+    Returns `(states, spikes, group spikes)`, or None (the caller keeps the XLA path) unless
+    every state leaf is `(*trials, n)` with the same trials, every current a scalar, a vector
+    or `(*trials, n)`, every parameter of the group model a scalar, a vector of the group or
+    `(*trials, n_group)`, the step's results shaped like its state, and `dt` a number."""
+    if isinstance(dt, jax.core.Tracer):
+        return None
+    members = [populations[n] for n in names]
+    leaves0, treedef = jtu.tree_flatten(members[0])
+    if not leaves0 or not isinstance(leaves0[0], jax.Array) or leaves0[0].ndim < 1:
+        return None
+    lead, n_trials = _lead(leaves0[0].shape)
+    sizes = [plan.sizes[n] for n in names]
+    n_group, several = sum(sizes), len(names) > 1
+    like = _neuron_leaf(members[0])
+    dtype = like.dtype
+    ops = Operands()
+    params, static = eqx.partition(model, eqx.is_array)
+    p_leaves, p_def = jtu.tree_flatten(params)
+    p_specs = [ops.leaf(x, n_group, lead) for x in p_leaves]
+    if any(spec is None for spec in p_specs):
+        return None
+    currents = [current(n) for n in names]
+    none = all(c is None for c in currents)
+    out_shapes, segments, layout = [], [], []
+    spikes_abs = None
+    off = 0
+    for name, state, c, n in zip(names, members, currents, sizes, strict=True):
+        leaves, tdef = jtu.tree_flatten(state)
+        if tdef != treedef or any(
+            not isinstance(x, jax.Array) or x.shape != lead + (n,) for x in leaves
+        ):
+            return None
+        if c is not None and not isinstance(c, (jax.Array, np.ndarray)):
+            c = np.asarray(c, dtype)
+        c_spec = None if c is None else ops.leaf(c, n, lead)
+        st_specs = [ops.leaf(x, n, lead) for x in leaves]
+        if (c is not None and c_spec is None) or any(sp is None for sp in st_specs):
+            return None
+        c_abs = None if none else jax.ShapeDtypeStruct(lead + (n,), dtype if several else c.dtype)
+        new_abs, s_abs = jax.eval_shape(
+            lambda st, cc, off=off, n=n: _part(model, off, n, n_group).step(st, cc, dt),
+            state,
+            c_abs,
+        )
+        if jtu.tree_structure(new_abs) != treedef or s_abs.shape != lead + (n,):
+            return None
+        if any(
+            a.shape != x.shape or a.dtype != x.dtype
+            for a, x in zip(jtu.tree_leaves(new_abs), leaves, strict=True)
+        ):
+            return None
+        spikes_abs = s_abs
+        first = len(out_shapes)
+        out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), s_abs.dtype))
+        layout.append((name, first, n))
+
+        def body(
+            t, lane, ic, ok, ins, outs,
+            n=n, off=off, c=c, c_spec=c_spec, st_specs=st_specs, first=first,
+        ):
+            state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
+            if none:
+                cur = None
+            elif c_spec is None:
+                cur = jnp.zeros((), dtype)
+            else:
+                cur = c_spec.load(ins, t, ic)
+                cur = cur.astype(dtype) if several else cur
+            loaded = [sp._replace(offset=off).load(ins, t, ic) for sp in p_specs]
+            m = eqx.combine(jtu.tree_unflatten(p_def, loaded), static)
+            new, s = m.step(state, cur, dt)
+            new_leaves = jtu.tree_leaves(new)
+            for j, value in enumerate(new_leaves):
+                store(outs[first + j], t * n + lane, value, ok)
+            store(outs[first + len(new_leaves)], t * n + lane, s, ok)
+            if several:
+                store(outs[-1], t * n_group + off + lane, s, ok)
+
+        segments.append((n, body))
+        off += n
+    if several:
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n_group,), spikes_abs.dtype))
+    outs = segments_call(segments, ops.arrays, out_shapes, n_trials=n_trials, name="nj_group_step")
+    pops, spikes = {}, {}
+    for name, first, n in layout:
+        k = treedef.num_leaves
+        pops[name] = jtu.tree_unflatten(
+            treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
+        )
+        spikes[name] = outs[first + k].reshape(lead + (n,))
+    s_group = outs[-1].reshape(lead + (n_group,)) if several else spikes[names[0]]
+    return pops, spikes, s_group
+
+
+def _part(model, off: int, n: int, n_group: int):
+    """The group model restricted to neurons `[off, off + n)` (its per-neuron parameters
+    sliced; used only abstractly, to know the shapes of a population's step)."""
+
+    def cut(x):
+        if eqx.is_array(x) and x.ndim and x.shape[-1] == n_group:
+            return x[..., off : off + n]
+        return x
+
+    return jtu.tree_map(cut, model)
 
 
 def plasticity(
@@ -421,15 +663,18 @@ def delivery(
                     )
                 )
         ring, first = rings[si], fresh[si]
+        cleared = first is CLEARED  # arrivals zeroed the slot read (the GPU per-step path)
+        if cleared:
+            first = False
         send = sending[si]
-        if group_spikes is not None:
+        if group_spikes is not None and not cleared:
             send = _after_targets(plan, si, send, group_spikes)
         if extra:
             parts = [send] + [releases[i].astype(send.dtype) for i in extra]
             batch = jnp.broadcast_shapes(*(p.shape[:-1] for p in parts))
             parts = [jnp.broadcast_to(p, batch + p.shape[-1:]) for p in parts]
             send_ext = jnp.concatenate(parts, axis=-1)
-        pending = not first  # the slot read this step still holds its arrivals
+        pending = not first and not cleared  # the slot read still holds its arrivals
         for cls, group in by_class.items():
             s = send_ext if cls in with_releases else send
             if pending and getattr(cls, "clears_slot", False):
