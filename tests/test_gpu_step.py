@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _kernel_count import kernels_per_step
 
 import neurojax as nj
 
-from _kernel_count import kernels_per_step
 
 @pytest.fixture(scope="module")
 def coba():
@@ -128,3 +128,144 @@ def test_stdp_coba_and_microcircuit_step_counts():
     net, state = nj.models.microcircuit(jax.random.key(0), scale=0.02)
     kernels, _, ops = kernels_per_step(lambda s: net.step(s, None, 0.1), state)
     assert kernels <= MICROCIRCUIT_KERNELS, ops
+
+
+def _on_a_gpu(monkeypatch):
+    """Trace as a GPU machine does (the per-step path's fused kernels, Pallas not
+    interpreted), so that a program can be lowered for `cuda` from this machine."""
+    from neurojax.kernels import _pallas
+    from neurojax.network import _propagation
+
+    monkeypatch.setattr(_pallas, "gpu_path", lambda: True)
+    monkeypatch.setattr(_propagation, "gpu_path", lambda: True)
+
+
+def test_fused_step_lowers_for_cuda(coba, monkeypatch):
+    """The arrivals, group and delivery kernels lower to Triton (three calls per step, for
+    one state and for `jax.vmap` over eight), with no loop; the STDP step lowers too."""
+    from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
+    from benchmarks.stdp_overhead import with_stdp
+
+    _on_a_gpu(monkeypatch)
+    net, state = coba
+    step = lambda s: net.step(s, None, 0.1)  # noqa: E731
+    with nj.kernels.cross_platform():
+        one = jax.jit(step).trace(state).lower(lowering_platforms=("cuda",)).as_text()
+        states = _stacked(state, 8)
+        many = jax.jit(jax.vmap(step)).trace(states).lower(lowering_platforms=("cuda",))
+        many = many.as_text()
+        plastic, pstate = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+        stdp = jax.jit(lambda s: plastic.step(s, None, 0.1)).trace(pstate)
+        stdp = stdp.lower(lowering_platforms=("cuda",)).as_text()
+    for text in (one, many):
+        assert text.count("__gpu$xla.gpu.triton") == 3
+        assert "stablehlo.while" not in text
+    assert text.count("nj_group_step") >= 1 and text.count("nj_arrivals") >= 1
+    assert stdp.count("__gpu$xla.gpu.triton") >= 3
+
+
+def _net_with_delays(batch):
+    """Two LIF populations with different parameters (one group; per-neuron thresholds in
+    one), an Izhikevich population (a group of its own), alpha and exponential kinetics,
+    per-synapse and homogeneous delays, conductance and current outputs, constant drives."""
+    k = jax.random.split(jax.random.key(3), 6)
+    lif_e = nj.LIF(
+        tau_m=20.0,
+        v_rest=-60.0,
+        v_reset=-60.0,
+        v_th=jnp.linspace(-51.0, -49.0, 120),
+        r_m=1.0,
+        t_ref=2.0,
+    )
+    lif_i = nj.LIF(tau_m=10.0, v_rest=-60.0, v_reset=-60.0, v_th=-50.0, r_m=1.0, t_ref=1.0)
+    ee = nj.connect.fixed_prob(k[0], 120, 120, 0.1, weight=0.6)
+    ei = nj.connect.fixed_prob(k[1], 120, 40, 0.1, weight=0.8)
+    ie = nj.connect.fixed_prob(k[2], 40, 120, 0.2, weight=2.0)
+    ez = nj.connect.fixed_prob(k[3], 120, 30, 0.2, weight=1.5)
+    d = jax.random.uniform(k[4], ee.data.shape, minval=0.1, maxval=2.0)
+    projs = [
+        nj.Projection(
+            "E", "E", ee, synapse=nj.Alpha(5.0), output=nj.ConductanceOutput(0.0), delay=d
+        ),
+        nj.Projection(
+            "E", "I", ei, synapse=nj.Exponential(5.0), output=nj.ConductanceOutput(0.0), delay=1.0
+        ),
+        nj.Projection(
+            "I", "E", ie, synapse=nj.Exponential(10.0), output=nj.ConductanceOutput(-80.0)
+        ),
+        nj.Projection("E", "Z", ez, synapse=nj.Exponential(3.0)),
+    ]
+    net = nj.Network(
+        populations={"E": (lif_e, 120), "I": (lif_i, 40), "Z": (nj.Izhikevich(), 30)},
+        projections=projs,
+        inputs={"E": 12.0, "I": 11.0, "Z": 6.0},
+        dt=0.1,
+    )
+    state = net.init_state(batch=batch)
+    v = -60.0 + 10.0 * jax.random.uniform(k[5], batch + (120,))
+    return net, eqx.tree_at(lambda s: s.populations["E"].v, state, v)
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_delays_models_and_batch_under_interpret_equal_the_cpu(batch):
+    """The fused kernels (arrivals, two groups, delivery: four Triton calls a step) on a
+    network with delays of several steps, two neuron models and a batch: the CPU path's
+    spikes exactly and its state to rounding."""
+    net, state = _net_with_delays(batch)
+    assert kernels_per_step(lambda s: net.step(s, None, 0.1), state)[1] == 4
+    run = jax.jit(lambda st: nj.simulate(net, st, dt=0.1, n_steps=200))
+    want_final, want = run(state)
+    with nj.kernels.interpret("gpu"):
+        final, got = run(state)
+    for pop in ("E", "I", "Z"):
+        assert int(want.spikes[pop].sum()) > 0
+        np.testing.assert_array_equal(np.asarray(got.spikes[pop]), np.asarray(want.spikes[pop]))
+    for g, w in zip(jax.tree.leaves(final), jax.tree.leaves(want_final), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+def test_stdp_coba_under_interpret_equals_the_cpu():
+    """COBA with additive STDP on E->E (400 neurons): the fused arrivals and group kernels
+    with the plasticity and delivery kernels give the CPU path's spikes and weights."""
+    from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
+    from benchmarks.stdp_overhead import with_stdp
+
+    net, state = nj.models.coba(jax.random.key(4), n_exc=320, n_inh=80, p=0.05)
+    net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+    run = jax.jit(lambda st: nj.simulate(net, st, dt=0.1, n_steps=150))
+    want_final, want = run(state)
+    with nj.kernels.interpret("gpu"):
+        final, got = run(state)
+    assert int(want.spikes["E"].sum()) > 0
+    for pop in ("E", "I"):
+        np.testing.assert_array_equal(np.asarray(got.spikes[pop]), np.asarray(want.spikes[pop]))
+    for g, w in zip(jax.tree.leaves(final), jax.tree.leaves(want_final), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_the_kernels_cannot_take_keeps_the_xla_path():
+    """A traced `dt` cannot be baked into the fused kernels: that step keeps the XLA phases
+    (no arrivals or group kernel) and equals the CPU path; a vmapped neuron parameter (one
+    `tau_m` per trial) is a scalar input of the group kernel, batched by Pallas."""
+    net, state = nj.models.coba(jax.random.key(5), n_exc=160, n_inh=40, p=0.1)
+    traced_dt = lambda s, dt: net.step(s, None, dt)  # noqa: E731
+    fused = kernels_per_step(lambda s: net.step(s, None, 0.1), state)[1]
+    assert kernels_per_step(traced_dt, state, jnp.float32(0.1))[1] == fused - 2
+    want = jax.jit(traced_dt)(state, jnp.float32(0.1))
+    with nj.kernels.interpret("gpu"):
+        got = jax.jit(traced_dt)(state, jnp.float32(0.1))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+
+    def run(tau):
+        lif = net.group_models[0]
+        tuned = eqx.tree_at(
+            lambda n: n.group_models, net, (eqx.tree_at(lambda m: m.tau_m, lif, tau),)
+        )
+        return nj.simulate(tuned, state, dt=0.1, n_steps=60)[1].spikes["E"]
+
+    taus = jnp.asarray([10.0, 20.0], jnp.float32)
+    want = jnp.stack([run(t) for t in taus])
+    with nj.kernels.interpret("gpu"):
+        got = jax.jit(jax.vmap(run))(taus)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

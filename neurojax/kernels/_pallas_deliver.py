@@ -209,9 +209,9 @@ def deliver_gpu(
                     slot = lax.rem(now + 1 + d, jnp.int32(n_slots))
                 target = (t * n_slots + slot) * n_targets + sp.target_offset + post
                 if const is not None:
-                    w = jnp.asarray(const, ring_flat.dtype)
+                    w = jnp.full(jc.shape, const, ring_flat.dtype)
                 elif scalar:
-                    w = w_ref[0]
+                    w = jnp.broadcast_to(w_ref[0], jc.shape)
                 else:
                     w = w_ref[t * nnz + jc] if per_trial else w_ref[jc]
                 _pallas.atomic_add(ring_ref, target, v[:, None] * w, ok, interpret)

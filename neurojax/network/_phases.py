@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
 from ..kernels import _pallas
@@ -221,15 +221,31 @@ def _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt):
         d_slots, width = buffers[si].shape[-2:]
 
         def body(
-            t, lane, ic, ok, ins, outs,
-            n=n, si=si, off=off, st_specs=st_specs, p_specs=p_specs, treedef=treedef,
-            p_def=p_def, static=static, first=first, d_slots=d_slots, width=width,
+            t,
+            lane,
+            ic,
+            ok,
+            ins,
+            outs,
+            n=n,
+            si=si,
+            off=off,
+            st_specs=st_specs,
+            p_specs=p_specs,
+            treedef=treedef,
+            p_def=p_def,
+            static=static,
+            first=first,
+            d_slots=d_slots,
+            width=width,
         ):
             slot = 0 if d_slots == 1 else lax.rem(now.load(ins, t, ic), jnp.int32(d_slots))
             row = (t * d_slots + slot) * width + off
             x = ins[ring_at[si]][row + ic]
             state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
-            model = eqx.combine(jtu.tree_unflatten(p_def, [sp.load(ins, t, ic) for sp in p_specs]), static)
+            model = eqx.combine(
+                jtu.tree_unflatten(p_def, [sp.load(ins, t, ic) for sp in p_specs]), static
+            )
             new, g = model.step(state, x, dt)
             new_leaves = jtu.tree_leaves(new)
             for j, value in enumerate(new_leaves):
@@ -444,8 +460,18 @@ def _group_gpu(plan, names, model, populations, current, dt):
         layout.append((name, first, n))
 
         def body(
-            t, lane, ic, ok, ins, outs,
-            n=n, off=off, c=c, c_spec=c_spec, st_specs=st_specs, first=first,
+            t,
+            lane,
+            ic,
+            ok,
+            ins,
+            outs,
+            n=n,
+            off=off,
+            c=c,
+            c_spec=c_spec,
+            st_specs=st_specs,
+            first=first,
         ):
             state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
             if none:
