@@ -187,3 +187,26 @@ def test_gpu_quick_writes_every_section(tmp_path):
         assert rec["neurojax_over_peer"] == pytest.approx(rec["neurojax_s"] / rec["peer_s"])
     (summary,) = by_section["summary"]
     assert summary["sections"] == [s.name for s in gpu.SECTIONS]
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_plan_and_the_kernel_counts(tmp_path):
+    """`--dry-run` times nothing: the plan, the command-buffer variants' flags and the proxy
+    kernel counts per step (COBA at most 6, three of them Triton kernels)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    plan = [r["section"] for r in records if r["figure"] == "plan"]
+    assert plan == [s.name for s in gpu.SECTIONS]
+    flags = {r["figure"]: r["xla_flags"] for r in records if "xla_flags" in r}
+    assert flags == {f"variant_{k}": v for k, v in gpu.STEP_CMDBUF_VARIANTS.items()}
+    counts = {r["figure"]: r for r in records if r["section"] == "kernels_per_step"}
+    assert counts["coba"]["kernels"] <= 6 and counts["coba"]["triton_kernels"] == 3
+    assert counts["coba_stdp"]["kernels"] > counts["coba"]["kernels"]
+    assert not (tmp_path / "results.jsonl").exists()
