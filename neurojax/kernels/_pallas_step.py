@@ -33,7 +33,7 @@ from jax import lax
 
 from . import _pallas
 
-__all__ = ["Leaf", "Operands", "segments_call", "store"]
+__all__ = ["Leaf", "Operands", "segments_call", "store", "with_reference_jvp"]
 
 
 class Leaf(NamedTuple):
@@ -57,6 +57,13 @@ class Leaf(NamedTuple):
     offset: int
     value: Any
     dtype: Any
+
+    def whole(self, arrays: Sequence[jax.Array], shape: tuple[int, ...]) -> jax.Array:
+        """The whole value the leaf was made from (`shape`), out of the kernel's inputs
+        `arrays`: what a reference of the kernel computes on."""
+        if self.kind == "const":
+            return jnp.broadcast_to(jnp.asarray(self.value, self.dtype), shape)
+        return jnp.reshape(arrays[self.pos], shape)
 
     def load(self, ins: Sequence[Any], t: jax.Array, ic: jax.Array) -> jax.Array:
         """The value at trial `t`, lanes `ic` (a scalar for the scalar kinds)."""
@@ -111,6 +118,27 @@ class Operands:
             pos = self.add(jnp.asarray(step, jnp.int32))
             return Leaf("trial_scalar", pos, 1, 0, None, jnp.int32)
         return None
+
+
+def with_reference_jvp(
+    fused: Callable[[Sequence[jax.Array]], tuple[jax.Array, ...]],
+    reference: Callable[[Sequence[jax.Array]], tuple[jax.Array, ...]],
+    arrays: Sequence[jax.Array],
+) -> tuple[jax.Array, ...]:
+    """`fused(arrays)` (a Pallas kernel) with the derivative of `reference(arrays)`, the same
+    computation in XLA: gradients never go through the kernel (Pallas has no derivative of a
+    kernel that updates a buffer in place), as for the registry's entries."""
+
+    @jax.custom_jvp
+    def call(*xs):
+        return tuple(fused(xs))
+
+    @call.defjvp
+    def _jvp(primals, tangents):
+        _, tangent = jax.jvp(lambda *xs: tuple(reference(xs)), primals, tangents)
+        return call(*primals), tangent
+
+    return call(*arrays)
 
 
 def store(ref, idx: jax.Array, val: jax.Array, ok: jax.Array) -> None:

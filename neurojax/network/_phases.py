@@ -43,7 +43,7 @@ import numpy as np
 from jax import lax
 
 from ..kernels import _pallas
-from ..kernels._pallas_step import Operands, segments_call, store
+from ..kernels._pallas_step import Operands, segments_call, store, with_reference_jvp
 from ._layout import Delivery, Layout
 from ._plastic import plastic_step
 from ._propagation import clear_slot, zero_after
@@ -217,7 +217,8 @@ def _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt):
         first = len(out_shapes)
         out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), g_abs.dtype))
-        layout.append((i, treedef, first, n))
+        shapes = ([x.shape for x in leaves], [x.shape for x in p_leaves])
+        layout.append((i, treedef, first, n, si, off, st_specs, p_specs, p_def, static, shapes))
         d_slots, width = buffers[si].shape[-2:]
 
         def body(
@@ -256,16 +257,49 @@ def _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt):
         segments.append((n, body))
     n_out = len(out_shapes)
     out_shapes += [jax.ShapeDtypeStruct((b.size,), b.dtype) for b in buffers]
-    outs = segments_call(
-        segments,
-        ops.arrays,
-        out_shapes,
-        n_trials=n_trials,
-        aliases={pos: n_out + si for si, pos in enumerate(ring_at)},
-        name="nj_arrivals",
-    )
+
+    def fused(arrays):
+        return segments_call(
+            segments,
+            arrays,
+            out_shapes,
+            n_trials=n_trials,
+            aliases={pos: n_out + si for si, pos in enumerate(ring_at)},
+            name="nj_arrivals",
+        )
+
+    def reference(arrays):
+        # The same arrivals in XLA (the kernel's derivative): read the slot, step the
+        # kinetics, zero the slot.
+        k = now.whole(arrays, jnp.shape(step))
+        rings = [arrays[pos].reshape(b.shape) for pos, b in zip(ring_at, buffers, strict=True)]
+        out = []
+        for _, treedef, _, n, si, off, st_specs, p_specs, p_def, static, shapes in layout:
+            ring = rings[si]
+            d_slots = ring.shape[-2]
+            slot = (k % d_slots).astype(jnp.int32)
+            if jnp.ndim(slot):  # one step per trial
+                row = jnp.take_along_axis(ring, slot[..., None, None], axis=-2)[..., 0, :]
+            else:
+                row = lax.dynamic_index_in_dim(ring, slot, axis=ring.ndim - 2, keepdims=False)
+            x = row[..., off : off + n]
+            state = jtu.tree_unflatten(
+                treedef, [sp.whole(arrays, sh) for sp, sh in zip(st_specs, shapes[0], strict=True)]
+            )
+            params = [sp.whole(arrays, sh) for sp, sh in zip(p_specs, shapes[1], strict=True)]
+            syn = eqx.combine(jtu.tree_unflatten(p_def, params), static)
+            new, g = syn.step(state, x, dt)
+            out += [leaf.reshape(-1) for leaf in jtu.tree_leaves(new)] + [g.reshape(-1)]
+        for ring in rings:
+            here = jnp.arange(ring.shape[-2], dtype=jnp.int32) == (k % ring.shape[-2])[..., None]
+            here = jnp.broadcast_to(here[..., None], ring.shape)
+            cleared = jnp.where(here, jnp.zeros((), ring.dtype), ring)
+            out.append(cleared.reshape(-1))
+        return tuple(out)
+
+    outs = with_reference_jvp(fused, reference, ops.arrays)
     synapses, g = list(synapse_states), [None] * len(kinetics)
-    for i, treedef, first, n in layout:
+    for i, treedef, first, n, *_ in layout:
         k = treedef.num_leaves
         synapses[i] = jtu.tree_unflatten(
             treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
@@ -457,7 +491,8 @@ def _group_gpu(plan, names, model, populations, current, dt):
         first = len(out_shapes)
         out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), s_abs.dtype))
-        layout.append((name, first, n))
+        c_shape = None if c is None else jnp.shape(c)
+        layout.append((name, first, n, off, st_specs, [x.shape for x in leaves], c_spec, c_shape))
 
         def body(
             t,
@@ -495,9 +530,38 @@ def _group_gpu(plan, names, model, populations, current, dt):
         off += n
     if several:
         out_shapes.append(jax.ShapeDtypeStruct((n_trials * n_group,), spikes_abs.dtype))
-    outs = segments_call(segments, ops.arrays, out_shapes, n_trials=n_trials, name="nj_group_step")
+
+    def fused(arrays):
+        return segments_call(segments, arrays, out_shapes, n_trials=n_trials, name="nj_group_step")
+
+    def reference(arrays):
+        # Each population's step in XLA on its slice of the group model (the derivative).
+        params = [sp.whole(arrays, x.shape) for sp, x in zip(p_specs, p_leaves, strict=True)]
+        group = eqx.combine(jtu.tree_unflatten(p_def, params), static)
+        out, parts = [], []
+        for _, _, n, off, st_specs, shapes, c_spec, c_shape in layout:
+            state = jtu.tree_unflatten(
+                treedef, [sp.whole(arrays, sh) for sp, sh in zip(st_specs, shapes, strict=True)]
+            )
+            if none:
+                cur = None
+            elif c_spec is None:
+                cur = jnp.zeros((), dtype)
+            else:
+                cur = c_spec.whole(arrays, c_shape)
+                cur = cur.astype(dtype) if several else cur
+            new, s = _part(group, off, n, n_group).step(state, cur, dt)
+            s = jnp.broadcast_to(s, lead + (n,))
+            out += [jnp.broadcast_to(x, lead + (n,)).reshape(-1) for x in jtu.tree_leaves(new)]
+            out.append(s.reshape(-1))
+            parts.append(s)
+        if several:
+            out.append(jnp.concatenate(parts, axis=-1).reshape(-1))
+        return tuple(out)
+
+    outs = with_reference_jvp(fused, reference, ops.arrays)
     pops, spikes = {}, {}
-    for name, first, n in layout:
+    for name, first, n, *_ in layout:
         k = treedef.num_leaves
         pops[name] = jtu.tree_unflatten(
             treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
