@@ -26,6 +26,16 @@ groups the ring reaches (`neurojax.network._propagation.zero_after`). A layout w
 delivery is a compiled call on an aliased buffer zeroes the slot inside that call
 (`Layout.clears_slot`).
 
+**The GPU per-step path.** Where the GPU slots run (a GPU backend, or
+`nj.kernels.interpret("gpu")`), phase 1 is one Pallas kernel for every projection (it also
+zeroes the slot it read, and gives the ring the flag `CLEARED` instead of `fresh`), and phase
+2 is one Pallas kernel per group (`neurojax.kernels._pallas_step`): the kinetics' and the
+neuron model's own `step` traced into the kernel, constant parameters baked in, the state
+never concatenated or split. A step of COBA is then 6 kernels (see `docs/guides/gpu.md`). A
+phase the kernels cannot take (a traced `dt`, state or parameters of other shapes, a sharded
+network's padding mask) keeps the XLA path below, with the same results; the kernels'
+derivative is that of the XLA path.
+
 What a phase needs of the network's structure is a `Plan` (static: groups, sizes, who
 projects where, ring offsets); what differs between the single-device and the sharded
 network (the sizes of the local blocks, the layouts and parameters each device holds, the
@@ -127,9 +137,10 @@ def arrivals(
 
     Returns the rings (unchanged: `delivery` zeroes the slot read before it adds this
     step's spikes), per ring whether it has one slot (handed to delivery as "fresh": its
-    content no longer counts), the new kinetics states and `g` per projection (None for a
-    projection that shares another's columns and state, `Plan.synapse_of`: its arrivals are
-    in the other's `g`).
+    content no longer counts; `CLEARED` on the GPU per-step path, whose kernel returns the
+    rings with the slot read already zeroed), the new kinetics states and `g` per
+    projection (None for a projection that shares another's columns and state,
+    `Plan.synapse_of`: its arrivals are in the other's `g`).
     """
     if _pallas.gpu_path():
         fused = _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt)
@@ -366,7 +377,8 @@ def integrate(
     A group of several populations is stepped as one concatenated population. `current(name)`
     gives a population's input (see `total_current`); `source_step(name, source, state)`
     steps a spike source; `valid[g]` (optional) masks the spikes of group `g` (padding
-    neurons of a sharded network never spike).
+    neurons of a sharded network never spike). On the GPU per-step path a group without
+    `valid` is one Pallas kernel (`_group_gpu`), with the same results.
 
     Returns the new population states, the spikes per population and per group.
     """
@@ -679,6 +691,9 @@ def delivery(
 ) -> tuple[list[jax.Array], list[tuple[int, jax.Array]]]:
     """Phase 4: zero the slot `step mod D` that `arrivals` read from each ring of more than
     one slot, then add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
+
+    A ring whose flag is `CLEARED` (the GPU per-step path's arrivals zeroed its slot) is
+    neither zeroed again nor taken as fresh.
 
     Every projection delivers through its layout; the projections of one layout class in a
     group are handed to that class's `deliver_group` together (the event layout compacts the
