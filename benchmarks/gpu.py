@@ -1204,7 +1204,7 @@ def _step_cmdbuf_figures(size: dict[str, Any], repeats: int, budget_s: float) ->
     args = argparse.Namespace(
         sizes=[size["step_cmdbuf_network_n"]],
         steps=size["step_cmdbuf_steps"],
-        record_every=100,
+        record_every=min(100, size["step_cmdbuf_steps"]),  # must divide the steps
         threads=1,
         repeats=repeats,
         budget=budget_s / (len(scales) + 1),
