@@ -8,6 +8,7 @@ is finite, and the time-limit arithmetic.
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -210,3 +211,24 @@ def test_dry_run_prints_the_plan_and_the_kernel_counts(tmp_path):
     assert counts["coba"]["kernels"] <= 6 and counts["coba"]["triton_kernels"] == 3
     assert counts["coba_stdp"]["kernels"] > counts["coba"]["kernels"]
     assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_command_buffer_flags_are_ones_this_xla_accepts():
+    """Each `step_cmdbuf` variant's flag parses in this jaxlib's XLA (which checks the
+    command types' names even on a CPU), and a misspelt type is refused: the check can fail."""
+
+    def starts(flags: str) -> bool:
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        env["XLA_FLAGS"] = flags
+        proc = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0)"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        return proc.returncode == 0
+
+    for flag in gpu.STEP_CMDBUF_VARIANTS.values():
+        assert starts(flag), flag
+    assert not starts("--xla_gpu_enable_command_buffer=+WHILEE")
