@@ -288,3 +288,19 @@ def test_gradient_through_the_fused_step_is_the_xla_paths():
         got = jax.jit(jax.grad(loss))(v0)
     assert float(jnp.abs(want).max()) > 0
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_sharded_network_under_interpret_equals_the_unsharded_run():
+    """`nj.parallel.shard_network` walks the same phases: with the GPU kernels interpreted
+    (fused arrivals, the `CLEARED` ring flag through its delivery) its spikes are the
+    unsharded CPU run's."""
+    from neurojax.parallel import shard_network
+
+    net, state = nj.models.cuba(jax.random.key(0), n_exc=400, n_inh=100, p=0.05, method="event")
+    _, want = nj.simulate(net, state, dt=0.1, n_steps=200)
+    sharded = shard_network(net, jax.make_mesh((1,), ("neurons",)))
+    with nj.kernels.interpret("gpu"):
+        _, got = sharded.run(sharded.shard_state(state), dt=0.1, n_steps=200)
+    assert int(want.spikes["E"].sum()) > 0
+    for pop in ("E", "I"):
+        np.testing.assert_array_equal(np.asarray(got.spikes[pop]), np.asarray(want.spikes[pop]))
