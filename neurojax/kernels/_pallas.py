@@ -138,7 +138,12 @@ def gpu_path() -> bool:
 
     if mode() == "reference":
         return False
-    return interpret_mode() == "gpu" or jax.default_backend() in ("gpu", "cuda")
+    if interpret_mode() == "gpu":
+        return True
+    dev = jax.config.jax_default_device  # `jax.default_device(cpu)` on a GPU machine
+    if dev is not None and (dev if isinstance(dev, str) else getattr(dev, "platform", "")) == "cpu":
+        return False
+    return jax.default_backend() in ("gpu", "cuda")
 
 
 def masked_store(ref, idx: jax.Array, val: jax.Array, ok: jax.Array, interpret: bool) -> None:
