@@ -26,7 +26,10 @@ sees, in this order of priority:
     (real-time factor);
 14. `coba_cmdbuf` (its own child, `XLA_FLAGS` += `CMDBUF_FLAGS`: XLA:GPU's WHILE and
     CONDITIONAL command buffers): COBA one trial and 1024 trials, to compare with
-    `coba_one` and `coba_batch`.
+    `coba_one` and `coba_batch`;
+15. `step_cmdbuf` (GPU only): the per-step path (microcircuit at scales 0.1 and 1, 10^6 LIF
+    neurons) with command buffers off, at XLA's default and with WHILE and CONDITIONAL
+    (`STEP_CMDBUF_VARIANTS`), one process per setting.
 
 15. `network_run` (third, after `gpu_check`): the whole-network kernel (one program per trial
     runs every step, `Network.fused_run`): its spike counts against the CPU kernels' on COBA
@@ -70,8 +73,12 @@ the children's stderr go to stderr and `DIR/log.txt`.
 `--quick` runs every section at tiny sizes (on the CPU backend when there is no GPU; the
 peers that need CUDA are `"skipped: no GPU"`), in about 2-4 min on two cores.
 
+`--dry-run` times nothing, on any machine: it prints the sections with their limits, the
+`XLA_FLAGS` of each command-buffer variant and the proxy count of the kernels one step
+launches on a GPU (`tests/_kernel_count.py`: COBA, COBA with STDP, the smallest microcircuit).
+
 Run: `python -m benchmarks.gpu --out DIR [--quick] [--sections a,b] [--total S]
-[--repeats R]`.
+[--repeats R] [--dry-run]`.
 """
 
 import argparse
@@ -126,6 +133,7 @@ SECTIONS = (
     Section("coba_vmap", "neurojax", 30, 10, 20),
     Section("microcircuit", "neurojax", 60, 15, 45),
     Section("coba_cmdbuf", "cmdbuf", 45, 15, 30),
+    Section("step_cmdbuf", "neurojax", 90, 20, 40),
     Section("peer_brainpy", "brainpy", 90, 30, 40),
     Section("peer_cupy_hh", "cupy", 20, 10, 10),
     Section("peer_torch_assembly", "torch", 40, 15, 20),
@@ -165,6 +173,9 @@ FULL = {
     "nr_check_coba": (3200, 800, 0.02),
     "nr_batch": 1024,
     "nr_vmap": 64,
+    "step_cmdbuf_scales": (0.1, 1.0),
+    "step_cmdbuf_steps": 1000,
+    "step_cmdbuf_network_n": 1_000_000,
 }
 QUICK = {
     "matmul_sizes": (256, 512),
@@ -197,10 +208,23 @@ QUICK = {
     "nr_check_coba": (160, 40, 0.1),
     "nr_batch": 2,
     "nr_vmap": 2,
+    "step_cmdbuf_scales": (0.01,),
+    "step_cmdbuf_steps": 20,
+    "step_cmdbuf_network_n": 10_000,
 }
 # XLA:GPU's command buffers (CUDA graphs) for the kinds of commands a step uses, WHILE and
 # CONDITIONAL included (off by default): the `coba_cmdbuf` section runs in a child with them.
 CMDBUF_FLAGS = "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUSTOM_CALL,WHILE,CONDITIONAL"
+# The command-buffer settings the per-step path is timed under (`step_cmdbuf`, one grandchild
+# process each, as XLA reads its flags once per process). The flag takes a list of command
+# types, or `+TYPE`/`-TYPE` edits of XLA's default list (FUSION, CUBLAS, CUBLASLT, CUSTOM_CALL,
+# CUDNN, DYNAMIC_SLICE_FUSION, with WHILE and CONDITIONAL off; `xla/debug_options_flags.cc`);
+# an empty list turns command buffers off.
+STEP_CMDBUF_VARIANTS = {
+    "off": "--xla_gpu_enable_command_buffer=",
+    "default": "",
+    "while_conditional": "--xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL",
+}
 COBA_DT = 0.1  # ms
 HH_DT = 0.01  # ms
 LIF_DT = 0.1  # ms
@@ -1280,6 +1304,156 @@ def sec_coba_cmdbuf(ctx: Context) -> None:
     )
 
 
+def _step_cmdbuf_figures(size: dict[str, Any], repeats: int, budget_s: float) -> list[dict]:
+    """The per-step path's figures under the command-buffer setting of this process: the
+    microcircuit at `step_cmdbuf_scales` (real-time factor) and the network of
+    `step_cmdbuf_network_n` LIF neurons of `benchmarks.network_scale`."""
+    import jax
+    import numpy as np
+
+    import neurojax as nj
+
+    from . import network_scale
+
+    out = []
+    steps, dt = size["step_cmdbuf_steps"], 0.1
+    scales = size["step_cmdbuf_scales"]
+    for scale in scales:
+        net, state = nj.models.microcircuit(jax.random.key(SEED), scale=scale)
+        net = _harness.fit_spike_capacity(net, state, dt=dt, n_steps=steps)
+
+        def run(net, state):
+            return nj.simulate(net, state, dt=dt, n_steps=steps, record_every=steps)[1]
+
+        timing, rec, _ = _harness.time_jax(
+            run, (net, state), repeats=repeats, budget_s=budget_s / (len(scales) + 1)
+        )
+        n_spikes = sum(int(np.asarray(x).sum(dtype=np.int64)) for x in rec.spikes.values())
+        out.append(
+            {
+                "figure": f"microcircuit_{scale}",
+                "steps": steps,
+                "dt": dt,
+                **_timing(timing),
+                "real_time_factor": timing.run_s / (steps * dt * 1e-3),
+                "n_spikes": n_spikes,
+            }
+        )
+    args = argparse.Namespace(
+        sizes=[size["step_cmdbuf_network_n"]],
+        steps=size["step_cmdbuf_steps"],
+        record_every=min(100, size["step_cmdbuf_steps"]),  # must divide the steps
+        threads=1,
+        repeats=repeats,
+        budget=budget_s / (len(scales) + 1),
+    )
+    rec = network_scale._child(args)
+    for key in ("bench", "impl", "threads", "rss_gib", "peak_rss_gib", "cpu_kernel"):
+        rec.pop(key, None)
+    out.append({"figure": f"network_{size['step_cmdbuf_network_n']}", **rec})
+    return out
+
+
+def step_cmdbuf_child(variant: str, quick: bool, repeats: int, budget_s: float) -> int:
+    """A grandchild of `step_cmdbuf`: the figures under `XLA_FLAGS` (set by the parent to
+    the variant's flag), one JSON line each on stdout."""
+    size = QUICK if quick else FULL
+    for rec in _step_cmdbuf_figures(size, repeats, budget_s):
+        line = {"variant": variant, "xla_flags": os.environ.get("XLA_FLAGS", ""), **rec}
+        print(json.dumps(_harness._clean({**line, **_device_fields()}), allow_nan=False))
+    return 0
+
+
+def sec_step_cmdbuf(ctx: Context) -> None:
+    """The per-step path (microcircuit at scales 0.1 and 1, 10^6 LIF neurons) with command
+    buffers off, at XLA's default, and with WHILE and CONDITIONAL on (`STEP_CMDBUF_VARIANTS`),
+    each in its own process. On a GPU only: the CPU has no command buffers."""
+    if not ctx.cuda:
+        ctx.emit("variants", {"impl": "neurojax", "status": "skipped", "reason": "no GPU"})
+        return
+    for i, (variant, flag) in enumerate(STEP_CMDBUF_VARIANTS.items()):
+        left = len(STEP_CMDBUF_VARIANTS) - i
+        limit = ctx.left() / left
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + flag).strip()
+        code = (
+            "import sys; from benchmarks.gpu import step_cmdbuf_child; "
+            f"sys.exit(step_cmdbuf_child({variant!r}, {ctx.quick!r}, {ctx.repeats!r}, "
+            f"{0.6 * limit!r}))"
+        )
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-c", code],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=max(limit, 1.0),
+            )
+        except subprocess.TimeoutExpired:
+            ctx.emit(variant, {"impl": "neurojax", "status": "abandoned", "xla_flags": flag})
+            continue
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if proc.returncode != 0 or not lines:
+            error = (proc.stderr or "no output")[-2000:]
+            ctx.emit(variant, {"impl": "neurojax", "status": "error", "error": error})
+            continue
+        for line in lines:
+            rec = json.loads(line)
+            ctx.emit(f"{variant}/{rec.pop('figure')}", {"impl": "neurojax", **rec})
+
+
+def dry_run(size: dict[str, Any], names: list[str], quick: bool) -> list[dict[str, Any]]:
+    """What a run would do, without timing anything (`--dry-run`, any machine): the sections
+    and their limits, the command-buffer variants' `XLA_FLAGS`, and the proxy count of the
+    kernels one step launches on a GPU (`tests/_kernel_count.py`) for COBA, COBA with STDP
+    and the smallest microcircuit of the run."""
+    import importlib.util
+
+    import jax
+
+    import neurojax as nj
+
+    from .peers.brian2_coba_stdp import STDP_PARAMS
+    from .stdp_overhead import with_stdp
+
+    out = [
+        {
+            "section": name,
+            "figure": "plan",
+            "group": BY_NAME[name].group,
+            "limit_s": BY_NAME[name].quick_limit_s if quick else BY_NAME[name].limit_s,
+        }
+        for name in names
+    ]
+    for variant, flag in STEP_CMDBUF_VARIANTS.items():
+        out.append({"section": "step_cmdbuf", "figure": f"variant_{variant}", "xla_flags": flag})
+    path = _harness.REPO_ROOT / "tests" / "_kernel_count.py"
+    spec = importlib.util.spec_from_file_location("_kernel_count", path)
+    counter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(counter)
+    coba, state = nj.models.coba(jax.random.key(SEED))
+    stdp, stdp_state = with_stdp(coba, state, nj.STDP(**STDP_PARAMS, mode="additive"))
+    scale = min(size["step_cmdbuf_scales"])
+    micro, micro_state = nj.models.microcircuit(jax.random.key(SEED), scale=scale)
+    for figure, net, st in (
+        ("coba", coba, state),
+        ("coba_stdp", stdp, stdp_state),
+        (f"microcircuit_{scale}", micro, micro_state),
+    ):
+        kernels, triton, _ = counter.kernels_per_step(
+            lambda s, net=net: net.step(s, None, COBA_DT), st
+        )
+        out.append(
+            {
+                "section": "kernels_per_step",
+                "figure": figure,
+                "kernels": kernels,
+                "triton_kernels": triton,
+            }
+        )
+    return out
+
+
 SECTION_FUNCS: dict[str, Callable[[Context], None]] = {
     "machine": sec_machine,
     "gpu_check": sec_gpu_check,
@@ -1297,6 +1471,7 @@ SECTION_FUNCS: dict[str, Callable[[Context], None]] = {
     "network_run": sec_network_run,
     "microcircuit": sec_microcircuit,
     "coba_cmdbuf": sec_coba_cmdbuf,
+    "step_cmdbuf": sec_step_cmdbuf,
     "peer_brainpy": sec_peer_brainpy,
     "peer_cupy_hh": sec_peer_cupy_hh,
     "peer_torch_assembly": sec_peer_torch_assembly,
@@ -1577,6 +1752,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--cuda", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stall", default="", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan and the proxy kernel counts per step; time nothing",
+    )
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 3 if args.quick else 5
@@ -1594,6 +1774,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.child:
         return child_main(args)
+    if args.dry_run:
+        for rec in dry_run(QUICK if args.quick else FULL, args.names, args.quick):
+            print(json.dumps(rec), flush=True)
+        return 0
     Runner(args).run(args.names)
     return 0
 

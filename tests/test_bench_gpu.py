@@ -8,6 +8,7 @@ is finite, and the time-limit arithmetic.
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -187,3 +188,47 @@ def test_gpu_quick_writes_every_section(tmp_path):
         assert rec["neurojax_over_peer"] == pytest.approx(rec["neurojax_s"] / rec["peer_s"])
     (summary,) = by_section["summary"]
     assert summary["sections"] == [s.name for s in gpu.SECTIONS]
+
+
+@pytest.mark.slow
+def test_dry_run_prints_the_plan_and_the_kernel_counts(tmp_path):
+    """`--dry-run` times nothing: the plan, the command-buffer variants' flags and the proxy
+    kernel counts per step (COBA at most 6, three of them Triton kernels)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu", "--dry-run", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    plan = [r["section"] for r in records if r["figure"] == "plan"]
+    assert plan == [s.name for s in gpu.SECTIONS]
+    flags = {r["figure"]: r["xla_flags"] for r in records if "xla_flags" in r}
+    assert flags == {f"variant_{k}": v for k, v in gpu.STEP_CMDBUF_VARIANTS.items()}
+    counts = {r["figure"]: r for r in records if r["section"] == "kernels_per_step"}
+    assert counts["coba"]["kernels"] <= 6 and counts["coba"]["triton_kernels"] == 3
+    assert counts["coba_stdp"]["kernels"] > counts["coba"]["kernels"]
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_command_buffer_flags_are_ones_this_xla_accepts():
+    """Each `step_cmdbuf` variant's flag parses in this jaxlib's XLA (which checks the
+    command types' names even on a CPU), and a misspelt type is refused: the check can fail."""
+
+    def starts(flags: str) -> bool:
+        env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+        env["XLA_FLAGS"] = flags
+        proc = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(1.0)"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        return proc.returncode == 0
+
+    for flag in gpu.STEP_CMDBUF_VARIANTS.values():
+        assert starts(flag), flag
+    assert not starts("--xla_gpu_enable_command_buffer=+WHILEE")

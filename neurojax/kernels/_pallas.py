@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._system import env_choice
@@ -126,3 +127,49 @@ def atomic_add(ref, idx: jax.Array, val: jax.Array, ok: jax.Array, interpret: bo
         return c
 
     lax.fori_loop(0, idx_f.shape[0], one, 0)
+
+
+def gpu_path() -> bool:
+    """Whether the code being traced runs the GPU slots: a GPU backend, or
+    `nj.kernels.interpret("gpu")` on the CPU, with the kernel mode `"auto"` (read at trace
+    time, like the switches it reads). The per-step network path asks it before it fuses a
+    phase into a Pallas kernel that only the GPU has."""
+    from ._config import mode
+
+    if mode() == "reference":
+        return False
+    if interpret_mode() == "gpu":
+        return True
+    dev = jax.config.jax_default_device  # `jax.default_device(cpu)` on a GPU machine
+    if dev is not None and (dev if isinstance(dev, str) else getattr(dev, "platform", "")) == "cpu":
+        return False
+    return jax.default_backend() in ("gpu", "cuda")
+
+
+def masked_store(ref, idx: jax.Array, val: jax.Array, ok: jax.Array, interpret: bool) -> None:
+    """`ref[idx] = val` where `ok` (`ref` one-dimensional). Under interpret mode Pallas turns a
+    masked vector store into a gather and a scatter that also writes the masked lanes, so
+    there the masked lanes aim past the end instead (the scatter drops them); the GPU gets a
+    masked store."""
+    from jax.experimental.pallas import triton as plgpu
+
+    if interpret:
+        ref[jnp.where(ok, idx, ref.shape[0])] = val
+    else:
+        plgpu.store(ref.at[idx], val, mask=ok)
+
+
+def uniform_value(x) -> int | float | bool | None:
+    """The Python scalar that every element of `x` equals, when `x` is a concrete (not
+    traced), non-empty array of one value; else None. A kernel bakes such a value in as a
+    constant instead of reading an array of it (a parameter given as one number)."""
+    if isinstance(x, jax.core.Tracer) or not isinstance(x, (jax.Array, np.ndarray)):
+        return None
+    a = np.asarray(x)
+    if a.size == 0 or a.dtype == object:
+        return None
+    flat = a.reshape(-1)
+    first = flat[0]
+    if a.size > 1 and not bool((flat == first).all()):  # NaNs never compare equal: kept
+        return None
+    return first.item()

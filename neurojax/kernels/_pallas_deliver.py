@@ -102,7 +102,10 @@ def deliver_gpu(
     `s * w` into the ring at `(trial, arrival slot, target_offset + post)` with masked atomic
     adds. A burst costs more tiles with work, never a rerun: every spike is delivered
     (`capacity` is checked and otherwise unused, as by the CPU kernel, which also reads the
-    whole spike vector). Per-synapse delays give each synapse its own slot; per-trial weights
+    whole spike vector). Weights that are concrete and all one value (a projection built with
+    one weight) are a constant of the kernel, neither broadcast to an array nor read; a
+    0-d weight (the network's GPU path passes one for such a projection) is one scalar read.
+    Per-synapse delays give each synapse its own slot; per-trial weights
     are read at `trial * nnz + synapse`; `step` is one step index, or one per trial (`(T,)`,
     a vmapped network step's counter, folded in by the GPU batching rule).
 
@@ -148,21 +151,29 @@ def deliver_gpu(
         nnz = indices.shape[0]
         per_trial = w.ndim > 1
         inputs += [indptr.astype(jnp.int32), indices.astype(jnp.int32)]
-        inputs.append(w.astype(ring.dtype).reshape(-1))
+        # A weight known to be one value (concrete and uniform) is a constant of the kernel,
+        # not an array broadcast and read from memory every step.
+        const = _pallas.uniform_value(w)
+        if const is None:
+            inputs.append(w.astype(ring.dtype).reshape(-1))
+        scalar = w.ndim == 0  # one weight for every synapse, read once
         if delays is not None:
             inputs.append(delays.astype(jnp.int32))
         bc = _pallas.next_pow2(min(block_synapses, sp.max_fan_out))
-        layout.append((sp, nnz, per_trial, delays is not None, bc, -(-sp.max_fan_out // bc)))
+        n_chunks = -(-sp.max_fan_out // bc)
+        layout.append((sp, nnz, per_trial, delays is not None, bc, n_chunks, const, scalar))
     ring_flat = base.reshape(-1)
     inputs.append(ring_flat)
 
     def deliver_tile(refs, t, now, i, v, live):
         pos = 2
         ring_ref = refs[-1]  # aliased with refs[-2], the ring handed in
-        for sp, nnz, per_trial, has_delays, bc, n_chunks in layout:
-            indptr_ref, indices_ref, w_ref = refs[pos : pos + 3]
-            delay_ref = refs[pos + 3] if has_delays else None
-            pos += 4 if has_delays else 3
+        for sp, nnz, per_trial, has_delays, bc, n_chunks, const, scalar in layout:
+            n_w = 0 if const is not None else 1
+            indptr_ref, indices_ref = refs[pos : pos + 2]
+            w_ref = refs[pos + 2] if const is None else None
+            delay_ref = refs[pos + 2 + n_w] if has_delays else None
+            pos += 2 + n_w + (1 if has_delays else 0)
             local = i - sp.pre_offset
             row_ok = live & (local >= 0) & (local < sp.n_pre)
             local = jnp.clip(local, 0, sp.n_pre - 1)
@@ -184,6 +195,8 @@ def deliver_gpu(
                 delay_ref=delay_ref,
                 indices_ref=indices_ref,
                 w_ref=w_ref,
+                const=const,
+                scalar=scalar,
             ):
                 j = start[:, None] + c * bc + lane[None, :]
                 ok = row_ok[:, None] & (j < end[:, None])
@@ -195,7 +208,12 @@ def deliver_gpu(
                     d = delay_ref[jc] if delay_ref is not None else sp.delay_steps
                     slot = lax.rem(now + 1 + d, jnp.int32(n_slots))
                 target = (t * n_slots + slot) * n_targets + sp.target_offset + post
-                w = w_ref[t * nnz + jc] if per_trial else w_ref[jc]
+                if const is not None:
+                    w = jnp.full(jc.shape, const, ring_flat.dtype)
+                elif scalar:
+                    w = jnp.broadcast_to(w_ref[0], jc.shape)
+                else:
+                    w = w_ref[t * nnz + jc] if per_trial else w_ref[jc]
                 _pallas.atomic_add(ring_ref, target, v[:, None] * w, ok, interpret)
                 return carry
 

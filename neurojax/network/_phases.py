@@ -26,6 +26,16 @@ groups the ring reaches (`neurojax.network._propagation.zero_after`). A layout w
 delivery is a compiled call on an aliased buffer zeroes the slot inside that call
 (`Layout.clears_slot`).
 
+**The GPU per-step path.** Where the GPU slots run (a GPU backend, or
+`nj.kernels.interpret("gpu")`), phase 1 is one Pallas kernel for every projection (it also
+zeroes the slot it read, and gives the ring the flag `CLEARED` instead of `fresh`), and phase
+2 is one Pallas kernel per group (`neurojax.kernels._pallas_step`): the kinetics' and the
+neuron model's own `step` traced into the kernel, constant parameters baked in, the state
+never concatenated or split. A step of COBA is then 6 kernels (see `docs/guides/gpu.md`). A
+phase the kernels cannot take (a traced `dt`, state or parameters of other shapes, a sharded
+network's padding mask) keeps the XLA path below, with the same results; the kernels'
+derivative is that of the XLA path.
+
 What a phase needs of the network's structure is a `Plan` (static: groups, sizes, who
 projects where, ring offsets); what differs between the single-device and the sharded
 network (the sizes of the local blocks, the layouts and parameters each device holds, the
@@ -35,11 +45,15 @@ padding mask, the per-device step of a spike source) is handed in by the caller.
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import numpy as np
 from jax import lax
 
+from ..kernels import _pallas
+from ..kernels._pallas_step import Operands, segments_call, store, with_reference_jvp
 from ._layout import Delivery, Layout
 from ._plastic import plastic_step
 from ._propagation import clear_slot, zero_after
@@ -55,7 +69,12 @@ __all__ = [
     "split_delays",
     "delivery",
     "peaks",
+    "CLEARED",
 ]
+
+CLEARED = "cleared"
+"""The `fresh` flag `arrivals` gives a ring whose read slot it has already zeroed (the GPU
+per-step path): `delivery` then neither zeroes it nor takes it as fresh."""
 
 
 class Plan(NamedTuple):
@@ -118,10 +137,15 @@ def arrivals(
 
     Returns the rings (unchanged: `delivery` zeroes the slot read before it adds this
     step's spikes), per ring whether it has one slot (handed to delivery as "fresh": its
-    content no longer counts), the new kinetics states and `g` per projection (None for a
-    projection that shares another's columns and state, `Plan.synapse_of`: its arrivals are
-    in the other's `g`).
+    content no longer counts; `CLEARED` on the GPU per-step path, whose kernel returns the
+    rings with the slot read already zeroed), the new kinetics states and `g` per
+    projection (None for a projection that shares another's columns and state,
+    `Plan.synapse_of`: its arrivals are in the other's `g`).
     """
+    if _pallas.gpu_path():
+        fused = _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt)
+        if fused is not None:
+            return fused
     rings, rows, fresh = list(buffers), [], []
     for buf in buffers:
         fresh.append(buf.shape[-2] == 1)
@@ -142,6 +166,158 @@ def arrivals(
         synapses.append(syn_state)
         g.append(g_i)
     return rings, fresh, synapses, g
+
+
+def _lead(shape: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """The trial dimensions of a `(*trials, n)` shape and their product."""
+    lead = tuple(shape[:-1])
+    return lead, int(np.prod(lead, dtype=np.int64))
+
+
+def _arrivals_gpu(plan, kinetics, synapse_states, buffers, step, dt):
+    """Phase 1 as one Pallas kernel for every ring and projection (the GPU per-step path,
+    `neurojax.kernels._pallas_step`): each projection's program reads its columns of the
+    slot `step mod D`, advances its kinetics there, writes the new state and `g`, and zeroes
+    what it read, so the rings come back with the slot cleared (`CLEARED`).
+
+    None (the caller keeps the XLA path) unless every ring's columns are exactly its owning
+    projections' targets, every synaptic state leaf is `(*trials, n_post)` with the rings'
+    trials, every kinetics parameter a scalar or a vector of `n_post`, and `dt` a number."""
+    if not buffers or isinstance(dt, jax.core.Tracer):
+        return None
+    lead, n_trials = _lead(buffers[0].shape[:-1])
+    if any(tuple(b.shape[:-2]) != lead for b in buffers):
+        return None
+    owners = [i for i in range(len(kinetics)) if not plan.shares(i)]
+    for si, buf in enumerate(buffers):
+        at = 0
+        mine = [i for i in owners if plan.ring_of[i][0] == si]
+        for off, n in sorted((plan.ring_of[i][1], plan.sizes[plan.post[i]]) for i in mine):
+            if off != at:
+                return None
+            at += n
+        if at != buf.shape[-1]:
+            return None
+    ops = Operands()
+    now = ops.step(step, lead)
+    if now is None:
+        return None
+    ring_at = [ops.add(b) for b in buffers]
+    out_shapes, segments, layout = [], [], []
+    for i in owners:
+        syn, st, n = kinetics[i], synapse_states[i], plan.sizes[plan.post[i]]
+        si, off = plan.ring_of[i]
+        leaves, treedef = jtu.tree_flatten(st)
+        if any(not isinstance(x, jax.Array) or x.shape != lead + (n,) for x in leaves):
+            return None
+        params, static = eqx.partition(syn, eqx.is_array)
+        p_leaves, p_def = jtu.tree_flatten(params)
+        st_specs = [ops.leaf(x, n, lead) for x in leaves]
+        p_specs = [ops.leaf(x, n, lead) for x in p_leaves]
+        if any(spec is None for spec in st_specs + p_specs):
+            return None
+        x_abs = jax.ShapeDtypeStruct(lead + (n,), buffers[si].dtype)
+        new_abs, g_abs = jax.eval_shape(lambda s_, x_, syn=syn: syn.step(s_, x_, dt), st, x_abs)
+        if jtu.tree_structure(new_abs) != treedef or g_abs.shape != lead + (n,):
+            return None
+        if any(
+            a.shape != x.shape or a.dtype != x.dtype
+            for a, x in zip(jtu.tree_leaves(new_abs), leaves, strict=True)
+        ):
+            return None
+        first = len(out_shapes)
+        out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), g_abs.dtype))
+        shapes = ([x.shape for x in leaves], [x.shape for x in p_leaves])
+        layout.append((i, treedef, first, n, si, off, st_specs, p_specs, p_def, static, shapes))
+        d_slots, width = buffers[si].shape[-2:]
+
+        def body(
+            t,
+            lane,
+            ic,
+            ok,
+            ins,
+            outs,
+            n=n,
+            si=si,
+            off=off,
+            st_specs=st_specs,
+            p_specs=p_specs,
+            treedef=treedef,
+            p_def=p_def,
+            static=static,
+            first=first,
+            d_slots=d_slots,
+            width=width,
+        ):
+            slot = 0 if d_slots == 1 else lax.rem(now.load(ins, t, ic), jnp.int32(d_slots))
+            row = (t * d_slots + slot) * width + off
+            x = ins[ring_at[si]][row + ic]
+            state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
+            model = eqx.combine(
+                jtu.tree_unflatten(p_def, [sp.load(ins, t, ic) for sp in p_specs]), static
+            )
+            new, g = model.step(state, x, dt)
+            new_leaves = jtu.tree_leaves(new)
+            for j, value in enumerate(new_leaves):
+                store(outs[first + j], t * n + lane, value, ok)
+            store(outs[first + len(new_leaves)], t * n + lane, g, ok)
+            store(outs[n_out + si], row + lane, jnp.zeros((), x.dtype), ok)
+
+        segments.append((n, body))
+    n_out = len(out_shapes)
+    out_shapes += [jax.ShapeDtypeStruct((b.size,), b.dtype) for b in buffers]
+
+    def fused(arrays):
+        return segments_call(
+            segments,
+            arrays,
+            out_shapes,
+            n_trials=n_trials,
+            aliases={pos: n_out + si for si, pos in enumerate(ring_at)},
+            name="nj_arrivals",
+        )
+
+    def reference(arrays):
+        # The same arrivals in XLA (the kernel's derivative): read the slot, step the
+        # kinetics, zero the slot.
+        k = now.whole(arrays, jnp.shape(step))
+        rings = [arrays[pos].reshape(b.shape) for pos, b in zip(ring_at, buffers, strict=True)]
+        out = []
+        for _, treedef, _, n, si, off, st_specs, p_specs, p_def, static, shapes in layout:
+            ring = rings[si]
+            d_slots = ring.shape[-2]
+            slot = (k % d_slots).astype(jnp.int32)
+            if jnp.ndim(slot):  # one step per trial
+                row = jnp.take_along_axis(ring, slot[..., None, None], axis=-2)[..., 0, :]
+            else:
+                row = lax.dynamic_index_in_dim(ring, slot, axis=ring.ndim - 2, keepdims=False)
+            x = row[..., off : off + n]
+            state = jtu.tree_unflatten(
+                treedef, [sp.whole(arrays, sh) for sp, sh in zip(st_specs, shapes[0], strict=True)]
+            )
+            params = [sp.whole(arrays, sh) for sp, sh in zip(p_specs, shapes[1], strict=True)]
+            syn = eqx.combine(jtu.tree_unflatten(p_def, params), static)
+            new, g = syn.step(state, x, dt)
+            out += [leaf.reshape(-1) for leaf in jtu.tree_leaves(new)] + [g.reshape(-1)]
+        for ring in rings:
+            here = jnp.arange(ring.shape[-2], dtype=jnp.int32) == (k % ring.shape[-2])[..., None]
+            here = jnp.broadcast_to(here[..., None], ring.shape)
+            cleared = jnp.where(here, jnp.zeros((), ring.dtype), ring)
+            out.append(cleared.reshape(-1))
+        return tuple(out)
+
+    outs = with_reference_jvp(fused, reference, ops.arrays)
+    synapses, g = list(synapse_states), [None] * len(kinetics)
+    for i, treedef, first, n, *_ in layout:
+        k = treedef.num_leaves
+        synapses[i] = jtu.tree_unflatten(
+            treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
+        )
+        g[i] = outs[first + k].reshape(lead + (n,))
+    rings = [o.reshape(b.shape) for o, b in zip(outs[n_out:], buffers, strict=True)]
+    return rings, [CLEARED] * len(buffers), synapses, g
 
 
 def total_current(
@@ -201,7 +377,8 @@ def integrate(
     A group of several populations is stepped as one concatenated population. `current(name)`
     gives a population's input (see `total_current`); `source_step(name, source, state)`
     steps a spike source; `valid[g]` (optional) masks the spikes of group `g` (padding
-    neurons of a sharded network never spike).
+    neurons of a sharded network never spike). On the GPU per-step path a group without
+    `valid` is one Pallas kernel (`_group_gpu`), with the same results.
 
     Returns the new population states, the spikes per population and per group.
     """
@@ -210,6 +387,18 @@ def integrate(
         if isinstance(model, SpikeSource):
             (name,) = names
             pops[name], s_group = source_step(name, model, populations[name])
+        elif (
+            fused := (
+                _group_gpu(plan, names, model, populations, current, dt)
+                if valid is None and _pallas.gpu_path()
+                else None
+            )
+        ) is not None:
+            new_pops, new_spikes, s_group = fused
+            pops.update(new_pops)
+            spikes.update(new_spikes)
+            group_spikes.append(s_group)
+            continue
         elif len(names) == 1:
             (name,) = names
             pops[name], s_group = model.step(populations[name], current(name), dt)
@@ -249,6 +438,161 @@ def integrate(
             spikes[n] = s_group[..., off : off + plan.sizes[n]]
             off += plan.sizes[n]
     return pops, spikes, group_spikes
+
+
+def _group_gpu(plan, names, model, populations, current, dt):
+    """Phase 2 of one group as one Pallas kernel (the GPU per-step path,
+    `neurojax.kernels._pallas_step`): one segment per population, whose programs read the
+    population's state, its input current and the group model's parameters at the
+    population's offset, run the model's own `step` on them, and write the new state, the
+    population's spikes and (for a group of several) the group's spike vector, so neither
+    the state nor the current is ever concatenated or split.
+
+    Returns `(states, spikes, group spikes)`, or None (the caller keeps the XLA path) unless
+    every state leaf is `(*trials, n)` with the same trials, every current a scalar, a vector
+    or `(*trials, n)`, every parameter of the group model a scalar, a vector of the group or
+    `(*trials, n_group)`, the step's results shaped like its state, and `dt` a number."""
+    if isinstance(dt, jax.core.Tracer):
+        return None
+    members = [populations[n] for n in names]
+    leaves0, treedef = jtu.tree_flatten(members[0])
+    if not leaves0 or not isinstance(leaves0[0], jax.Array) or leaves0[0].ndim < 1:
+        return None
+    lead, n_trials = _lead(leaves0[0].shape)
+    sizes = [plan.sizes[n] for n in names]
+    n_group, several = sum(sizes), len(names) > 1
+    like = _neuron_leaf(members[0])
+    dtype = like.dtype
+    ops = Operands()
+    params, static = eqx.partition(model, eqx.is_array)
+    p_leaves, p_def = jtu.tree_flatten(params)
+    p_specs = [ops.leaf(x, n_group, lead) for x in p_leaves]
+    if any(spec is None for spec in p_specs):
+        return None
+    currents = [current(n) for n in names]
+    none = all(c is None for c in currents)
+    out_shapes, segments, layout = [], [], []
+    spikes_abs = None
+    off = 0
+    for name, state, c, n in zip(names, members, currents, sizes, strict=True):
+        leaves, tdef = jtu.tree_flatten(state)
+        if tdef != treedef or any(
+            not isinstance(x, jax.Array) or x.shape != lead + (n,) for x in leaves
+        ):
+            return None
+        if c is not None and not isinstance(c, (jax.Array, np.ndarray)):
+            c = np.asarray(c, dtype)
+        c_spec = None if c is None else ops.leaf(c, n, lead)
+        st_specs = [ops.leaf(x, n, lead) for x in leaves]
+        if (c is not None and c_spec is None) or any(sp is None for sp in st_specs):
+            return None
+        c_abs = None if none else jax.ShapeDtypeStruct(lead + (n,), dtype if several else c.dtype)
+        new_abs, s_abs = jax.eval_shape(
+            lambda st, cc, off=off, n=n: _part(model, off, n, n_group).step(st, cc, dt),
+            state,
+            c_abs,
+        )
+        if jtu.tree_structure(new_abs) != treedef or s_abs.shape != lead + (n,):
+            return None
+        if any(
+            a.shape != x.shape or a.dtype != x.dtype
+            for a, x in zip(jtu.tree_leaves(new_abs), leaves, strict=True)
+        ):
+            return None
+        spikes_abs = s_abs
+        first = len(out_shapes)
+        out_shapes += [jax.ShapeDtypeStruct((n_trials * n,), x.dtype) for x in leaves]
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n,), s_abs.dtype))
+        c_shape = None if c is None else jnp.shape(c)
+        layout.append((name, first, n, off, st_specs, [x.shape for x in leaves], c_spec, c_shape))
+
+        def body(
+            t,
+            lane,
+            ic,
+            ok,
+            ins,
+            outs,
+            n=n,
+            off=off,
+            c=c,
+            c_spec=c_spec,
+            st_specs=st_specs,
+            first=first,
+        ):
+            state = jtu.tree_unflatten(treedef, [sp.load(ins, t, ic) for sp in st_specs])
+            if none:
+                cur = None
+            elif c_spec is None:
+                cur = jnp.zeros((), dtype)
+            else:
+                cur = c_spec.load(ins, t, ic)
+                cur = cur.astype(dtype) if several else cur
+            loaded = [sp._replace(offset=off).load(ins, t, ic) for sp in p_specs]
+            m = eqx.combine(jtu.tree_unflatten(p_def, loaded), static)
+            new, s = m.step(state, cur, dt)
+            new_leaves = jtu.tree_leaves(new)
+            for j, value in enumerate(new_leaves):
+                store(outs[first + j], t * n + lane, value, ok)
+            store(outs[first + len(new_leaves)], t * n + lane, s, ok)
+            if several:
+                store(outs[-1], t * n_group + off + lane, s, ok)
+
+        segments.append((n, body))
+        off += n
+    if several:
+        out_shapes.append(jax.ShapeDtypeStruct((n_trials * n_group,), spikes_abs.dtype))
+
+    def fused(arrays):
+        return segments_call(segments, arrays, out_shapes, n_trials=n_trials, name="nj_group_step")
+
+    def reference(arrays):
+        # Each population's step in XLA on its slice of the group model (the derivative).
+        params = [sp.whole(arrays, x.shape) for sp, x in zip(p_specs, p_leaves, strict=True)]
+        group = eqx.combine(jtu.tree_unflatten(p_def, params), static)
+        out, parts = [], []
+        for _, _, n, off, st_specs, shapes, c_spec, c_shape in layout:
+            state = jtu.tree_unflatten(
+                treedef, [sp.whole(arrays, sh) for sp, sh in zip(st_specs, shapes, strict=True)]
+            )
+            if none:
+                cur = None
+            elif c_spec is None:
+                cur = jnp.zeros((), dtype)
+            else:
+                cur = c_spec.whole(arrays, c_shape)
+                cur = cur.astype(dtype) if several else cur
+            new, s = _part(group, off, n, n_group).step(state, cur, dt)
+            s = jnp.broadcast_to(s, lead + (n,))
+            out += [jnp.broadcast_to(x, lead + (n,)).reshape(-1) for x in jtu.tree_leaves(new)]
+            out.append(s.reshape(-1))
+            parts.append(s)
+        if several:
+            out.append(jnp.concatenate(parts, axis=-1).reshape(-1))
+        return tuple(out)
+
+    outs = with_reference_jvp(fused, reference, ops.arrays)
+    pops, spikes = {}, {}
+    for name, first, n, *_ in layout:
+        k = treedef.num_leaves
+        pops[name] = jtu.tree_unflatten(
+            treedef, [o.reshape(lead + (n,)) for o in outs[first : first + k]]
+        )
+        spikes[name] = outs[first + k].reshape(lead + (n,))
+    s_group = outs[-1].reshape(lead + (n_group,)) if several else spikes[names[0]]
+    return pops, spikes, s_group
+
+
+def _part(model, off: int, n: int, n_group: int):
+    """The group model restricted to neurons `[off, off + n)` (its per-neuron parameters
+    sliced; used only abstractly, to know the shapes of a population's step)."""
+
+    def cut(x):
+        if eqx.is_array(x) and x.ndim and x.shape[-1] == n_group:
+            return x[..., off : off + n]
+        return x
+
+    return jtu.tree_map(cut, model)
 
 
 def plasticity(
@@ -348,6 +692,9 @@ def delivery(
     """Phase 4: zero the slot `step mod D` that `arrivals` read from each ring of more than
     one slot, then add the spikes `sending[r]` of ring `r`'s sending group into ring `r`.
 
+    A ring whose flag is `CLEARED` (the GPU per-step path's arrivals zeroed its slot) is
+    neither zeroed again nor taken as fresh.
+
     Every projection delivers through its layout; the projections of one layout class in a
     group are handed to that class's `deliver_group` together (the event layout compacts the
     spikes once for all of them). Each projection owns its columns of the ring unless it
@@ -421,15 +768,18 @@ def delivery(
                     )
                 )
         ring, first = rings[si], fresh[si]
+        cleared = first is CLEARED  # arrivals zeroed the slot read (the GPU per-step path)
+        if cleared:
+            first = False
         send = sending[si]
-        if group_spikes is not None:
+        if group_spikes is not None and not cleared:
             send = _after_targets(plan, si, send, group_spikes)
         if extra:
             parts = [send] + [releases[i].astype(send.dtype) for i in extra]
             batch = jnp.broadcast_shapes(*(p.shape[:-1] for p in parts))
             parts = [jnp.broadcast_to(p, batch + p.shape[-1:]) for p in parts]
             send_ext = jnp.concatenate(parts, axis=-1)
-        pending = not first  # the slot read this step still holds its arrivals
+        pending = not first and not cleared  # the slot read still holds its arrivals
         for cls, group in by_class.items():
             s = send_ext if cls in with_releases else send
             if pending and getattr(cls, "clears_slot", False):

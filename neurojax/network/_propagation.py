@@ -55,6 +55,7 @@ import numpy as np
 from jax import lax
 
 from ..kernels import Example, Kernel, Sequential, call, register
+from ..kernels._pallas import gpu_path, uniform_value
 from ..kernels._pallas_deliver import EventSpec, deliver_gpu, deliver_tpu
 
 __all__ = [
@@ -182,7 +183,9 @@ def _window(spec, arr, step, s_rows, trial, idx, valid, oob):
     row = trial * spec.n_slots
     target = (row[:, None] + slot) * spec.n_targets + spec.target_offset + post
     target = jnp.where(ok, target, oob)  # out of range: dropped by the scatter
-    if arr.weights.ndim == 1:
+    if arr.weights.ndim == 0:  # one weight for every synapse (the GPU path's constant)
+        w = jnp.broadcast_to(arr.weights, pos.shape)
+    elif arr.weights.ndim == 1:
         w = arr.weights[pos]
     else:  # one weight vector per trial (plastic weights): (*batch, nnz)
         nnz = arr.weights.shape[-1]
@@ -289,6 +292,8 @@ def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None,
     buffers = []
     for w, (indptr, indices, delays) in zip(weights, tables, strict=True):
         delays = jnp.zeros((1,), jnp.int32) if delays is None else delays
+        if w.ndim == 0:  # one weight for every synapse (the GPU path's form)
+            w = jnp.broadcast_to(w, indices.shape)
         buffers += [indptr, indices, w.astype(ring.dtype).reshape(-1), delays]
     call = jax.ffi.ffi_call(
         DELIVER_TARGET,
@@ -573,12 +578,15 @@ def deliver(
     """
     weights = tuple(arr.weights for arr in arrays)
     tables = tuple((arr.indptr, arr.indices, arr.delays) for arr in arrays)
+    gpu = gpu_path()
+    if gpu:  # a projection of one weight passes it as one number (see `deliver_gpu`)
+        weights = tuple(_one_weight(w) for w in weights)
     frozen = tuple(tuple(sp) for sp in specs)
     cap = None if capacity is None else capacity_for(capacity, specs[0].n_source)
     if cap is not None and cap >= specs[0].n_source:
         cap = None
     clear = bool(clear) and not fresh and specs[0].n_slots > 1
-    return call(
+    out = call(
         DELIVER,
         s,
         step,
@@ -590,3 +598,12 @@ def deliver(
         capacity=cap,
         clear=clear,
     )
+    # The GPU slot reads the whole spike vector and never needs a larger buffer: its zero
+    # is left out, so the network's peak is not updated with it every step.
+    return out[0] if gpu else out
+
+
+def _one_weight(w):
+    """`w` as a 0-d array when it is concrete and of one value, else `w`."""
+    value = uniform_value(w)
+    return w if value is None else jnp.asarray(value, w.dtype)
