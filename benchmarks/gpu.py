@@ -440,12 +440,16 @@ def _coba_figure(
         final, rec = nj.simulate(net, state, dt=COBA_DT, n_steps=steps, record_every=every)
         return final, rec.spikes
 
-    timing, (_, spikes), _ = _harness.time_jax(
-        run, (net, state), repeats=ctx.repeats, budget_s=ctx.budget(share)
-    )
+    # The per-step path: COBA fits one program, so on a GPU `simulate` would otherwise run it
+    # whole (`network_run`, timed in its own section).
+    with nj.kernels.whole_networks(False):
+        timing, (_, spikes), _ = _harness.time_jax(
+            run, (net, state), repeats=ctx.repeats, budget_s=ctx.budget(share)
+        )
     rates = _coba_rates(spikes, n_exc, n_inh, batch, steps * COBA_DT)
     return {
         "model": "coba",
+        "path": "per-step",
         "scale": scale,
         "n_neurons": n_exc + n_inh,
         "n_synapses": net.n_synapses,
@@ -1002,7 +1006,8 @@ def sec_peer_snntorch(ctx: Context) -> None:
 
 def sec_gpu_check(ctx: Context) -> None:
     """Each GPU kernel's result against the CPU kernel's on the same inputs, before anything
-    is timed: LIF and HH whole runs (`lif_run`, `hh_run`) and COBA (the per-step delivery),
+    is timed: LIF and HH whole runs (`lif_run`, `hh_run`) and COBA (the per-step path, kept
+    there with `nj.kernels.whole_networks(False)`; `network_run` checks itself),
     spike counts per neuron compared exactly. Without a GPU the same comparison runs the GPU
     slots on the CPU in Pallas interpret mode (`nj.kernels.interpret("gpu")`), which tests
     this section's logic. A mismatch is an `ok` line with `"match": false` and a line on
@@ -1072,7 +1077,8 @@ def sec_gpu_check(ctx: Context) -> None:
             spikes = nj.simulate(net, st, dt=COBA_DT, n_steps=steps)[1].spikes
             return spikes["E"], spikes["I"]
 
-        return compare("coba", lambda: (state,), run)
+        with nj.kernels.whole_networks(False):  # the per-step delivery (network_run: its own)
+            return compare("coba", lambda: (state,), run)
 
     for name, fn in (("lif", lif), ("hh", hh), ("coba", coba)):
         ctx.guard(name, "neurojax", fn)
@@ -1101,11 +1107,13 @@ def sec_coba_vmap(ctx: Context) -> None:
 
             return jax.vmap(one_trial)(states).spikes
 
-        timing, spikes, _ = _harness.time_jax(
-            run, (net, states), repeats=ctx.repeats, budget_s=ctx.budget(0.5)
-        )
+        with nj.kernels.whole_networks(False):  # the per-step path (network_run: own section)
+            timing, spikes, _ = _harness.time_jax(
+                run, (net, states), repeats=ctx.repeats, budget_s=ctx.budget(0.5)
+            )
         n_spikes = sum(int(np.asarray(x).sum(dtype=np.int64)) for x in spikes.values())
         return {
+            "path": "per-step",
             "trials": trials,
             "steps": steps,
             "dt": COBA_DT,

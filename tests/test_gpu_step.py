@@ -17,6 +17,14 @@ from _kernel_count import kernels_per_step
 import neurojax as nj
 
 
+@pytest.fixture(autouse=True)
+def _per_step_path():
+    """These tests are about the per-step path: a network that fits one GPU program would
+    otherwise run whole in `network_run` under `nj.simulate` (tests/test_gpu_network_run.py)."""
+    with nj.kernels.whole_networks(False):
+        yield
+
+
 @pytest.fixture(scope="module")
 def coba():
     return nj.models.coba(jax.random.key(0))

@@ -618,11 +618,13 @@ def test_network_runs_the_gpu_kernels():
     state = net.init_state(jax.random.key(0))
     with nj.kernels.use("reference"):
         want_final, want = nj.simulate(net, state, dt=0.1, n_steps=400)
-    with nj.kernels.interpret("gpu"):
-        final, got = nj.simulate(net, state, dt=0.1, n_steps=400)
-        step = str(jax.make_jaxpr(lambda st: net.step(st, None, 0.1))(state))
-    assert step.count("pallas_call") >= 3  # the delivery and the two plasticity phases
     assert int(want.spikes["E"].sum()) > 20 and int(want.spikes["I"].sum()) > 5
-    for pop in ("E", "I"):
-        np.testing.assert_array_equal(got.spikes[pop], want.spikes[pop])
-    chex.assert_trees_all_close(final, want_final, rtol=RTOL, atol=1e-5)
+    # the per-step GPU path and the whole-network kernel (network_run) alike
+    for whole in (False, True):
+        with nj.kernels.interpret("gpu"), nj.kernels.whole_networks(whole):
+            final, got = nj.simulate(net, state, dt=0.1, n_steps=400)
+            step = str(jax.make_jaxpr(lambda st: net.step(st, None, 0.1))(state))
+        assert step.count("pallas_call") >= 3  # the delivery and the two plasticity phases
+        for pop in ("E", "I"):
+            np.testing.assert_array_equal(got.spikes[pop], want.spikes[pop])
+        chex.assert_trees_all_close(final, want_final, rtol=RTOL, atol=1e-5)
