@@ -45,6 +45,7 @@
 
 #include "common.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 
@@ -1027,7 +1028,7 @@ ffi::Error CapImpl(ffi::AnyBuffer x, ffi::AnyBuffer cand, ffi::AnyBuffer support
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, RowSumImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, nj_ffi::Ordered<RowSumImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
                                   .Arg<ffi::AnyBuffer>()  // rows (*batch, k) int32
@@ -1052,12 +1053,12 @@ auto UpdateBinding() {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, nj_ffi::Ordered<UpdateImpl>,
                               UpdateBinding()
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)
                                   .Attr<int64_t>("plastic"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, nj_ffi::Ordered<UpdateSumImpl>,
                               UpdateBinding()
                                   .Arg<ffi::AnyBuffer>()  // sum_rows (*batch, kq)
                                   .Arg<ffi::AnyBuffer>()  // sum_limit (*batch,)
@@ -1065,7 +1066,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
                                   .Ret<ffi::AnyBuffer>()  // x (*batch, C)
                                   .Attr<int64_t>("plastic"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, nj_ffi::Ordered<ChooseImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // words (*batch, n_words, width) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
@@ -1073,7 +1074,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, nj_ffi::Ordered<ChooseThreefryImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // key (*batch, 2) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
@@ -1081,19 +1082,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, TopKImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, nj_ffi::Ordered<TopKImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()   // x1 (*batch, n1)
                                   .Arg<ffi::AnyBuffer>()   // x2 (*batch, n2)
                                   .Ret<ffi::AnyBuffer>()   // values (*batch, k)
                                   .Ret<ffi::AnyBuffer>());  // indices (*batch, k) int32
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmBits, BitsImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmBits, nj_ffi::Ordered<BitsImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()    // key (*batch, 2) uint32
                                   .Ret<ffi::AnyBuffer>());  // words (*batch, n) uint32
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmCap, CapImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmCap, nj_ffi::Ordered<CapImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()   // x (*batch, cap)
                                   .Arg<ffi::AnyBuffer>()   // cand (*batch, k)
