@@ -15,10 +15,14 @@
 // operations later, the spikes that another kernel call reads, on another thread. XLA orders
 // the two through its thunk executor (atomics in libjax_common, which is not instrumented),
 // so ThreadSanitizer sees two accesses of one heap block by two threads with nothing between
-// them and reports a race: the report of the slow test at csr_deliver.cc:195, a read of the
-// spikes on the one-thread path of the delivery (no pool involved) on an Eigen thread, of a
-// block "allocated by main thread". The edge added here is the one XLA guarantees: a kernel
-// call that starts after another kernel call ended runs after it.
+// them and reports a race. The report of the slow test was of that kind: a read of the spikes
+// at csr_deliver.cc:195, which is the one-thread path of the delivery (reached only with one
+// thread set, so no worker of the pool existed), on an XLA Eigen thread, in a block
+// "allocated by main thread". With ignore_noninstrumented_modules=1 ThreadSanitizer records
+// only this library's accesses, so the other access was another call of these kernels, on
+// another XLA thread, and nothing but XLA's executor ordered the two. The edge added here is
+// the one XLA guarantees: a kernel call that starts after another kernel call ended runs
+// after it.
 //
 // What it does not hide: an access by the pool's workers is never ordered by it (only the
 // thread that XLA called acquires and releases), so races between the workers and the caller
