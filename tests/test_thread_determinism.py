@@ -182,6 +182,36 @@ def test_microcircuit_small_scale(share_everything):
     _across_threads(share_everything, net, state, 200)
 
 
+def test_poisson_background_counts(share_everything):
+    """The microcircuit's Poisson background alone (`nj_poisson_counts`, split by source
+    ranges): the same counts with 1-4 threads, equal to the pure-JAX draws, the pool used."""
+    net, state = nj.models.microcircuit(jr.key(0), scale=0.02, k_scale=0.2)
+    source = net.populations["background"]
+    key = jr.key(12)
+    st0 = source.init_state(source.level.shape, key=key)
+
+    def draws(st):
+        def body(st, _):
+            st, counts = source.step(st, None, DT)
+            return st, counts
+
+        return jax.lax.scan(body, st, None, length=50)[1]
+
+    run = jax.jit(draws)
+    outs, jobs = {}, {}
+    for k in THREADS:
+        nj.use_cpu_threads(k, xla=False)
+        before = share_everything.NjSharedJobs()
+        outs[k] = np.asarray(run(st0))
+        jobs[k] = share_everything.NjSharedJobs() - before
+    with nj.kernels.use("reference"):
+        want = np.asarray(jax.jit(draws)(st0))
+    assert want.sum() > 1000  # counts of several per source and step at these rates
+    for k in THREADS:
+        np.testing.assert_array_equal(outs[k], want, err_msg=f"{k} threads")
+    assert jobs[1] == 0 and all(jobs[k] > 0 for k in THREADS[1:]), jobs
+
+
 def test_pure_jax_path(share_everything):
     """The reference mode runs no kernel: its results do not depend on the setting either."""
     net = _plastic_net(RULES["stdp-additive"]())
