@@ -44,7 +44,9 @@
 #include <vector>
 
 #include "common.h"
+#include "threefry.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 
@@ -812,34 +814,11 @@ ffi::Error TopKImpl(ffi::AnyBuffer x1, ffi::AnyBuffer x2, ffi::Result<ffi::AnyBu
   return ffi::Error::Success();
 }
 
-// nj_asm_bits: words[b, i] = y0 ^ y1 for (y0, y1) = Threefry-2x32 (20 rounds) of the counter
-// (0, i) under the key (key[b, 0], key[b, 1]), i < n: the 32-bit words that jax.random.bits
-// draws from a threefry key with jax_threefry_partitionable on (the caller checks that
-// setting; a test compares the two). On CPU, JAX evaluates Threefry as a loop of five small
-// XLA computations, which costs several microseconds per draw; here it is one call.
-// Threefry: Salmon, Moraes, Dror and Shaw (2011), "Parallel random numbers: as easy as 1, 2,
-// 3", SC'11; rotation constants and key schedule as published for Threefry-2x32.
-inline uint32_t RotL(uint32_t v, int d) { return (v << d) | (v >> (32 - d)); }
-
-// Words first .. first + n - 1 of that sequence.
-void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n, int64_t first = 0) {
-  static constexpr int kRot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
-  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x0 = 0u + ks[0];
-    uint32_t x1 = static_cast<uint32_t>(first + i) + ks[1];
-#pragma GCC unroll 5
-    for (int j = 0; j < 5; ++j) {
-#pragma GCC unroll 4
-      for (const int r : kRot[j % 2]) {
-        x0 += x1;
-        x1 = RotL(x1, r) ^ x0;
-      }
-      x0 += ks[(j + 1) % 3];
-      x1 += ks[(j + 2) % 3] + static_cast<uint32_t>(j + 1);
-    }
-    out[i] = x0 ^ x1;
-  }
+// nj_asm_bits: words[b, i] = word i of JAX's Threefry sequence under the key key[b]
+// (threefry.h). On CPU, JAX evaluates Threefry as a loop of five small XLA computations,
+// which costs several microseconds per draw; here it is one call.
+inline void ThreefryWords(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n, int64_t first = 0) {
+  nj_threefry::Words(k0, k1, out, n, first);
 }
 
 ffi::Error BitsImpl(ffi::AnyBuffer key, ffi::Result<ffi::AnyBuffer> words) {
@@ -1027,7 +1006,7 @@ ffi::Error CapImpl(ffi::AnyBuffer x, ffi::AnyBuffer cand, ffi::AnyBuffer support
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, RowSumImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmRowSum, nj_ffi::Ordered<RowSumImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, R, C)
                                   .Arg<ffi::AnyBuffer>()  // rows (*batch, k) int32
@@ -1052,12 +1031,12 @@ auto UpdateBinding() {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, UpdateImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdate, nj_ffi::Ordered<UpdateImpl>,
                               UpdateBinding()
                                   .Ret<ffi::AnyBuffer>()  // weights (aliased)
                                   .Attr<int64_t>("plastic"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, nj_ffi::Ordered<UpdateSumImpl>,
                               UpdateBinding()
                                   .Arg<ffi::AnyBuffer>()  // sum_rows (*batch, kq)
                                   .Arg<ffi::AnyBuffer>()  // sum_limit (*batch,)
@@ -1065,7 +1044,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmUpdateSum, UpdateSumImpl,
                                   .Ret<ffi::AnyBuffer>()  // x (*batch, C)
                                   .Attr<int64_t>("plastic"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, nj_ffi::Ordered<ChooseImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // words (*batch, n_words, width) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
@@ -1073,7 +1052,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChoose, ChooseImpl,
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, nj_ffi::Ordered<ChooseThreefryImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // key (*batch, 2) u32
                                   .Arg<ffi::AnyBuffer>()  // slot (*batch, rows) int32
@@ -1081,19 +1060,19 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmChooseThreefry, ChooseThreefryImpl,
                                   .Arg<ffi::AnyBuffer>()  // total (*batch,) int32
                                   .Ret<ffi::AnyBuffer>());  // chosen (*batch, rows, width)
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, TopKImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmTopK, nj_ffi::Ordered<TopKImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()   // x1 (*batch, n1)
                                   .Arg<ffi::AnyBuffer>()   // x2 (*batch, n2)
                                   .Ret<ffi::AnyBuffer>()   // values (*batch, k)
                                   .Ret<ffi::AnyBuffer>());  // indices (*batch, k) int32
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmBits, BitsImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmBits, nj_ffi::Ordered<BitsImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()    // key (*batch, 2) uint32
                                   .Ret<ffi::AnyBuffer>());  // words (*batch, n) uint32
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmCap, CapImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjAsmCap, nj_ffi::Ordered<CapImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()   // x (*batch, cap)
                                   .Arg<ffi::AnyBuffer>()   // cand (*batch, k)

@@ -33,6 +33,7 @@
 #include "pool.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 using nj_events::AnyBits;
@@ -411,7 +412,7 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, CsrDeliverImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, nj_ffi::Ordered<CsrDeliverImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // spikes (*batch, n_source)
                                   .Arg<ffi::AnyBuffer>()  // step () int32
@@ -766,7 +767,7 @@ ffi::Error StdpImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer x_in, ffi::AnyBuffer y_i
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, StdpImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStdpUpdate, nj_ffi::Ordered<StdpImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
                                   .Arg<ffi::AnyBuffer>()  // x after arrivals (*batch, n_pre)
@@ -903,7 +904,7 @@ ffi::Error StpReleaseImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStpRelease, StpReleaseImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjStpRelease, nj_ffi::Ordered<StpReleaseImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // spikes (*batch, n)
                                   .Arg<ffi::AnyBuffer>()  // step () int32

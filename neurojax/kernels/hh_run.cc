@@ -34,6 +34,7 @@
 
 #include "common.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 
@@ -418,7 +419,7 @@ ffi::Error HhRunImpl(ffi::ThreadPool pool, ffi::AnyBuffer v, ffi::AnyBuffer m, f
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjHhRun, HhRunImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjHhRun, nj_ffi::Ordered<HhRunImpl>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()   // v (n)

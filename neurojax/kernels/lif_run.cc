@@ -38,6 +38,7 @@
 
 #include "common.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 
@@ -173,7 +174,7 @@ ffi::Error LifRunImpl(ffi::AnyBuffer v, ffi::AnyBuffer r, ffi::AnyBuffer v_inf, 
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjLifRun, LifRunImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjLifRun, nj_ffi::Ordered<LifRunImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()   // v (n)
                                   .Arg<ffi::AnyBuffer>()   // refractory (n)

@@ -57,6 +57,7 @@
 #include "pool.h"
 #include "spike_events.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 using nj_events::AnyBits;
@@ -469,7 +470,7 @@ ffi::Error TraceImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer p0_in, ffi::AnyBuffer p
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, TraceImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjTraceUpdate, nj_ffi::Ordered<TraceImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
                                   .Arg<ffi::AnyBuffer>()  // pre trace 0 (*batch, n_pre)
@@ -770,7 +771,7 @@ ffi::Error RewardImpl(ffi::AnyBuffer w_in, ffi::AnyBuffer e_in, ffi::AnyBuffer s
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjRewardUpdate, RewardImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjRewardUpdate, nj_ffi::Ordered<RewardImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // weights (*batch, nnz)
                                   .Arg<ffi::AnyBuffer>()  // eligibility (*batch, nnz)

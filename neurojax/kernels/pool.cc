@@ -249,6 +249,8 @@ void RecordShared(int64_t work, int n, int64_t ns) {
                       std::memory_order_relaxed);
 }
 
+double UnitNs() { return S().unit_ns.load(std::memory_order_relaxed); }
+
 void RecordSerial(int64_t work, int64_t ns) {
   if (work < 1024 || ns <= 0) return;
   State& s = S();

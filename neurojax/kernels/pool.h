@@ -60,6 +60,11 @@ int Worth(int64_t work, int phases);
 // model (what sharing costs beyond the work divided among the threads).
 void RecordShared(int64_t work, int n, int64_t ns);
 
+// The measured cost of one unit of work (a synapse touched) on one thread, in ns (0 before
+// the pool's first calibration): a kernel whose work is of another kind converts its own
+// measured cost into these units.
+double UnitNs();
+
 // Feeds the measured cost of `work` units done on one thread in `ns` nanoseconds into the
 // cost model (an exponential average).
 void RecordSerial(int64_t work, int64_t ns);

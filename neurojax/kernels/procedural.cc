@@ -43,6 +43,7 @@
 #include "common.h"
 #include "pool.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -751,7 +752,7 @@ ffi::Error ProceduralDrawsImpl(ffi::Buffer<ffi::U32> words, ffi::Buffer<ffi::F32
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDraws, ProceduralDrawsImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDraws, nj_ffi::Ordered<ProceduralDrawsImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::U32>>()  // words
                                   .Arg<ffi::Buffer<ffi::F32>>()  // parameters
@@ -761,7 +762,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDraws, ProceduralDrawsImpl,
                                   .Attr<int64_t>("delay_kind")
                                   .Attr<int64_t>("max_steps"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDeliver, ProceduralDeliverImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjProceduralDeliver, nj_ffi::Ordered<ProceduralDeliverImpl>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()  // spikes (*batch, n_source)

@@ -33,6 +33,7 @@
 
 #include "common.h"
 #include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
 
 namespace ffi = xla::ffi;
 
@@ -269,14 +270,14 @@ ffi::Error SpikeMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuff
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjSpikeMatmul, SpikeMatmulImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjSpikeMatmul, nj_ffi::Ordered<SpikeMatmulImpl>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()   // x (M, K)
                                   .Arg<ffi::AnyBuffer>()   // w (K, N)
                                   .Ret<ffi::AnyBuffer>());  // y (M, N)
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(NjSpikeMatmulT, SpikeMatmulTImpl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjSpikeMatmulT, nj_ffi::Ordered<SpikeMatmulTImpl>,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::AnyBuffer>()   // x (M, K)

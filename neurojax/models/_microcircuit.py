@@ -108,6 +108,7 @@ from jax.experimental import sparse
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import connectivity as connect
+from .. import kernels
 from .._validation import as_float, default_float, normalize_shape
 from ..connectivity._fixed_total import aligned_empty, fixed_total_csr
 from ..network import Layout, Network, NetworkState, Projection, SpikeSource
@@ -254,6 +255,64 @@ def microcircuit_dc(k_scale: float = 1.0, background: str = "poisson") -> np.nda
 # ---------------------------------------------------------------------- spike sources
 
 
+def _lookup(u: jax.Array, level: jax.Array, cdf: jax.Array) -> jax.Array:
+    """The Poisson count of each uniform number `u[..., i]`: how many entries of its source's
+    CDF row `cdf[level[i]]` lie below it (as a float of `u`'s dtype)."""
+    table = cdf[level]  # (n, n_terms)
+    return jnp.sum(u[..., None] > table, axis=-1).astype(u.dtype)
+
+
+def _threefry_partitionable(key: PRNGKeyArray) -> bool:
+    return str(jr.key_impl(key)) == "threefry2x32" and bool(jax.config.jax_threefry_partitionable)
+
+
+def _poisson_counts_jax(key_data: Array, level: Array, cdf: Array, *, shape) -> Array:
+    key = jr.wrap_key_data(key_data, impl="threefry2x32")
+    return _lookup(jr.uniform(key, shape, dtype=cdf.dtype), level, cdf)
+
+
+def _poisson_counts_cpu(key_data: Array, level: Array, cdf: Array, *, shape) -> Array:
+    call = jax.ffi.ffi_call("nj_poisson_counts", jax.ShapeDtypeStruct(shape, jnp.float32))
+    return call(key_data, level, cdf)
+
+
+def _poisson_counts_supported(key_data, level, cdf, *, shape) -> bool:
+    return (
+        bool(jax.config.jax_threefry_partitionable)
+        and key_data.dtype == jnp.uint32
+        and key_data.shape == (2,)
+        and level.dtype == jnp.int32
+        and cdf.dtype == jnp.float32
+        and cdf.ndim == 2
+        and len(shape) >= 1
+        and shape[-1] == level.shape[0]
+    )
+
+
+def _poisson_counts_examples():
+    levels = jnp.asarray([8.0, 800.0, 25_000.0], jnp.float32) * 1e-4
+    k = jnp.arange(12, dtype=jnp.float32)
+    logp = k[None, :] * jnp.log(levels)[:, None] - levels[:, None] - lax.lgamma(k + 1.0)[None, :]
+    cdf = jnp.cumsum(jnp.exp(logp), axis=-1)
+    for n, batch in ((5, ()), (1300, ()), (300, (3,))):
+        level = jnp.arange(n, dtype=jnp.int32) % 3
+        key = jr.key_data(jr.key(n))
+        yield kernels.Example((key, level, cdf), {"shape": (*batch, n)}, label=f"n={n}{batch}")
+
+
+POISSON_COUNTS = kernels.register(
+    kernels.Kernel(
+        "poisson_counts",
+        reference=_poisson_counts_jax,
+        cpu=_poisson_counts_cpu,
+        ffi_targets=(("nj_poisson_counts", "NjPoissonCounts"),),
+        supports=_poisson_counts_supported,
+        examples=_poisson_counts_examples,
+        doc="Per-step counts of Poisson sources by inversion of their CDF (PoissonCounts).",
+    )
+)
+
+
 class PoissonCountState(eqx.Module):
     """State of `PoissonCounts`: its PRNG key and the counts of the last step."""
 
@@ -295,20 +354,27 @@ class PoissonCounts(SpikeSource):
             )
         return PoissonCountState(key=key, spikes=jnp.zeros(shape, default_float()))
 
-    def _counts(self, u: jax.Array, level: jax.Array, dt: float) -> jax.Array:
+    def _cdf(self, dt: float) -> jax.Array:
         lam = self.levels * (dt * 1e-3)
         k = jnp.arange(self.n_terms, dtype=lam.dtype)
         # log P(k) = k log lam - lam - log k!, cumulated: CDF table (levels, n_terms)
         logp = k[None, :] * jnp.log(lam)[:, None] - lam[:, None] - lax.lgamma(k + 1.0)[None, :]
-        cdf = jnp.cumsum(jnp.exp(logp), axis=-1)
-        table = cdf[level]  # (n, n_terms)
-        return jnp.sum(u[..., None] > table, axis=-1).astype(u.dtype)
+        return jnp.cumsum(jnp.exp(logp), axis=-1)
+
+    def _counts(self, u: jax.Array, level: jax.Array, dt: float) -> jax.Array:
+        return _lookup(u, level, self._cdf(dt))
 
     def step(self, state: PoissonCountState, current=None, dt: float = 0.1):
         """Draw this step's counts; `current` is ignored."""
         key, sub = jr.split(state.key)
-        u = jr.uniform(sub, state.spikes.shape, dtype=state.spikes.dtype)
-        counts = self._counts(u, self.level, dt)
+        shape, dtype = state.spikes.shape, state.spikes.dtype
+        cdf = self._cdf(dt)
+        if _threefry_partitionable(sub) and dtype == jnp.float32 and cdf.dtype == jnp.float32:
+            # The same numbers through the registered kernel (`poisson_counts`: on CPU one
+            # call that draws by source ranges on the kernels' threads).
+            counts = kernels.call(POISSON_COUNTS, jr.key_data(sub), self.level, cdf, shape=shape)
+        else:
+            counts = _lookup(jr.uniform(sub, shape, dtype=dtype), self.level, cdf)
         return PoissonCountState(key=key, spikes=counts), counts
 
     def step_block(self, state, dt, *, size, padded_size, block, axis_name):
