@@ -15,8 +15,9 @@ spikes and the recorded fields of each record window of `every` steps. A step is
    network's order, the constant input, the external input: a constant or this step's row of
    a time series) and the model's own `step` runs on it (traced into the kernel, as the
    plasticity rules' `on_pre`/`on_post` are); a Poisson source draws its spikes from a
-   counter-based generator (`poisson_uniform`) keyed by its PRNG key's words, the trial, the
-   global step and the neuron; the spikes are stored to a per-trial spike row in global
+   counter-based generator (`poisson_uniform`) keyed by the trial's key words (the key's
+   words mixed with the trial's index in its call, `trial_key_words`), the global step and
+   the neuron; the spikes are stored to a per-trial spike row in global
    memory; a projection with short-term plasticity turns its presynaptic spikes into
    releases (Tsodyks-Markram's elementwise `release`, traced into the kernel, its state
    `u, r, last` in registers) and stores them to a row of its own;
@@ -91,6 +92,7 @@ __all__ = [
     "network_run_gpu",
     "network_run_reference",
     "poisson_uniform",
+    "trial_key_words",
     "whole_networks",
     "whole_networks_enabled",
     "NETWORK_RUN",
@@ -321,13 +323,27 @@ def _mix(x: jax.Array) -> jax.Array:
     return x ^ lax.shift_right_logical(x, jnp.uint32(16))
 
 
-def poisson_uniform(key0, key1, trial, step, neuron, dtype) -> jax.Array:
+def trial_key_words(words: jax.Array, n_trials: int) -> jax.Array:
+    """The key words `(n_trials, 2)` of a source's trials: the words of each trial's key
+    (`(1, 2)`: one key for every trial, or `(n_trials, 2)`), the first mixed with the
+    trial's index in its own call, so that the trials of a batch draw independent trains.
+
+    The index is mixed here, outside the kernel, and not from the program's id inside it:
+    a `jax.vmap` over such calls folds them into one launch with more programs
+    (`FoldTrials`), and each trial must still draw what it draws in a call of its own."""
+    words = jnp.asarray(words, jnp.uint32).reshape(-1, 2)
+    words = jnp.broadcast_to(words, (n_trials, 2))
+    mix = _mix(jnp.arange(n_trials, dtype=jnp.uint32) + jnp.uint32(0x9E3779B9))
+    return jnp.stack([words[:, 0] ^ mix, words[:, 1]], axis=-1)
+
+
+def poisson_uniform(key0, key1, step, neuron, dtype) -> jax.Array:
     """Uniform numbers in `[0, 1)` of the counter-based generator of `network_run`: a hash
-    of the key's two words, the trial, the global step and the neuron (24 bits of mantissa).
-    Counter-based: any step of any neuron is drawn without state, so a program draws its own
-    trial's numbers and a run in chunks draws what one run draws."""
+    of the trial's key words (`trial_key_words`), the global step and the neuron (24 bits
+    of mantissa). Counter-based: any step of any neuron is drawn without state, so a program
+    draws its own trial's numbers and a run in chunks draws what one run draws."""
     u32 = jnp.uint32
-    h = _mix(neuron.astype(u32) ^ _mix(trial.astype(u32) + u32(0x9E3779B9)))
+    h = _mix(neuron.astype(u32) ^ u32(0x9E3779B9))
     h = _mix(h ^ _mix(step.astype(u32) ^ u32(0x85EBCA6B)))
     h = _mix(h ^ key0.astype(u32))
     h = _mix(h ^ key1.astype(u32))
@@ -376,7 +392,7 @@ def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_inp
         if pop.source:
             (rate,) = params["pop"][p]
             key0, key1 = params["key"][p]
-            u = poisson_uniform(key0, key1, trial, k, lane + pop.offset, dtype)
+            u = poisson_uniform(key0, key1, k, lane + pop.offset, dtype)
             s = jnp.where(inside & (u < rate * dtype(spec.dt * 1e-3)), dtype(1), dtype(0))
             pops_new.append((s,))
             spikes.append(s)
@@ -1232,7 +1248,7 @@ def _examples():
     )
     args = (
         jnp.zeros((2, 32), f32),  # source spikes, per trial
-        jnp.asarray([[1, 2]], jnp.uint32),  # key words, shared
+        trial_key_words(jnp.asarray([[1, 2]], jnp.uint32), 2),  # key words, per trial
         jnp.asarray([[400.0]], f32),  # rate [Hz]
         jnp.asarray(rng.uniform(-70.0, -50.0, (2, 64)), f32),  # v
         jnp.zeros((2, 64), f32),  # time left refractory

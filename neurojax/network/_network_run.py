@@ -177,6 +177,9 @@ def plan(
                     .reshape(-1, 2)
                     .astype(jnp.uint32)
                 )
+            # each trial's words, its index in this call mixed in (not the kernel's program
+            # id: a vmap of such calls folds them into one launch, each drawing as alone)
+            words = _pallas_network.trial_key_words(words, n_trials)
             rate = _as_lanes(model.rate, n, npad, batch, dtype, f"population {name!r}: rate")
             if isinstance(rate, str):
                 return rate
