@@ -578,16 +578,64 @@ def _next_arrival(cfg, ptrs, s_all, s_in, prm):
     return out
 
 
+# The residual buffers (one row per event) are written in place at row `e`. Under `jax.vmap`
+# a while loop whose predicate differs between trials selects every carried array between
+# its old and new value at every iteration, which for these buffers costs
+# O(max_events * n) per event: 18x the whole gradient of a Yin-Yang batch at the default
+# capacity. `_forward` therefore has its own batching rule: one loop over the batch that
+# runs while any trial is active, selects only the small per-trial state, and lets a
+# finished trial write its (never read) row `e` past its last event.
+_BUFFERS = ("branch", "j", "kk", "i", "ts", "xs")
+
+
 def _forward(cfg: _Cfg, prm, s_in, t_max):
-    n, k, e_max, n_p = cfg.n, cfg.k, cfg.max_events, len(cfg.projs)
-    dtype = prm["tau_m"].dtype
+    @jax.custom_batching.custom_vmap
+    def run(prm, s_in, t_max):
+        c0 = _forward_init(cfg, prm["tau_m"].dtype)
+        return jax.lax.while_loop(
+            lambda c: _forward_active(cfg, c),
+            lambda c: _forward_body(cfg, c, prm, s_in, t_max),
+            c0,
+        )
+
+    @run.def_vmap
+    def _run_batched(axis_size, in_batched, prm, s_in, t_max):
+        axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
+        c0 = _forward_init(cfg, prm["tau_m"].dtype)
+        c0 = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (axis_size, *a.shape)), c0)
+        active = jax.vmap(functools.partial(_forward_active, cfg))
+        body = jax.vmap(functools.partial(_forward_body, cfg), in_axes=(0, *axes))
+
+        def step(c):
+            on = active(c)
+            new = body(c, prm, s_in, t_max)
+
+            def keep(a, b):
+                return jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 1)), a, b)
+
+            return {
+                key: new[key] if key in _BUFFERS else jax.tree_util.tree_map(keep, new[key], c[key])
+                for key in new
+            }
+
+        c = jax.lax.while_loop(lambda c: jnp.any(active(c)), step, c0)
+        return c, jax.tree_util.tree_map(lambda _: True, c)
+
+    return run(prm, s_in, t_max)
+
+
+def _forward_active(cfg: _Cfg, c):
+    return ~c["done"] & (c["e"] < cfg.max_events)
+
+
+def _forward_init(cfg: _Cfg, dtype):
+    n, k, e_max = cfg.n, cfg.k, cfg.max_events
     zero = jnp.zeros((n,), dtype)
     x0 = (zero, zero, zero, zero)
     ptrs0 = tuple(
         jnp.zeros((pj.n_pre, pj.n_post) if pj.per_synapse else (pj.n_pre,), jnp.int32)
         for pj in cfg.projs
     )
-    spiking = jnp.asarray(cfg.spiking) & ~jnp.asarray(cfg.delta)
     ints = jnp.zeros((e_max,), jnp.int32)
     carry0 = dict(
         e=jnp.zeros((), jnp.int32),
@@ -606,76 +654,75 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
         ts=jnp.zeros((e_max,), dtype),
         xs=jnp.zeros((e_max, 3, n), dtype),
     )
+    return carry0
 
-    def cond(c):
-        return ~c["done"] & (c["e"] < e_max)
 
-    def body(c):
-        t, x = c["t"], c["x"]
-        arr = _next_arrival(cfg, c["ptrs"], c["s"], s_in, prm)
-        if arr:
-            t_arr = jnp.stack([a[0] for a in arr])
-            p_star = jnp.argmin(t_arr).astype(jnp.int32)
-            t_a = t_arr[p_star]
-            pick = lambda q: jnp.stack([jnp.asarray(a[q], jnp.int32) for a in arr])[p_star]  # noqa: E731
-            j, kk, i_a = pick(1), pick(2), pick(3)
+def _forward_body(cfg: _Cfg, c, prm, s_in, t_max):
+    """One event of the forward run: find the next arrival or crossing, apply it, and
+    write its row of the residual buffers."""
+    n, k, n_p = cfg.n, cfg.k, len(cfg.projs)
+    dtype = prm["tau_m"].dtype
+    spiking = jnp.asarray(cfg.spiking) & ~jnp.asarray(cfg.delta)
+    t, x = c["t"], c["x"]
+    arr = _next_arrival(cfg, c["ptrs"], c["s"], s_in, prm)
+    if arr:
+        t_arr = jnp.stack([a[0] for a in arr])
+        p_star = jnp.argmin(t_arr).astype(jnp.int32)
+        t_a = t_arr[p_star]
+        pick = lambda q: jnp.stack([jnp.asarray(a[q], jnp.int32) for a in arr])[p_star]  # noqa: E731
+        j, kk, i_a = pick(1), pick(2), pick(3)
+    else:
+        t_a = jnp.asarray(jnp.inf, dtype)
+        p_star = j = kk = i_a = jnp.zeros((), jnp.int32)
+    bound = jnp.minimum(t_a, t_max)
+    horizon = jnp.maximum(bound - t, 0.0)
+    lo, hi, found = _bracket(
+        x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon
+    )
+    found = found & spiking
+    s_cross = _solve((x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"]), lo, hi)
+    s_cross = jnp.where(found, s_cross, jnp.inf)
+    i_c = jnp.argmin(s_cross).astype(jnp.int32)
+    t_c = t + s_cross[i_c]
+    is_cross = t_c < t_a
+    is_arr = ~is_cross & (t_a <= t_max)
+    branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
+    i_ev = jnp.where(is_cross, i_c, i_a)
+    # the crossing time just found is reused (no second search inside the event)
+    x1, t_e, spiked = _event(cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_cross[i_c])
+    e = c["e"]
+    slot = jnp.minimum(c["counts"], k - 1)
+    room = c["counts"] < k
+    rows = jnp.arange(n)
+    write = spiked & room
+    s_new = c["s"].at[rows, slot].set(jnp.where(write, t_e, c["s"][rows, slot]))
+    eidx = c["eidx"].at[rows, slot].set(jnp.where(write, e, c["eidx"][rows, slot]))
+    ptrs = list(c["ptrs"])
+    for p, pj in enumerate(cfg.projs):
+        hit = is_arr & (p_star == p)
+        if pj.per_synapse:
+            ptrs[p] = ptrs[p].at[j, i_a].add(hit.astype(jnp.int32))
         else:
-            t_a = jnp.asarray(jnp.inf, dtype)
-            p_star = j = kk = i_a = jnp.zeros((), jnp.int32)
-        bound = jnp.minimum(t_a, t_max)
-        horizon = jnp.maximum(bound - t, 0.0)
-        lo, hi, found = _bracket(
-            x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon
-        )
-        found = found & spiking
-        s_cross = _solve((x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"]), lo, hi)
-        s_cross = jnp.where(found, s_cross, jnp.inf)
-        i_c = jnp.argmin(s_cross).astype(jnp.int32)
-        t_c = t + s_cross[i_c]
-        is_cross = t_c < t_a
-        is_arr = ~is_cross & (t_a <= t_max)
-        branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
-        i_ev = jnp.where(is_cross, i_c, i_a)
-        # the crossing time just found is reused (no second search inside the event)
-        x1, t_e, spiked = _event(
-            cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_cross[i_c]
-        )
-        e = c["e"]
-        slot = jnp.minimum(c["counts"], k - 1)
-        room = c["counts"] < k
-        rows = jnp.arange(n)
-        write = spiked & room
-        s_new = c["s"].at[rows, slot].set(jnp.where(write, t_e, c["s"][rows, slot]))
-        eidx = c["eidx"].at[rows, slot].set(jnp.where(write, e, c["eidx"][rows, slot]))
-        ptrs = list(c["ptrs"])
-        for p, pj in enumerate(cfg.projs):
-            hit = is_arr & (p_star == p)
-            if pj.per_synapse:
-                ptrs[p] = ptrs[p].at[j, i_a].add(hit.astype(jnp.int32))
-            else:
-                ptrs[p] = ptrs[p].at[j].add(hit.astype(jnp.int32))
-        out = dict(c)
-        out.update(
-            e=e + 1,
-            t=t_e,
-            x=x1,
-            s=s_new,
-            eidx=eidx,
-            counts=c["counts"] + spiked.astype(jnp.int32),
-            ptrs=tuple(ptrs),
-            overflow=c["overflow"] | jnp.any(spiked & ~room),
-            done=branch == n_p + 1,
-            branch=c["branch"].at[e].set(branch),
-            j=c["j"].at[e].set(j),
-            kk=c["kk"].at[e].set(kk),
-            i=c["i"].at[e].set(i_ev),
-            ts=c["ts"].at[e].set(t_e),
-            xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
-        )
-        return out
-
-    c = jax.lax.while_loop(cond, body, carry0)
-    return c
+            ptrs[p] = ptrs[p].at[j].add(hit.astype(jnp.int32))
+    out = dict(c)
+    out.update(
+        e=e + 1,
+        t=t_e,
+        x=x1,
+        s=s_new,
+        eidx=eidx,
+        counts=c["counts"] + spiked.astype(jnp.int32),
+        ptrs=tuple(ptrs),
+        overflow=c["overflow"] | jnp.any(spiked & ~room),
+        done=branch == n_p + 1,
+        branch=c["branch"].at[e].set(branch),
+        j=c["j"].at[e].set(j),
+        kk=c["kk"].at[e].set(kk),
+        i=c["i"].at[e].set(i_ev),
+        ts=c["ts"].at[e].set(t_e),
+        xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
+    )
+    return out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
