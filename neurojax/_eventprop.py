@@ -46,6 +46,7 @@ __all__ = [
     "EventNetwork",
     "EventRecording",
     "eventprop_run",
+    "default_max_events",
     "check_eventprop_model",
     "simulate_eventprop",
 ]
@@ -652,7 +653,8 @@ def _forward_init(cfg: _Cfg, dtype):
         kk=ints,
         i=ints,
         ts=jnp.zeros((e_max,), dtype),
-        xs=jnp.zeros((e_max, 3, n), dtype),
+        xs=jnp.zeros((e_max, 2, n), dtype),
+        vmax_e=jnp.full((n,), -1, jnp.int32),
     )
     return carry0
 
@@ -720,7 +722,11 @@ def _forward_body(cfg: _Cfg, c, prm, s_in, t_max):
         kk=c["kk"].at[e].set(kk),
         i=c["i"].at[e].set(i_ev),
         ts=c["ts"].at[e].set(t_e),
-        xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
+        xs=c["xs"].at[e].set(jnp.stack((x[0], x[1]))),
+        # the event at which each neuron's running maximum was last raised: the backward
+        # pass routes the maximum's cotangent to that event alone, so the maximum itself
+        # needs no row per event
+        vmax_e=jnp.where(x1[3] > x[3], e, c["vmax_e"]),
     )
     return out
 
@@ -739,7 +745,8 @@ def _outputs(c):
 
 def _run_fwd(cfg, prm, s_in, t_max):
     c = _forward(cfg, prm, s_in, t_max)
-    res = {key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "ts", "xs")}
+    keys = ("s", "eidx", "e", "branch", "j", "kk", "i", "ts", "xs", "vmax_e")
+    res = {key: c[key] for key in keys}
     return _outputs(c), (prm, s_in, t_max, res)
 
 
@@ -759,7 +766,11 @@ def _run_bwd(cfg, saved, cts):
         e = c["e"]
         # the running integral never changes a derivative (it only adds), so it is not
         # stored: zeros stand in for it
-        u_b, i_b, vmax_b = (res["xs"][e, q] for q in range(3))
+        u_b, i_b = res["xs"][e, 0], res["xs"][e, 1]
+        # the running maximum before this event stands in as -inf where the final maximum
+        # was reached at this event (its cotangent goes to this event's candidates) and as
+        # +inf elsewhere (the cotangent passes on to earlier events, or was spent later)
+        vmax_b = jnp.where(res["vmax_e"] == e, -jnp.inf, jnp.inf).astype(u_b.dtype)
         x_b = (u_b, i_b, jnp.zeros_like(u_b), vmax_b)
         t_prev = jnp.where(e > 0, res["ts"][jnp.maximum(e - 1, 0)], 0.0).astype(res["ts"].dtype)
         here = eidx == e
@@ -819,6 +830,46 @@ def _per_neuron(value, n, dtype):
     return jnp.broadcast_to(jnp.asarray(value, dtype), (n,))
 
 
+def default_max_events(net: EventNetwork, k_in: Any, max_spikes: int) -> int:
+    r"""The event capacity `eventprop_run` uses by default: the most events a run of `net`
+    can process when each input neuron of input `q` gives `k_in[q]` spikes and no neuron
+    fires more than `max_spikes` times.
+
+    Every spike makes one arrival event per outgoing projection with a scalar delay (all
+    its targets at once) and `n_post` arrival events per outgoing projection with a delay
+    per synapse; every spike of a neuron fed through `nj.Exponential` synapses is also its
+    own threshold-crossing event; one event ends the run:
+
+    $$E = 1 + \sum_{\text{inputs}} n\,k_\text{in}\,a
+            + \sum_{\text{populations}} n\,\text{max\_spikes}\,(c + a),$$
+
+    with `a` the arrivals per spike (the sum over the source's projections of 1 or
+    `n_post`) and `c` 1 for a spiking population fed through exponential synapses, else 0.
+    """
+    if isinstance(k_in, (int, np.integer)):
+        k_in = [int(k_in)] * len(net.inputs)
+    k_in = list(k_in)
+    if len(k_in) != len(net.inputs):
+        raise ValueError(
+            f"default_max_events: k_in must give one count per input {list(net.inputs)}, got "
+            f"{k_in!r}"
+        )
+
+    def arrivals(name):
+        return sum(p.n_post if p.per_synapse_delay else 1 for p in net.projections if p.pre == name)
+
+    syn_of = {p.post: p.synapse for p in net.projections}
+    total = 1
+    for (name, size), k in zip(net.inputs.items(), k_in, strict=True):
+        total += size * int(k) * arrivals(name)
+    for name, size in net.sizes.items():
+        spiking = name not in net.readouts
+        crossing = spiking and isinstance(syn_of.get(name), Exponential)
+        if spiking:
+            total += size * int(max_spikes) * (int(crossing) + arrivals(name))
+    return int(total)
+
+
 def eventprop_run(
     net: EventNetwork,
     input_spikes: Mapping[str, Any],
@@ -841,9 +892,12 @@ def eventprop_run(
             neuron's spike times (any order), `+inf` for no spike; times must be >= 0.
         t_max: duration [ms] (> 0).
         max_spikes: spikes kept per neuron (static); a neuron that fires more raises.
-        max_events: events the run may process (static; arrivals, crossings and the end):
-            default `(inputs * k_in + neurons * max_spikes) * (projections + 1) + 1`,
-            enough for scalar delays. Runs that need more raise.
+        max_events: events the run may process (static; arrivals, crossings and the end).
+            The default, `default_max_events`, is the most a run can need when no neuron
+            fires more than `max_spikes` times, so it is never exceeded (a neuron that fires
+            more raises instead). A smaller value saves memory (the backward pass keeps 2
+            numbers per neuron per event); a run that needs more than it raises, and
+            `EventRecording.n_events` says how many a run used.
 
     Returns:
         `EventRecording`.
@@ -906,14 +960,7 @@ def eventprop_run(
                 )
         s_in.append(jnp.sort(t.astype(dtype), axis=1))
     if max_events is None:
-        n_in_spikes = sum(int(t.shape[0] * t.shape[1]) for t in s_in)
-        max_events = (n_in_spikes + n * max_spikes) * (len(net.projections) + 1) + 1
-        if any(p.per_synapse_delay for p in net.projections):
-            max_events += sum(
-                n_in_spikes * p.n_post if p.pre in net.inputs else p.n_pre * max_spikes * p.n_post
-                for p in net.projections
-                if p.per_synapse_delay
-            )
+        max_events = default_max_events(net, [int(t.shape[1]) for t in s_in], max_spikes)
     elif (
         isinstance(max_events, bool)
         or not isinstance(max_events, (int, np.integer))
