@@ -370,3 +370,55 @@ def test_yin_yang_is_balanced_and_follows_its_formula():
     np.testing.assert_array_equal(_yin_yang_class(pts[:, 0], pts[:, 1], 0.1, 0.5), [2, 2, 1, 0])
     with pytest.raises(ValueError, match="n must be a positive int, got 0"):
         nt_yin_yang(0)
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # 1 end + 4 inputs x 2 spikes x arrivals + 6 hidden x 4 spikes x (crossing + arrivals)
+        # + 3 outputs x 4 spikes x (crossing + 0 arrivals), counted by hand
+        ("feed-forward", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 1) + 3 * 4 * 1),
+        ("per-synapse", 1 + 4 * 2 * 6 + 6 * 4 * (1 + 3) + 3 * 4 * 1),
+        ("recurrent", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 2) + 3 * 4 * 1),
+        ("delta", 1 + 4 * 2 * 1 + 6 * 4 * (0 + 1) + 0),
+        ("readout", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 1) + 0),
+    ],
+)
+def test_default_event_capacity_is_the_bound_a_run_cannot_exceed(kind, expected):
+    from neurojax.training import default_max_events
+
+    opts = {
+        "feed-forward": {},
+        "per-synapse": dict(per_synapse=True),
+        "recurrent": dict(recurrent=True),
+        "delta": dict(delta=True),
+        "readout": dict(readout=True),
+    }[kind]
+    net, inputs = _net(5, **opts)
+    assert default_max_events(net, 2, 4) == expected
+    # the bound is reached when every neuron fires max_spikes times: here, a run at the
+    # default capacity processes at most that many events, and the same run given exactly
+    # the events it used gives the same spikes while one fewer raises (nothing is dropped)
+    rec = eventprop_run(net, inputs, t_max=T_MAX)
+    used = int(rec.n_events)
+    assert 2 <= used <= expected
+    exact = eventprop_run(net, inputs, t_max=T_MAX, max_events=used)
+    for name in rec.spike_times:
+        np.testing.assert_array_equal(exact.spike_times[name], rec.spike_times[name])
+    with pytest.raises(Exception, match=f"more than max_events={used - 1} events"):
+        jax.block_until_ready(
+            eventprop_run(net, inputs, t_max=T_MAX, max_events=used - 1).spike_times["hid"]
+        )
+
+
+@pytest.mark.slow
+def test_backward_memory_at_ten_thousand_steps_is_under_a_tenth_of_bptt_by_default():
+    """The bar of issue #38, with `eventprop_run`'s default event capacity: XLA's compiled
+    temporary memory of the gradient, the benchmark's 5 -> 120 -> 3 network."""
+    from benchmarks.eventprop import measure
+
+    with jax.enable_x64(False):
+        ep = measure("eventprop", 10_000)
+        bptt = measure("bptt", 10_000)
+    assert ep["max_events"] is None  # the default capacity
+    assert ep["temp_bytes"] <= 0.1 * bptt["temp_bytes"], (ep, bptt)
