@@ -42,7 +42,7 @@ def _inputs(seed=0):
     return rng.uniform(2.0, 27.0, (N_IN, 1))
 
 
-def eventprop_grad(steps, max_spikes=16, max_events=None):
+def eventprop_grad(steps, max_spikes=4, max_events=None):
     w1, w2 = _weights()
     lif = nj.LIF(tau_m=20.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
     syn = nj.Exponential(5.0)
@@ -99,7 +99,7 @@ def bptt_grad(steps):
     return jax.jit(jax.grad(loss)), ((jnp.asarray(w1), jnp.asarray(w2)),)
 
 
-def events_used(steps, max_spikes=16):
+def events_used(steps, max_spikes=4):
     """Events the forward run of the benchmark network needs (the capacity to give)."""
     f, (net,) = eventprop_grad(steps, max_spikes)
     rec = nt.eventprop_run(
@@ -142,8 +142,9 @@ def main(argv=None):
     ap.add_argument(
         "--max-events",
         type=int,
-        default=256,
-        help="EventProp's event capacity (0: eventprop_run's default); the run needs n_events",
+        default=0,
+        help="EventProp's event capacity (0, the default: eventprop_run's default, "
+        "nj.training.default_max_events); the run needs n_events",
     )
     args = ap.parse_args(argv)
     for steps in args.steps:

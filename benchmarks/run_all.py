@@ -53,6 +53,7 @@ BENCHMARKS = (
     "thread_scaling",
     "start_check",
     "eventprop",
+    "eventprop_peers",
 )
 
 # Top-level scripts of `benchmarks/` that `run_all` leaves out, and why.
@@ -113,6 +114,10 @@ OWN = {
     ),
     "start_check": Own(quick=("--repeats", "3")),
     "eventprop": Own(full=("--steps", "1000", "10000", "100000"), quick=("--steps", "1000")),
+    "eventprop_peers": Own(
+        quick=("--rounds", "1", "--batches", "2"),
+        no_peers=("--libraries", "neurojax-eventprop", "neurojax-surrogate"),
+    ),
 }
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "EventNetwork",
     "EventRecording",
     "eventprop_run",
+    "default_max_events",
     "check_eventprop_model",
     "simulate_eventprop",
 ]
@@ -578,16 +579,64 @@ def _next_arrival(cfg, ptrs, s_all, s_in, prm):
     return out
 
 
+# The residual buffers (one row per event) are written in place at row `e`. Under `jax.vmap`
+# a while loop whose predicate differs between trials selects every carried array between
+# its old and new value at every iteration, which for these buffers costs
+# O(max_events * n) per event: 18x the whole gradient of a Yin-Yang batch at the default
+# capacity. `_forward` therefore has its own batching rule: one loop over the batch that
+# runs while any trial is active, selects only the small per-trial state, and lets a
+# finished trial write its (never read) row `e` past its last event.
+_BUFFERS = ("branch", "j", "kk", "i", "ts", "xs")
+
+
 def _forward(cfg: _Cfg, prm, s_in, t_max):
-    n, k, e_max, n_p = cfg.n, cfg.k, cfg.max_events, len(cfg.projs)
-    dtype = prm["tau_m"].dtype
+    @jax.custom_batching.custom_vmap
+    def run(prm, s_in, t_max):
+        c0 = _forward_init(cfg, prm["tau_m"].dtype)
+        return jax.lax.while_loop(
+            lambda c: _forward_active(cfg, c),
+            lambda c: _forward_body(cfg, c, prm, s_in, t_max),
+            c0,
+        )
+
+    @run.def_vmap
+    def _run_batched(axis_size, in_batched, prm, s_in, t_max):
+        axes = jax.tree_util.tree_map(lambda b: 0 if b else None, in_batched)
+        c0 = _forward_init(cfg, prm["tau_m"].dtype)
+        c0 = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (axis_size, *a.shape)), c0)
+        active = jax.vmap(functools.partial(_forward_active, cfg))
+        body = jax.vmap(functools.partial(_forward_body, cfg), in_axes=(0, *axes))
+
+        def step(c):
+            on = active(c)
+            new = body(c, prm, s_in, t_max)
+
+            def keep(a, b):
+                return jnp.where(on.reshape(on.shape + (1,) * (a.ndim - 1)), a, b)
+
+            return {
+                key: new[key] if key in _BUFFERS else jax.tree_util.tree_map(keep, new[key], c[key])
+                for key in new
+            }
+
+        c = jax.lax.while_loop(lambda c: jnp.any(active(c)), step, c0)
+        return c, jax.tree_util.tree_map(lambda _: True, c)
+
+    return run(prm, s_in, t_max)
+
+
+def _forward_active(cfg: _Cfg, c):
+    return ~c["done"] & (c["e"] < cfg.max_events)
+
+
+def _forward_init(cfg: _Cfg, dtype):
+    n, k, e_max = cfg.n, cfg.k, cfg.max_events
     zero = jnp.zeros((n,), dtype)
     x0 = (zero, zero, zero, zero)
     ptrs0 = tuple(
         jnp.zeros((pj.n_pre, pj.n_post) if pj.per_synapse else (pj.n_pre,), jnp.int32)
         for pj in cfg.projs
     )
-    spiking = jnp.asarray(cfg.spiking) & ~jnp.asarray(cfg.delta)
     ints = jnp.zeros((e_max,), jnp.int32)
     carry0 = dict(
         e=jnp.zeros((), jnp.int32),
@@ -604,78 +653,82 @@ def _forward(cfg: _Cfg, prm, s_in, t_max):
         kk=ints,
         i=ints,
         ts=jnp.zeros((e_max,), dtype),
-        xs=jnp.zeros((e_max, 3, n), dtype),
+        xs=jnp.zeros((e_max, 2, n), dtype),
+        vmax_e=jnp.full((n,), -1, jnp.int32),
     )
+    return carry0
 
-    def cond(c):
-        return ~c["done"] & (c["e"] < e_max)
 
-    def body(c):
-        t, x = c["t"], c["x"]
-        arr = _next_arrival(cfg, c["ptrs"], c["s"], s_in, prm)
-        if arr:
-            t_arr = jnp.stack([a[0] for a in arr])
-            p_star = jnp.argmin(t_arr).astype(jnp.int32)
-            t_a = t_arr[p_star]
-            pick = lambda q: jnp.stack([jnp.asarray(a[q], jnp.int32) for a in arr])[p_star]  # noqa: E731
-            j, kk, i_a = pick(1), pick(2), pick(3)
+def _forward_body(cfg: _Cfg, c, prm, s_in, t_max):
+    """One event of the forward run: find the next arrival or crossing, apply it, and
+    write its row of the residual buffers."""
+    n, k, n_p = cfg.n, cfg.k, len(cfg.projs)
+    dtype = prm["tau_m"].dtype
+    spiking = jnp.asarray(cfg.spiking) & ~jnp.asarray(cfg.delta)
+    t, x = c["t"], c["x"]
+    arr = _next_arrival(cfg, c["ptrs"], c["s"], s_in, prm)
+    if arr:
+        t_arr = jnp.stack([a[0] for a in arr])
+        p_star = jnp.argmin(t_arr).astype(jnp.int32)
+        t_a = t_arr[p_star]
+        pick = lambda q: jnp.stack([jnp.asarray(a[q], jnp.int32) for a in arr])[p_star]  # noqa: E731
+        j, kk, i_a = pick(1), pick(2), pick(3)
+    else:
+        t_a = jnp.asarray(jnp.inf, dtype)
+        p_star = j = kk = i_a = jnp.zeros((), jnp.int32)
+    bound = jnp.minimum(t_a, t_max)
+    horizon = jnp.maximum(bound - t, 0.0)
+    lo, hi, found = _bracket(
+        x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon
+    )
+    found = found & spiking
+    s_cross = _solve((x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"]), lo, hi)
+    s_cross = jnp.where(found, s_cross, jnp.inf)
+    i_c = jnp.argmin(s_cross).astype(jnp.int32)
+    t_c = t + s_cross[i_c]
+    is_cross = t_c < t_a
+    is_arr = ~is_cross & (t_a <= t_max)
+    branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
+    i_ev = jnp.where(is_cross, i_c, i_a)
+    # the crossing time just found is reused (no second search inside the event)
+    x1, t_e, spiked = _event(cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_cross[i_c])
+    e = c["e"]
+    slot = jnp.minimum(c["counts"], k - 1)
+    room = c["counts"] < k
+    rows = jnp.arange(n)
+    write = spiked & room
+    s_new = c["s"].at[rows, slot].set(jnp.where(write, t_e, c["s"][rows, slot]))
+    eidx = c["eidx"].at[rows, slot].set(jnp.where(write, e, c["eidx"][rows, slot]))
+    ptrs = list(c["ptrs"])
+    for p, pj in enumerate(cfg.projs):
+        hit = is_arr & (p_star == p)
+        if pj.per_synapse:
+            ptrs[p] = ptrs[p].at[j, i_a].add(hit.astype(jnp.int32))
         else:
-            t_a = jnp.asarray(jnp.inf, dtype)
-            p_star = j = kk = i_a = jnp.zeros((), jnp.int32)
-        bound = jnp.minimum(t_a, t_max)
-        horizon = jnp.maximum(bound - t, 0.0)
-        lo, hi, found = _bracket(
-            x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"], horizon
-        )
-        found = found & spiking
-        s_cross = _solve((x[0], x[1], prm["tau_m"], prm["tau_s"], prm["r"], prm["theta"]), lo, hi)
-        s_cross = jnp.where(found, s_cross, jnp.inf)
-        i_c = jnp.argmin(s_cross).astype(jnp.int32)
-        t_c = t + s_cross[i_c]
-        is_cross = t_c < t_a
-        is_arr = ~is_cross & (t_a <= t_max)
-        branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
-        i_ev = jnp.where(is_cross, i_c, i_a)
-        # the crossing time just found is reused (no second search inside the event)
-        x1, t_e, spiked = _event(
-            cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_cross[i_c]
-        )
-        e = c["e"]
-        slot = jnp.minimum(c["counts"], k - 1)
-        room = c["counts"] < k
-        rows = jnp.arange(n)
-        write = spiked & room
-        s_new = c["s"].at[rows, slot].set(jnp.where(write, t_e, c["s"][rows, slot]))
-        eidx = c["eidx"].at[rows, slot].set(jnp.where(write, e, c["eidx"][rows, slot]))
-        ptrs = list(c["ptrs"])
-        for p, pj in enumerate(cfg.projs):
-            hit = is_arr & (p_star == p)
-            if pj.per_synapse:
-                ptrs[p] = ptrs[p].at[j, i_a].add(hit.astype(jnp.int32))
-            else:
-                ptrs[p] = ptrs[p].at[j].add(hit.astype(jnp.int32))
-        out = dict(c)
-        out.update(
-            e=e + 1,
-            t=t_e,
-            x=x1,
-            s=s_new,
-            eidx=eidx,
-            counts=c["counts"] + spiked.astype(jnp.int32),
-            ptrs=tuple(ptrs),
-            overflow=c["overflow"] | jnp.any(spiked & ~room),
-            done=branch == n_p + 1,
-            branch=c["branch"].at[e].set(branch),
-            j=c["j"].at[e].set(j),
-            kk=c["kk"].at[e].set(kk),
-            i=c["i"].at[e].set(i_ev),
-            ts=c["ts"].at[e].set(t_e),
-            xs=c["xs"].at[e].set(jnp.stack((x[0], x[1], x[3]))),
-        )
-        return out
-
-    c = jax.lax.while_loop(cond, body, carry0)
-    return c
+            ptrs[p] = ptrs[p].at[j].add(hit.astype(jnp.int32))
+    out = dict(c)
+    out.update(
+        e=e + 1,
+        t=t_e,
+        x=x1,
+        s=s_new,
+        eidx=eidx,
+        counts=c["counts"] + spiked.astype(jnp.int32),
+        ptrs=tuple(ptrs),
+        overflow=c["overflow"] | jnp.any(spiked & ~room),
+        done=branch == n_p + 1,
+        branch=c["branch"].at[e].set(branch),
+        j=c["j"].at[e].set(j),
+        kk=c["kk"].at[e].set(kk),
+        i=c["i"].at[e].set(i_ev),
+        ts=c["ts"].at[e].set(t_e),
+        xs=c["xs"].at[e].set(jnp.stack((x[0], x[1]))),
+        # the event at which each neuron's running maximum was last raised: the backward
+        # pass routes the maximum's cotangent to that event alone, so the maximum itself
+        # needs no row per event
+        vmax_e=jnp.where(x1[3] > x[3], e, c["vmax_e"]),
+    )
+    return out
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -692,7 +745,8 @@ def _outputs(c):
 
 def _run_fwd(cfg, prm, s_in, t_max):
     c = _forward(cfg, prm, s_in, t_max)
-    res = {key: c[key] for key in ("s", "eidx", "e", "branch", "j", "kk", "i", "ts", "xs")}
+    keys = ("s", "eidx", "e", "branch", "j", "kk", "i", "ts", "xs", "vmax_e")
+    res = {key: c[key] for key in keys}
     return _outputs(c), (prm, s_in, t_max, res)
 
 
@@ -712,7 +766,11 @@ def _run_bwd(cfg, saved, cts):
         e = c["e"]
         # the running integral never changes a derivative (it only adds), so it is not
         # stored: zeros stand in for it
-        u_b, i_b, vmax_b = (res["xs"][e, q] for q in range(3))
+        u_b, i_b = res["xs"][e, 0], res["xs"][e, 1]
+        # the running maximum before this event stands in as -inf where the final maximum
+        # was reached at this event (its cotangent goes to this event's candidates) and as
+        # +inf elsewhere (the cotangent passes on to earlier events, or was spent later)
+        vmax_b = jnp.where(res["vmax_e"] == e, -jnp.inf, jnp.inf).astype(u_b.dtype)
         x_b = (u_b, i_b, jnp.zeros_like(u_b), vmax_b)
         t_prev = jnp.where(e > 0, res["ts"][jnp.maximum(e - 1, 0)], 0.0).astype(res["ts"].dtype)
         here = eidx == e
@@ -772,6 +830,46 @@ def _per_neuron(value, n, dtype):
     return jnp.broadcast_to(jnp.asarray(value, dtype), (n,))
 
 
+def default_max_events(net: EventNetwork, k_in: Any, max_spikes: int) -> int:
+    r"""The event capacity `eventprop_run` uses by default: the most events a run of `net`
+    can process when each input neuron of input `q` gives `k_in[q]` spikes and no neuron
+    fires more than `max_spikes` times.
+
+    Every spike makes one arrival event per outgoing projection with a scalar delay (all
+    its targets at once) and `n_post` arrival events per outgoing projection with a delay
+    per synapse; every spike of a neuron fed through `nj.Exponential` synapses is also its
+    own threshold-crossing event; one event ends the run:
+
+    $$E = 1 + \sum_{\text{inputs}} n\,k_\text{in}\,a
+            + \sum_{\text{populations}} n\,\text{max\_spikes}\,(c + a),$$
+
+    with `a` the arrivals per spike (the sum over the source's projections of 1 or
+    `n_post`) and `c` 1 for a spiking population fed through exponential synapses, else 0.
+    """
+    if isinstance(k_in, (int, np.integer)):
+        k_in = [int(k_in)] * len(net.inputs)
+    k_in = list(k_in)
+    if len(k_in) != len(net.inputs):
+        raise ValueError(
+            f"default_max_events: k_in must give one count per input {list(net.inputs)}, got "
+            f"{k_in!r}"
+        )
+
+    def arrivals(name):
+        return sum(p.n_post if p.per_synapse_delay else 1 for p in net.projections if p.pre == name)
+
+    syn_of = {p.post: p.synapse for p in net.projections}
+    total = 1
+    for (name, size), k in zip(net.inputs.items(), k_in, strict=True):
+        total += size * int(k) * arrivals(name)
+    for name, size in net.sizes.items():
+        spiking = name not in net.readouts
+        crossing = spiking and isinstance(syn_of.get(name), Exponential)
+        if spiking:
+            total += size * int(max_spikes) * (int(crossing) + arrivals(name))
+    return int(total)
+
+
 def eventprop_run(
     net: EventNetwork,
     input_spikes: Mapping[str, Any],
@@ -794,9 +892,12 @@ def eventprop_run(
             neuron's spike times (any order), `+inf` for no spike; times must be >= 0.
         t_max: duration [ms] (> 0).
         max_spikes: spikes kept per neuron (static); a neuron that fires more raises.
-        max_events: events the run may process (static; arrivals, crossings and the end):
-            default `(inputs * k_in + neurons * max_spikes) * (projections + 1) + 1`,
-            enough for scalar delays. Runs that need more raise.
+        max_events: events the run may process (static; arrivals, crossings and the end).
+            The default, `default_max_events`, is the most a run can need when no neuron
+            fires more than `max_spikes` times, so it is never exceeded (a neuron that fires
+            more raises instead). A smaller value saves memory (the backward pass keeps 2
+            numbers per neuron per event); a run that needs more than it raises, and
+            `EventRecording.n_events` says how many a run used.
 
     Returns:
         `EventRecording`.
@@ -859,14 +960,7 @@ def eventprop_run(
                 )
         s_in.append(jnp.sort(t.astype(dtype), axis=1))
     if max_events is None:
-        n_in_spikes = sum(int(t.shape[0] * t.shape[1]) for t in s_in)
-        max_events = (n_in_spikes + n * max_spikes) * (len(net.projections) + 1) + 1
-        if any(p.per_synapse_delay for p in net.projections):
-            max_events += sum(
-                n_in_spikes * p.n_post if p.pre in net.inputs else p.n_pre * max_spikes * p.n_post
-                for p in net.projections
-                if p.per_synapse_delay
-            )
+        max_events = default_max_events(net, [int(t.shape[1]) for t in s_in], max_spikes)
     elif (
         isinstance(max_events, bool)
         or not isinstance(max_events, (int, np.integer))

@@ -370,3 +370,106 @@ def test_yin_yang_is_balanced_and_follows_its_formula():
     np.testing.assert_array_equal(_yin_yang_class(pts[:, 0], pts[:, 1], 0.1, 0.5), [2, 2, 1, 0])
     with pytest.raises(ValueError, match="n must be a positive int, got 0"):
         nt_yin_yang(0)
+
+
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        # 1 end + 4 inputs x 2 spikes x arrivals + 6 hidden x 4 spikes x (crossing + arrivals)
+        # + 3 outputs x 4 spikes x (crossing + 0 arrivals), counted by hand
+        ("feed-forward", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 1) + 3 * 4 * 1),
+        ("per-synapse", 1 + 4 * 2 * 6 + 6 * 4 * (1 + 3) + 3 * 4 * 1),
+        ("recurrent", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 2) + 3 * 4 * 1),
+        ("delta", 1 + 4 * 2 * 1 + 6 * 4 * (0 + 1) + 0),
+        ("readout", 1 + 4 * 2 * 1 + 6 * 4 * (1 + 1) + 0),
+    ],
+)
+def test_default_event_capacity_is_the_bound_a_run_cannot_exceed(kind, expected):
+    from neurojax.training import default_max_events
+
+    opts = {
+        "feed-forward": {},
+        "per-synapse": dict(per_synapse=True),
+        "recurrent": dict(recurrent=True),
+        "delta": dict(delta=True),
+        "readout": dict(readout=True),
+    }[kind]
+    net, inputs = _net(5, **opts)
+    assert default_max_events(net, 2, 4) == expected
+    # the bound is reached when every neuron fires max_spikes times: here, a run at the
+    # default capacity processes at most that many events, and the same run given exactly
+    # the events it used gives the same spikes while one fewer raises (nothing is dropped)
+    rec = eventprop_run(net, inputs, t_max=T_MAX)
+    used = int(rec.n_events)
+    assert 2 <= used <= expected
+    exact = eventprop_run(net, inputs, t_max=T_MAX, max_events=used)
+    for name in rec.spike_times:
+        np.testing.assert_array_equal(exact.spike_times[name], rec.spike_times[name])
+    with pytest.raises(Exception, match=f"more than max_events={used - 1} events"):
+        jax.block_until_ready(
+            eventprop_run(net, inputs, t_max=T_MAX, max_events=used - 1).spike_times["hid"]
+        )
+
+
+@pytest.mark.slow
+def test_backward_memory_at_ten_thousand_steps_is_under_a_tenth_of_bptt_by_default():
+    """The bar of issue #38, with `eventprop_run`'s default event capacity: XLA's compiled
+    temporary memory of the gradient, the benchmark's 5 -> 120 -> 3 network."""
+    from benchmarks.eventprop import measure
+
+    with jax.enable_x64(False):
+        ep = measure("eventprop", 10_000)
+        bptt = measure("bptt", 10_000)
+    assert ep["max_events"] is None  # the default capacity
+    assert ep["temp_bytes"] <= 0.1 * bptt["temp_bytes"], (ep, bptt)
+
+
+def test_first_spike_times_and_gradients_agree_with_eventax_as_its_solver_step_shrinks():
+    """Against eventax 0.1.0 (diffrax ODE solving with root finding, its own EventProp
+    adjoint), numbers stored by `python -m benchmarks.reference.eventprop_eventax` in
+    tests/data/eventprop_eventax.json: the same 3 -> 4 -> 2 network and inputs. eventax's
+    first spike times and weight gradients approach neurojax's exact ones as its solver step
+    shrinks from 0.01 to 0.001 ms (its error falls about tenfold, first order), and at
+    0.001 ms they agree within 1e-3 ms and 2e-4 per gradient entry."""
+    import json
+    from pathlib import Path
+
+    from benchmarks.reference.eventprop_eventax import T_MAX as T_EA
+    from benchmarks.reference.eventprop_eventax import network
+
+    ref = json.loads((Path(__file__).parent / "data" / "eventprop_eventax.json").read_text())
+    coarse, fine = ref["runs"]
+    assert (coarse["solver_stepsize"], fine["solver_stepsize"]) == (0.01, 0.001)
+    w1, w2, t_in, c = network()
+    lif = nj.LIF(tau_m=20.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
+    syn = nj.Exponential(5.0)
+
+    def first(ws):
+        net = EventNetwork(
+            {"hid": (lif, 4), "out": (lif, 2)},
+            {"in": 3},
+            [
+                EventProjection("in", "hid", ws[0], synapse=syn),
+                EventProjection("hid", "out", ws[1], synapse=syn),
+            ],
+        )
+        rec = eventprop_run(net, {"in": jnp.asarray(t_in)}, t_max=T_EA, max_spikes=32)
+        return rec.spike_times["out"][:, 0]
+
+    ws = [jnp.asarray(w1), jnp.asarray(w2)]
+    t = np.asarray(first(ws))
+    g = jax.grad(lambda ws: jnp.sum(jnp.asarray(c) * first(ws)))(ws)
+    ours = np.concatenate([t, np.ravel(g[0]), np.ravel(g[1])])
+
+    def theirs(run):
+        return np.concatenate([run["ttfs"], np.ravel(run["grad_w1"]), np.ravel(run["grad_w2"])])
+
+    err_coarse = np.abs(theirs(coarse) - ours)
+    err_fine = np.abs(theirs(fine) - ours)
+    assert np.all(np.isfinite(t))
+    np.testing.assert_allclose(t, fine["ttfs"], rtol=0, atol=1e-3)
+    np.testing.assert_allclose(g[0], fine["grad_w1"], rtol=0, atol=2e-4)
+    np.testing.assert_allclose(g[1], fine["grad_w2"], rtol=0, atol=2e-4)
+    # converging toward neurojax: the spike times' error falls about tenfold with the step
+    assert np.all(err_fine[:2] < 0.2 * err_coarse[:2]), (err_coarse[:2], err_fine[:2])
+    assert err_fine.max() < 0.5 * err_coarse.max(), (err_coarse.max(), err_fine.max())
