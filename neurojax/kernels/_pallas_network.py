@@ -366,7 +366,7 @@ class _Ops(NamedTuple):
     potentiate: Callable  # the same arguments -> None
 
 
-def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, trial, read_input):
+def _step(spec: RunSpec, dtype, ops: _Ops, params, carry, k, ls, read_input):
     """One network step on the registers `carry = (pop states, syn states)`; `params` the
     loaded parameters; `k` the global step (int32), `ls` the step in the chunk. Returns the
     new carry and the spikes per population (float 0/1, lanes past `n` zero)."""
@@ -515,7 +515,7 @@ def _spikes_dtype(spec: RunSpec):
 # ---------------------------------------------------------------- the reference
 
 
-def _reference_trial(spec: RunSpec, trial, *args):
+def _reference_trial(spec: RunSpec, *args):
     """One trial of the run in pure JAX (every argument without its trial axis)."""
     first, (stp_p, rule_p, rule_st, _) = _split(args, spec)
     pops, pop_params, keys, inputs, syn_st, syn_p, out_p, tables, rings, step, stp_st = first
@@ -593,7 +593,7 @@ def _reference_trial(spec: RunSpec, trial, *args):
                 depress,
                 potentiate,
             )
-            state, spikes = _step(spec, dtype, ops, params, state, k, ls, trial, read_input)
+            state, spikes = _step(spec, dtype, ops, params, state, k, ls, read_input)
             counts = tuple(c_ + s_.astype(jnp.int32) for c_, s_ in zip(counts, spikes))
             memory = (*box["rings"], *(box["w"][i] for i in plastic_idx))
             return (state, memory, counts), None
@@ -648,14 +648,14 @@ def network_run_reference(*args, spec: RunSpec):
     xs = [x if b else x[0] for x, b in zip(args, per_trial, strict=True)]
     xs[-1] = args[-1] if n_trials > 1 else args[-1][0]
 
-    def trial(t, *ys):
-        return _outputs_flat(_reference_trial(spec, t, *ys))
+    def trial(*ys):
+        return _outputs_flat(_reference_trial(spec, *ys))
 
     if n_trials == 1:
-        return tuple(y[None] for y in trial(jnp.int32(0), *xs))
+        return tuple(y[None] for y in trial(*xs))
     axes = [0 if b else None for b in per_trial]
     axes[-1] = 0
-    return jax.vmap(trial, in_axes=(0, *axes))(jnp.arange(n_trials, dtype=jnp.int32), *xs)
+    return jax.vmap(trial, in_axes=tuple(axes))(*xs)
 
 
 # ---------------------------------------------------------------- the kernel
@@ -1017,12 +1017,12 @@ def network_run_gpu(*args, spec: RunSpec, num_stages: int = 1):
                 state, counts = c
                 ls = w * spec.every + q
                 k = k0 + ls
-                state, spikes = _step(spec, dtype, ops, params, state, k, ls, t, read_input)
+                state, spikes = _step(spec, dtype, ops, params, state, k, ls, read_input)
                 counts = tuple(c_ + s_.astype(jnp.int32) for c_, s_ in zip(counts, spikes))
                 return state, counts
 
             if spec.every == 1:  # the raster: this step's spikes, no counts carried
-                state, counts = _step(spec, dtype, ops, params, carry, k0 + w, w, t, read_input)
+                state, counts = _step(spec, dtype, ops, params, carry, k0 + w, w, read_input)
                 counts = tuple(c_ > 0 for c_ in counts)
             else:
                 zero = tuple(jnp.zeros((pop.npad,), jnp.int32) for pop in spec.pops)
