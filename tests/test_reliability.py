@@ -80,6 +80,43 @@ def test_cpu_stdp_kernel_reports_corrupted_columns_instead_of_crashing(field):
         jax.block_until_ready(_steps(bad, net.init_state(KEY)))
 
 
+def test_a_forged_sorted_rows_promise_is_refused_by_the_checks_and_by_the_kernel():
+    """`EventLayout.sorted_rows` lets the compiled kernel split a delivery by target columns
+    with binary searches in each row. A layout edited to break the promise is refused by the
+    model checks (those of `simulate`'s start and of `Network.step`), and, with those checks
+    switched off and the delivery shared between threads, by the kernel itself: never a
+    synapse added twice or lost without an error."""
+    from neurojax.kernels import _build
+
+    n = 40
+    rng = np.random.default_rng(3)
+    post = np.concatenate([np.sort(rng.choice(n, 12, replace=False)) for _ in range(n)])
+    pairs = np.stack([np.repeat(np.arange(n), 12), post], axis=1).astype(np.int32)
+    conn = sparse.BCOO((jnp.full(12 * n, 4.0, F32), jnp.asarray(pairs)), shape=(n, n))
+    proj = nj.Projection("A", "A", conn, method="event", delay=1.0)
+    assert proj.layout.sorted_rows
+    net = nj.Network({"A": (nj.LIF(), n)}, [proj], inputs={"A": 20.0}, dt=0.1)
+    state = net.init_state(KEY)
+    bad = _corrupt(net, "indices", lambda a: a.at[:12].set(a[:12][::-1]))  # row 0 descends
+    with pytest.raises(ValueError, match="sorted_rows is True"):
+        nj.simulate(bad, state, dt=0.1, n_steps=10)
+    lib = _build.library()
+    if lib is None or nj.kernels.mode() != "auto":
+        pytest.skip("the compiled kernels are not in use")
+    from neurojax import _threads
+
+    old_mode, old_setting = lib.NjSetSharing(1), _threads._setting[0]
+    try:
+        nj.use_cpu_threads(2, xla=False)
+        with pytest.raises(Exception, match="out of order in rows the layout gives as sorted"):
+            jax.block_until_ready(_steps(bad, state))
+        # the intact network runs the same way, every spike delivered
+        jax.block_until_ready(_steps(net, state))
+    finally:
+        lib.NjSetSharing(old_mode)
+        _threads.use_cpu_threads(old_setting, xla=False)
+
+
 def test_intact_networks_still_deliver_every_spike_on_both_paths():
     net = _net(delay=0.5)
     st = net.init_state(KEY)

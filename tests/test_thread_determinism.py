@@ -182,6 +182,56 @@ def test_microcircuit_small_scale(share_everything):
     _across_threads(share_everything, net, state, 200)
 
 
+def test_rows_sorted_by_target_split_by_columns_as_the_bins_do(share_everything):
+    """A layout whose rows list their targets in ascending order (`EventLayout.sorted_rows`,
+    the microcircuit's) is split between threads by ring columns, each thread adding into its
+    own; the same synapses with every row shuffled take the bins. With per-synapse delays,
+    three trials and the read slot cleared, both equal the one-thread ring and the pure-JAX
+    delivery bit for bit (the targets of a row are distinct, so a shuffle keeps the order of
+    the additions into every cell)."""
+    from neurojax.network._layout._event import EventLayout
+    from neurojax.network._propagation import EventArrays, EventSpec, deliver
+
+    rng = np.random.default_rng(0)
+    n_pre, n_post, n_slots = 300, 400, 20
+    rows = [np.sort(rng.choice(n_post, rng.integers(0, 60), replace=False)) for _ in range(n_pre)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+    idx = np.concatenate(rows).astype(np.int32)
+    w = rng.normal(0.5, 0.2, idx.size).astype(np.float32)
+    d = rng.integers(0, n_slots - 1, idx.size).astype(np.int32)
+    shuffle = np.concatenate(
+        [indptr[r] + rng.permutation(len(rows[r])) for r in range(n_pre)]
+    ).astype(np.int64)
+    assert EventLayout.from_csr(n_pre, n_post, indptr, idx, w)[0].sorted_rows
+    assert not EventLayout.from_csr(n_pre, n_post, indptr, idx[shuffle], w[shuffle])[0].sorted_rows
+    s = jnp.asarray((rng.random((3, n_pre)) < 0.2).astype(np.float32))
+    ring = jnp.asarray(rng.normal(size=(3, n_slots, n_post)).astype(np.float32))
+
+    def run(order, sorted_rows):
+        spec = (EventSpec(n_pre, 0, n_pre, n_post, 60, n_slots, None, n_post, 0, sorted_rows),)
+        arrays = (
+            EventArrays(
+                jnp.asarray(indptr, jnp.int32),
+                jnp.asarray(idx[order]),
+                jnp.asarray(w[order]),
+                jnp.asarray(d[order]),
+            ),
+        )
+        return np.asarray(deliver(spec, s, jnp.int32(7), arrays, ring, clear=True)[0])
+
+    with nj.kernels.use("reference"):
+        want = run(slice(None), False)
+    assert np.abs(want - np.asarray(ring)).max() > 0.1  # spikes were delivered
+    for k in THREADS:
+        nj.use_cpu_threads(k, xla=False)
+        for order, sorted_rows in ((slice(None), True), (shuffle, False)):
+            before = share_everything.NjSharedJobs()
+            got = run(order, sorted_rows)
+            jobs = share_everything.NjSharedJobs() - before
+            np.testing.assert_array_equal(got, want, err_msg=f"{k} threads, {sorted_rows=}")
+            assert (jobs > 0) == (k > 1), (k, sorted_rows, jobs)
+
+
 def test_poisson_background_counts(share_everything):
     """The microcircuit's Poisson background alone (`nj_poisson_counts`, split by source
     ranges): the same counts with 1-4 threads, equal to the pure-JAX draws, the pool used."""

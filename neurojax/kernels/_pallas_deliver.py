@@ -49,6 +49,8 @@ class EventSpec(NamedTuple):
     delay_steps: int | None  # homogeneous delay in steps; None when per synapse
     n_targets: int  # width of the group's ring (sum of the projections' n_post)
     target_offset: int  # where this projection's postsynaptic neurons start in the ring
+    sorted_rows: bool = False  # every row lists its targets in ascending order (the CPU
+    # kernel then splits a step's delivery by ring columns, `EventLayout.sorted_rows`)
 
 
 def _specs(specs):

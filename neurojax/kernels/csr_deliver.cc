@@ -72,6 +72,8 @@ struct Proj {
   int64_t width;  // ring columns from target_offset to the end: a bound on indices
   bool per_synapse;
   int64_t w_stride;  // weights of trial b start at b * w_stride (0: shared by all trials)
+  int64_t n_post;    // the projection's own ring columns: [target_offset, + n_post)
+  bool sorted;       // the layout says every row lists its targets in ascending order
 };
 
 // A slot of the ring: (step + 1 + delay) mod n_slots, never negative whatever the counter
@@ -86,6 +88,7 @@ struct Faults {
   int64_t rows = 0;      // rows whose indptr range is not inside [0, nnz] or decreases
   int64_t targets = 0;   // synapses whose postsynaptic index is outside the projection's ring
   int64_t delays = 0;    // synapses with a negative per-synapse delay
+  int64_t order = 0;     // rows said to be sorted by target that are not
 };
 
 // The synapses of row r: every index is checked against the arrays before it is used, so
@@ -200,6 +203,142 @@ void Deliver(const F* s, const std::vector<Proj>& projs, int64_t step, F* ring,
   }
 }
 
+// The synapses of row r whose targets lie in the projection's columns [lo, hi) (0 <= lo <
+// hi <= n_post), in a row that lists its targets in ascending order: the run [kb, ke) found
+// by binary search (kb is the row's start when lo == 0, ke its end when hi == n_post, so the
+// runs of the threads that share a row tile it exactly). Every synapse of the run is checked
+// to lie in [lo, hi) and not below the one before it: a row that is not sorted after all is
+// counted (bad.order) and the call fails, no synapse is added twice or by two threads.
+template <typename F, typename D>
+inline void RowRange(const Proj& p, F* rb, int64_t b, int64_t r, F v, int64_t step,
+                     int64_t n_slots, int64_t n_targets, int64_t lo, int64_t hi, Faults& bad) {
+  const F* w = static_cast<const F*>(p.w) + b * p.w_stride;
+  const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
+  if (begin < 0 || end < begin || end > p.nnz) {
+    if (lo == 0) ++bad.rows;  // counted once, by the thread that holds the row's start
+    return;
+  }
+  const int32_t* post = p.post;
+  const int64_t kb =
+      lo == 0 ? begin : std::lower_bound(post + begin, post + end, lo) - post;
+  const int64_t ke =
+      hi == p.n_post ? end : std::lower_bound(post + begin, post + end, hi) - post;
+  const int64_t base = p.target_offset;
+  const D* d = static_cast<const D*>(p.delay);
+  const int64_t fixed_row =
+      n_slots == 1 ? 0 : Slot(step, p.per_synapse ? 0 : p.delay_steps, n_slots) * n_targets;
+  int64_t previous = lo;
+  for (int64_t k = kb; k < ke; ++k) {
+    const int64_t j = post[k];
+    if (j < previous || j >= hi) {
+      ++bad.order;
+      continue;
+    }
+    previous = j;
+    int64_t row = fixed_row;
+    if (p.per_synapse && n_slots > 1) {
+      if (d[k] < 0) {
+        ++bad.delays;
+        continue;
+      }
+      row = Slot(step, static_cast<int64_t>(d[k]), n_slots) * n_targets;
+    }
+    rb[row + base + j] += v * w[k];
+  }
+}
+
+// The delivery on the kernels' threads when every row of every projection of the call is
+// sorted by target (the layouts say so: `EventLayout.sorted_rows`): thread t owns the ring
+// columns [cut[t], cut[t + 1]) (in every slot and trial) and walks every spike's rows, but
+// only the run of each row that falls in its columns, adding straight into the ring. A cell
+// receives the additions of one thread, in the serial order (spikes, projections, synapses
+// ascending), so the ring is bit for bit the serial one for any number of threads, with no
+// bins and no second pass. The columns are cut where the step's work is expected to be
+// split evenly: each projection's synapses of this step's spikes spread evenly over its
+// columns.
+template <typename F>
+void DeliverColumns(const std::vector<Spike<F>>& spikes, const std::vector<Proj>& projs,
+                    const std::vector<int64_t>& proj_work, int64_t step, F* ring,
+                    int64_t n_slots, int64_t n_targets, int n, Faults& bad_out) {
+  // Expected work per column: piecewise constant between the projections' column bounds.
+  std::vector<int64_t> bounds{0, n_targets};
+  for (const Proj& p : projs) {
+    bounds.push_back(std::min(p.target_offset, n_targets));
+    bounds.push_back(std::min(p.target_offset + p.n_post, n_targets));
+  }
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  std::vector<double> density(bounds.size(), 0.0);  // per column, from bounds[s] on
+  double total = 0.0;
+  for (size_t q = 0; q < projs.size(); ++q) {
+    const Proj& p = projs[q];
+    if (proj_work[q] <= 0 || p.n_post <= 0) continue;
+    const double per = static_cast<double>(proj_work[q]) / static_cast<double>(p.n_post);
+    for (size_t g = 0; g + 1 < bounds.size(); ++g) {
+      if (bounds[g] >= p.target_offset && bounds[g + 1] <= p.target_offset + p.n_post) {
+        density[g] += per;
+        total += per * static_cast<double>(bounds[g + 1] - bounds[g]);
+      }
+    }
+  }
+  std::vector<int64_t> cut(n + 1, n_targets);
+  cut[0] = 0;
+  {
+    size_t g = 0;
+    double before = 0.0;  // work of the columns before bounds[g]
+    for (int t = 1; t < n; ++t) {
+      const double want = total * t / n;
+      while (g + 1 < bounds.size() &&
+             before + density[g] * static_cast<double>(bounds[g + 1] - bounds[g]) < want) {
+        before += density[g] * static_cast<double>(bounds[g + 1] - bounds[g]);
+        ++g;
+      }
+      int64_t c = n_targets;
+      if (g + 1 < bounds.size()) {
+        c = bounds[g] + (density[g] > 0.0
+                             ? static_cast<int64_t>((want - before) / density[g])
+                             : 0);
+        c = std::min(std::max(c, bounds[g]), bounds[g + 1]);
+      }
+      cut[t] = std::max(c, cut[t - 1]);
+    }
+  }
+  std::vector<Faults> faults(n);
+  const int64_t trial_size = n_slots * n_targets;
+  auto part = [&](int t) {
+    const int64_t c0 = cut[t], c1 = cut[t + 1];
+    if (c0 >= c1) return;
+    Faults& bad = faults[t];
+    for (const Spike<F>& sp : spikes) {
+      F* rb = ring + sp.b * trial_size;
+      for (const Proj& p : projs) {
+        const int64_t r = sp.i - p.pre_offset;
+        if (r < 0 || r >= p.n_pre) continue;
+        const int64_t lo = std::max<int64_t>(c0 - p.target_offset, 0);
+        const int64_t hi = std::min<int64_t>(c1 - p.target_offset, p.n_post);
+        if (lo >= hi) continue;
+        switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
+          case ffi::DataType::S8:
+            RowRange<F, int8_t>(p, rb, sp.b, r, sp.v, step, n_slots, n_targets, lo, hi, bad);
+            break;
+          case ffi::DataType::S16:
+            RowRange<F, int16_t>(p, rb, sp.b, r, sp.v, step, n_slots, n_targets, lo, hi, bad);
+            break;
+          default:
+            RowRange<F, int32_t>(p, rb, sp.b, r, sp.v, step, n_slots, n_targets, lo, hi, bad);
+        }
+      }
+    }
+  };
+  nj_pool::RunParts(n, part);
+  for (const Faults& f : faults) {
+    bad_out.rows += f.rows;
+    bad_out.targets += f.targets;
+    bad_out.delays += f.delays;
+    bad_out.order += f.order;
+  }
+}
+
 // The delivery on the kernels' threads (pool.h), when the step's spikes touch enough
 // synapses for it to pay. The spikes are listed once, in the serial order, and shared
 // read-only. Phase 1: thread t takes a contiguous run of the list (runs of about equal
@@ -235,7 +374,12 @@ void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* 
       work += RowWork(projs, i);
     });
   }
-  const int n = nj_pool::Worth(work, 2);
+  const bool columns = std::all_of(projs.begin(), projs.end(), [](const Proj& p) {
+    return p.sorted;
+  });
+  // One hand-over to the pool with sorted rows (each thread adds into its own columns), two
+  // with bins.
+  const int n = nj_pool::Worth(work, columns ? 1 : 2);
   if (n <= 1) {
     const int64_t t0 = nj_pool::NowNs();
     for (const Spike<F>& sp : spikes) {
@@ -244,6 +388,24 @@ void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* 
       Neuron(projs, sp.b, sp.i, sp.v, step, n_slots, n_targets, bad, add);
     }
     nj_pool::RecordSerial(work, nj_pool::NowNs() - t0);
+    return;
+  }
+  if (columns) {
+    thread_local std::vector<int64_t> proj_work_tl;
+    std::vector<int64_t>& proj_work = proj_work_tl;
+    proj_work.assign(projs.size(), 0);
+    for (const Spike<F>& sp : spikes) {
+      for (size_t q = 0; q < projs.size(); ++q) {
+        const Proj& p = projs[q];
+        const int64_t r = sp.i - p.pre_offset;
+        if (r < 0 || r >= p.n_pre) continue;
+        const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
+        proj_work[q] += len > 0 ? len : 0;
+      }
+    }
+    const int64_t t0 = nj_pool::NowNs();
+    DeliverColumns<F>(spikes, projs, proj_work, step, ring, n_slots, n_targets, n, bad);
+    nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
     return;
   }
   // The first spike of each thread's run: the first whose preceding synapses reach t / n
@@ -301,7 +463,9 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                           ffi::Span<const int64_t> n_pre, ffi::Span<const int64_t> delay_steps,
                           ffi::Span<const int64_t> target_offset,
                           ffi::Span<const int64_t> per_synapse,
-                          ffi::Span<const int64_t> weights_batched) {
+                          ffi::Span<const int64_t> weights_batched,
+                          ffi::Span<const int64_t> n_post,
+                          ffi::Span<const int64_t> sorted_rows) {
   const auto type = ring_in.element_type();
   if (s.element_type() != type || ring_out->element_type() != type ||
       (type != ffi::DataType::F32 && type != ffi::DataType::F64)) {
@@ -313,7 +477,8 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
   }
   const size_t k = pre_offset.size();
   if (rest.size() != 4 * k || n_pre.size() != k || delay_steps.size() != k ||
-      target_offset.size() != k || per_synapse.size() != k || weights_batched.size() != k) {
+      target_offset.size() != k || per_synapse.size() != k || weights_batched.size() != k ||
+      n_post.size() != k || sorted_rows.size() != k) {
     return ffi::Error::InvalidArgument("nj_csr_deliver: inconsistent projection arguments");
   }
   // Sizes first, once per call (O(projections)): nothing below reads past a buffer whose
@@ -352,6 +517,7 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
     const int64_t n_w = static_cast<int64_t>(w->element_count());
     if (n_pre[p] < 0 || pre_offset[p] < 0 || pre_offset[p] + n_pre[p] > n_source ||
         target_offset[p] < 0 || target_offset[p] > n_targets || delay_steps[p] < 0 ||
+        n_post[p] < 0 || target_offset[p] + n_post[p] > n_targets ||
         static_cast<int64_t>(indptr->element_count()) != n_pre[p] + 1 ||
         n_w != (weights_batched[p] ? n_trials * nnz : nnz) ||
         (per_synapse[p] && static_cast<int64_t>(d->element_count()) < nnz)) {
@@ -371,7 +537,9 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                     nnz,
                     n_targets - target_offset[p],
                     per_synapse[p] != 0,
-                    weights_batched[p] ? static_cast<int64_t>(post->element_count()) : 0};
+                    weights_batched[p] ? static_cast<int64_t>(post->element_count()) : 0,
+                    n_post[p],
+                    sorted_rows[p] != 0};
   }
   if (overwrite) {
     std::memset(ring_out->untyped_data(), 0, ring_out->size_bytes());
@@ -400,12 +568,13 @@ ffi::Error CsrDeliverImpl(ffi::AnyBuffer s, ffi::AnyBuffer step, ffi::AnyBuffer 
                                     static_cast<double*>(ring_out->untyped_data()), n_source,
                                     n_slots, n_targets, n_trials, bad);
   }
-  if (bad.rows || bad.targets || bad.delays) {
+  if (bad.rows || bad.targets || bad.delays || bad.order) {
     return ffi::Error::InvalidArgument(
         "nj_csr_deliver: corrupted connectivity (not delivered): " + std::to_string(bad.rows) +
         " rows with indptr outside [0, nnz] or decreasing, " + std::to_string(bad.targets) +
         " synapses with a postsynaptic index outside the population, " +
-        std::to_string(bad.delays) + " negative delays");
+        std::to_string(bad.delays) + " negative delays, " + std::to_string(bad.order) +
+        " synapses out of order in rows the layout gives as sorted by target");
   }
   return ffi::Error::Success();
 }
@@ -429,7 +598,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, nj_ffi::Ordered<CsrDeliverImpl>,
                                   .Attr<ffi::Span<const int64_t>>("delay_steps")
                                   .Attr<ffi::Span<const int64_t>>("target_offset")
                                   .Attr<ffi::Span<const int64_t>>("per_synapse")
-                                  .Attr<ffi::Span<const int64_t>>("weights_batched"));
+                                  .Attr<ffi::Span<const int64_t>>("weights_batched")
+                                  .Attr<ffi::Span<const int64_t>>("n_post")
+                                  .Attr<ffi::Span<const int64_t>>("sorted_rows"));
 
 // ---------------------------------------------------------------------------------------------
 // STDP weight update of one plastic projection (neurojax.network._plastic), in place.

@@ -321,6 +321,8 @@ def _deliver_cpu(s, step, ring, weights, tables, *, specs, fresh, capacity=None,
         target_offset=attr("target_offset"),
         per_synapse=np.array([t[2] is not None for t in tables], np.int64),
         weights_batched=np.array([w.ndim > 1 for w in weights], np.int64),
+        n_post=attr("n_post"),
+        sorted_rows=attr("sorted_rows", int),
     )
     return ring, jnp.zeros(s.shape[:-1], jnp.int32)
 

@@ -18,6 +18,22 @@ from ._base import Delivery, Layout, check_csr
 __all__ = ["EventLayout"]
 
 
+def rows_sorted(indptr: np.ndarray, indices: np.ndarray) -> bool:
+    """Whether every row of the compressed rows lists its postsynaptic indices in ascending
+    order (equal ones allowed): one vectorised pass over the synapses."""
+    indices = np.asarray(indices)
+    indptr = np.asarray(indptr)
+    if indices.ndim != 1 or indices.shape[0] < 2:
+        return indices.ndim == 1
+    falls = np.flatnonzero(indices[1:] < indices[:-1]) + 1  # synapses below the one before
+    if falls.size == 0:
+        return True
+    # a fall is allowed only where a row starts
+    starts = np.zeros(indices.shape[0] + 1, bool)
+    starts[np.clip(indptr, 0, indices.shape[0])] = True
+    return bool(np.all(starts[falls]))
+
+
 class EventLayout(Layout):
     r"""Synapses sorted by presynaptic neuron (compressed rows), delivered event by event.
 
@@ -30,7 +46,12 @@ class EventLayout(Layout):
     bytes per synapse) so that potentiation costs spikes x fan-in.
 
     Synapses keep the order of the connectivity within a row (a stable sort by presynaptic
-    neuron), which fixes the order in which the arrivals at a neuron are summed.
+    neuron), which fixes the order in which the arrivals at a neuron are summed. Where every
+    row happens to list its targets in ascending order (`sorted_rows`, found when the layout
+    is built: `nj.models.microcircuit`'s pathways, connectivity drawn row by row), the
+    compiled CPU kernel splits a step's delivery between threads by target neurons, each
+    thread adding straight into its own part of the ring; otherwise it gathers each thread's
+    share of the synapses into bins first. Both give the same sums in the same order.
 
     Chosen by `nj.Projection(..., layout="event")`, and by `layout="auto"` above 65536
     (pre, post) pairs or with per-synapse delays or plasticity.
@@ -58,6 +79,7 @@ class EventLayout(Layout):
     col_syn: Int[Array, " nnz"] | None = None
     col_pre: Int[Array, " nnz"] | None = None
     max_fan_in: int = eqx.field(static=True, default=0)
+    sorted_rows: bool = eqx.field(static=True, default=False)
 
     @classmethod
     def from_bcoo(
@@ -97,6 +119,7 @@ class EventLayout(Layout):
             n_pre=n_pre,
             n_post=n_post,
             max_fan_out=int(counts.max()) if counts.size else 0,
+            sorted_rows=rows_sorted(indptr, post),
             # device_put, not jnp.asarray: no program compiled per array shape.
             indptr=jax.device_put(indptr.astype(np.int32)),
             indices=jax.device_put(post.astype(np.int32, copy=False)),
@@ -125,6 +148,7 @@ class EventLayout(Layout):
             n_pre=int(n_pre),
             n_post=int(n_post),
             max_fan_out=int(counts.max()) if counts.size else 0,
+            sorted_rows=rows_sorted(indptr, indices),
             # device_put, not jnp.asarray: no program compiled per array shape.
             indptr=jax.device_put(indptr.astype(np.int32)),
             indices=jax.device_put(indices),
@@ -152,6 +176,7 @@ class EventLayout(Layout):
             col_syn=jnp.asarray(order),
             col_pre=jnp.asarray(pre[order]),
             max_fan_in=int(col_counts.max()) if col_counts.size else 0,
+            sorted_rows=self.sorted_rows,
         )
 
     def _rows(self) -> np.ndarray:
@@ -212,6 +237,7 @@ class EventLayout(Layout):
                     dl.delay_steps,
                     ring.shape[-1],
                     dl.target_offset,
+                    lay.sorted_rows,
                 )
             )
             weights = lay.weights if dl.weights is None else dl.weights
@@ -237,6 +263,11 @@ class EventLayout(Layout):
             if self.indptr.ndim == 1 and self.indptr.shape[0] > 1:
                 bad_ptr = bad_ptr | jnp.any(self.indptr[1:] < self.indptr[:-1])
                 bad_ptr = bad_ptr | jnp.any(self.indptr[1:] - self.indptr[:-1] > self.max_fan_out)
+            if self.sorted_rows and self.indices.ndim == 1 and nnz > 1:
+                # a synapse below the one before it is allowed only where a row starts
+                starts = jnp.zeros(nnz + 1, bool).at[jnp.clip(self.indptr, 0, nnz)].set(True)
+                falls = self.indices[1:] < self.indices[:-1]
+                bad_ptr = bad_ptr | jnp.any(falls & ~starts[1:nnz])
             return [
                 (
                     bad_idx,
@@ -246,7 +277,8 @@ class EventLayout(Layout):
                 (
                     bad_ptr,
                     f"{owner}: {name}: indptr is not a compressed-row pointer over the "
-                    f"{nnz} synapses with rows of at most max_fan_out={self.max_fan_out}",
+                    f"{nnz} synapses with rows of at most max_fan_out={self.max_fan_out}"
+                    + (" and targets ascending in each row" if self.sorted_rows else ""),
                 ),
             ]
         indptr = np.asarray(self.indptr)
@@ -285,6 +317,12 @@ class EventLayout(Layout):
             raise ValueError(
                 f"{owner}: {name}: {int(bad.sum())} postsynaptic indices outside [0, "
                 f"{self.n_post}), e.g. {fmt_list(indices[bad])}"
+            )
+        if self.sorted_rows and not rows_sorted(indptr, indices):
+            raise ValueError(
+                f"{owner}: {name}: sorted_rows is True, but a row lists its postsynaptic "
+                "indices out of ascending order (the compiled kernel would split its "
+                "delivery by target on that promise)"
             )
         counts = np.diff(indptr.astype(np.int64))
         widest = int(counts.max()) if counts.size else 0
