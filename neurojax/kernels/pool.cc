@@ -76,10 +76,17 @@ struct State {
   // What a shared call costs beyond its work divided among its threads (ns, an exponential
   // average of measured calls; the calibration's round trips to begin with), and the calls
   // declined since the last shared one (every 32nd that would gain on an idle machine is
-  // shared anyway, so that the average follows the machine's load both ways).
+  // shared anyway, so that the average follows the machine's load both ways). A probe shares
+  // a burst of `kBurst` calls: its first call finds the workers asleep (they stop spinning
+  // 0.1 ms after their last job) and pays their wake-up, which a call in a run of shared calls
+  // does not pay; timed alone, probes would keep a rule that declined from ever seeing what
+  // sharing costs once the workers are awake.
   std::atomic<double> overhead_ns{0.0};
   std::atomic<int64_t> declined{0};
+  std::atomic<int> burst{0};  // calls of the current probe still to share
 };
+
+constexpr int kBurst = 4;
 
 // Never destroyed: workers may still sleep in it while the process exits.
 State& S() {
@@ -231,9 +238,15 @@ int Worth(int64_t work, int phases) {
   double overhead = s.overhead_ns.load(std::memory_order_relaxed);
   if (overhead == 0.0) overhead = static_cast<double>(phases) * static_cast<double>(trip);
   if (saved > overhead) return n;
-  if (saved > static_cast<double>(phases) * static_cast<double>(trip) &&
-      s.declined.fetch_add(1, std::memory_order_relaxed) % 32 == 31) {
-    return n;  // a probe of a machine that may have become quieter
+  if (saved > static_cast<double>(phases) * static_cast<double>(trip)) {
+    int left = s.burst.load(std::memory_order_relaxed);
+    while (left > 0) {
+      if (s.burst.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) return n;
+    }
+    if (s.declined.fetch_add(1, std::memory_order_relaxed) % 32 == 31) {
+      s.burst.store(kBurst - 1, std::memory_order_relaxed);
+      return n;  // a probe of a machine that may have become quieter
+    }
   }
   return 1;
 }
