@@ -108,9 +108,22 @@ def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: i
         "run_cpu_s": run_cpu_s,
         "spikes": float(np.asarray(spikes)),
         "pool_jobs": (lib.NjSharedJobs() - jobs0) if lib is not None else None,
+        # the pool's cost model after the run: calibrated round trip, unit of work, measured
+        # overhead of a shared call (ns)
+        "pool_model_ns": _pool_model(lib),
         "kernel_threads": nj.cpu_threads(),
         "n_steps": n_steps,
     }
+
+
+def _pool_model(lib) -> list[float] | None:
+    import ctypes
+
+    if lib is None or not hasattr(lib, "NjPoolModel"):
+        return None
+    out = (ctypes.c_double * 3)()
+    lib.NjPoolModel(out)
+    return [round(x, 1) for x in out]
 
 
 def _env(threads: int) -> dict[str, str]:

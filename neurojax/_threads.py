@@ -68,8 +68,12 @@ def use_cpu_threads(n: int | None = None, *, xla: bool = True) -> None:
 
     With `xla=True` (the default) and when JAX has not yet created its CPU client (call this
     at the top of a script, before the first JAX operation), XLA's CPU thread pool is sized
-    to match: `PJRT_NPROC` is set to `max(n - 1, 1)` unless it is set already. Later, XLA's
-    pool keeps its size and a `RuntimeWarning` says so; the kernels' threads change anyway.
+    to match: `PJRT_NPROC` is set to `max(n - 1, 1)` unless it is set already, and
+    `--xla_cpu_enable_concurrency_optimized_scheduler=false` is added to `XLA_FLAGS` unless
+    that flag is there already (XLA then orders a program's operations to run one after the
+    other, which suits a network step's many small operations: see
+    docs/guides/cpu-threads.md). Later, XLA's pool keeps its size and a `RuntimeWarning` says
+    so; the kernels' threads change anyway.
 
     **Arguments:**
     - `n`: a positive integer, more than the CPUs allowed (a test of determinism) included.
@@ -94,12 +98,26 @@ def use_cpu_threads(n: int | None = None, *, xla: bool = True) -> None:
         listener(threads)
 
 
+# XLA's CPU scheduler that orders a program for the most concurrency between its operations
+# (its default) runs a network step's tens of small operations on several of its pool's
+# threads, which costs more in hand-overs than it gains and takes the core the kernels'
+# threads need: measured on the 2-core machine (benchmarks/results/thread_scaling.md),
+# without it the microcircuit at scale 0.1 runs 8 % faster on one thread, COBA 3-6 % faster,
+# and on two threads COBA is no longer slower than on one; a dense training step of
+# benchmarks/training.py is 3-10 % faster.
+_XLA_SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"
+
+
 def _size_xla_pool(threads: int) -> None:
     from ._jax_private import cpu_backend_started
 
+    started = cpu_backend_started()
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not started and _XLA_SCHEDULER not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --{_XLA_SCHEDULER}=false".strip()
     if "PJRT_NPROC" in os.environ:
         return
-    if cpu_backend_started():
+    if started:
         warnings.warn(
             "neurojax.use_cpu_threads: JAX's CPU client exists already, so XLA's thread pool "
             "keeps its size (only neurojax's kernels change); call use_cpu_threads before the "

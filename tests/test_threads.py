@@ -33,6 +33,7 @@ names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/
 print(json.dumps({
     **after_import,
     "pjrt_nproc_after": os.environ.get("PJRT_NPROC"),
+    "xla_flags_after": os.environ.get("XLA_FLAGS"),
     "xla_workers": sum(n.endswith("XLAEigen") for n in names),
     "threads": nj.cpu_threads(),
     "started_after": _jax_private.cpu_backend_started(),
@@ -61,6 +62,7 @@ def test_import_changes_nothing_in_jax_or_the_process():
     out = _result(_probe({}))
     assert out["factory_unchanged"] and out["affinity"]
     assert out["pjrt_nproc"] is None and out["pjrt_nproc_after"] is None
+    assert out["xla_flags_after"] is None
     assert not out["started"] and out["started_after"]
     # XLA's own default: one worker per CPU of the process
     assert out["xla_workers"] == len(os.sched_getaffinity(0))
@@ -72,6 +74,16 @@ def test_use_cpu_threads_sizes_the_kernels_and_xla_before_the_client():
     assert out["factory_unchanged"] and out["affinity"]
     assert out["threads"] == 3
     assert out["pjrt_nproc_after"] == "2" and out["xla_workers"] == 2
+    assert out["xla_flags_after"] == "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def test_xla_flags_of_the_user_are_kept_and_extended_once():
+    flag = "xla_cpu_enable_concurrency_optimized_scheduler"
+    out = _result(_probe({"PROBE_CALL": "2", "XLA_FLAGS": "--xla_cpu_use_thunk_runtime=true"}))
+    assert out["xla_flags_after"] == f"--xla_cpu_use_thunk_runtime=true --{flag}=false"
+    # the user's own choice of that flag wins
+    out = _result(_probe({"PROBE_CALL": "2", "XLA_FLAGS": f"--{flag}=true"}))
+    assert out["xla_flags_after"] == f"--{flag}=true"
 
 
 def test_environment_variable_acts_as_the_call():

@@ -84,6 +84,11 @@ struct State {
   std::atomic<double> overhead_ns{0.0};
   std::atomic<int64_t> declined{0};
   std::atomic<int> burst{0};  // calls of the current probe still to share
+  // Declined calls between two probes: 32 at first and after a call that the rule shares,
+  // doubled after each probe that did not make sharing worth it (up to 4096), so that a
+  // network whose calls never gain (COBA's few hundred synapses a step) soon stops paying
+  // for probes.
+  std::atomic<int64_t> probe_every{32};
 };
 
 constexpr int kBurst = 4;
@@ -147,22 +152,26 @@ void StopWorkers(State& s) {
   s.quit.store(false, std::memory_order_release);
 }
 
-// The calibration of the cost model when the workers start: the median round trip of an
-// empty job, half of them with the workers asleep (their first job after a pause) and half
-// with them spinning; and the cost of one unit of work, a scattered add into a buffer of the
-// size of a small network's ring, as the delivery kernels do.
+// The calibration of the cost model when the workers start: the shortest of seven round
+// trips of an empty job with the workers awake (a network step that shares its calls keeps
+// them spinning; what waking them costs where calls are sparse, or a worker that another
+// thread keeps off its core, shows in the measured overhead of the shared calls,
+// `RecordShared`, which decides from then on); and the cost of one unit of work, a scattered
+// add into a buffer of the size of a small network's ring, as the delivery kernels do. (A
+// median that counted wake-ups or a descheduled worker, as it once did, could make the
+// first estimate so large that no call of the process was ever shared, not even a probe.)
 void Calibrate(State& s) {
   auto nothing = [](void*, int) {};
   std::vector<int64_t> trips;
-  for (int r = 0; r < 6; ++r) {
-    if (r % 2 == 0) std::this_thread::sleep_for(std::chrono::nanoseconds(2 * kSpinNs));
+  const int n = static_cast<int>(s.workers.size()) + 1;
+  Dispatch(s, n, n, nothing, nullptr);  // wakes the workers
+  for (int r = 0; r < 7; ++r) {
     const int64_t t0 = NowNs();
-    const int n = static_cast<int>(s.workers.size()) + 1;
     Dispatch(s, n, n, nothing, nullptr);
     trips.push_back(NowNs() - t0);
   }
   std::sort(trips.begin(), trips.end());
-  s.round_trip_ns.store(std::max<int64_t>(1, trips[trips.size() / 2]));
+  s.round_trip_ns.store(std::max<int64_t>(1, trips.front()));
   if (s.unit_ns.load() == 0.0) {
     constexpr int64_t kCells = 1 << 16, kAdds = 1 << 16;
     std::vector<float> ring(kCells, 0.0f);
@@ -237,15 +246,27 @@ int Worth(int64_t work, int phases) {
   const double saved = static_cast<double>(work) * unit * (1.0 - 1.0 / n);
   double overhead = s.overhead_ns.load(std::memory_order_relaxed);
   if (overhead == 0.0) overhead = static_cast<double>(phases) * static_cast<double>(trip);
-  if (saved > overhead) return n;
-  if (saved > static_cast<double>(phases) * static_cast<double>(trip)) {
+  if (saved > overhead) {
+    s.probe_every.store(32, std::memory_order_relaxed);
+    return n;
+  }
+  // Probes are for calls whose saving exceeds the round trips of awake workers; a calibrated
+  // trip above a tenth of the spin window means the workers were kept off their cores when
+  // it was timed (another thread's spinning, XLA's pool among them), not what a trip costs,
+  // so it is capped there and the probes measure the real cost.
+  const double probe_trip = std::min<double>(static_cast<double>(trip), kSpinNs / 10.0);
+  if (saved > static_cast<double>(phases) * probe_trip) {
     int left = s.burst.load(std::memory_order_relaxed);
     while (left > 0) {
       if (s.burst.compare_exchange_weak(left, left - 1, std::memory_order_relaxed)) return n;
     }
-    if (s.declined.fetch_add(1, std::memory_order_relaxed) % 32 == 31) {
+    const int64_t every = s.probe_every.load(std::memory_order_relaxed);
+    if (s.declined.fetch_add(1, std::memory_order_relaxed) + 1 >= every) {
+      // a probe of a machine that may have become quieter
+      s.declined.store(0, std::memory_order_relaxed);
+      s.probe_every.store(std::min<int64_t>(2 * every, 4096), std::memory_order_relaxed);
       s.burst.store(kBurst - 1, std::memory_order_relaxed);
-      return n;  // a probe of a machine that may have become quieter
+      return n;
     }
   }
   return 1;
@@ -286,6 +307,8 @@ extern "C" void NjSetThreads(int n) {
   s.threads = n;
   s.round_trip_ns.store(0);
   s.overhead_ns.store(0.0);
+  s.probe_every.store(32);
+  s.declined.store(0);
 }
 
 extern "C" int NjThreads() { return nj_pool::S().threads.load(); }
@@ -298,3 +321,14 @@ extern "C" int NjSetSharing(int mode) {
 
 // The number of jobs handed to the workers since the process started.
 extern "C" int64_t NjSharedJobs() { return nj_pool::S().jobs.load(); }
+
+// The cost model's current figures, for benchmarks and diagnostics: out[0] the calibrated
+// round trip (ns), out[1] the cost of one unit of work on one thread (ns), out[2] the measured
+// overhead of a shared call beyond its work divided among its threads (ns, 0 before the first
+// shared call).
+extern "C" void NjPoolModel(double* out) {
+  nj_pool::State& s = nj_pool::S();
+  out[0] = static_cast<double>(s.round_trip_ns.load());
+  out[1] = s.unit_ns.load();
+  out[2] = s.overhead_ns.load();
+}
