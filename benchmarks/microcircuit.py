@@ -191,6 +191,9 @@ def main(argv=None) -> None:
         env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={str(args.threads > 1).lower()}"
     ).strip()
     env["OMP_NUM_THREADS"] = str(args.threads)
+    # neurojax's threads the documented way: its kernels' pool and XLA's (nj.use_cpu_threads
+    # at import: PJRT_NPROC and XLA's sequential scheduler, docs/guides/cpu-threads.md)
+    env["NEUROJAX_CPU_THREADS"] = str(args.threads)
     for _ in range(args.repeats):
         for peer in args.peers.split(","):
             cmd = ["taskset", "-c", cores, sys.executable, "-m", "benchmarks.microcircuit"]
