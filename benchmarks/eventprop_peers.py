@@ -80,32 +80,40 @@ def _data(n):
     return ex, ex.encode(x), y
 
 
+def _adam_runner(loss, params, times, labels):
+    """`run(b)`: one jitted gradient of `loss(params, times, labels)` and Adam step (5e-3) on
+    batch `b`, blocked on; the parameters and the optimiser's state carried between calls."""
+    opt = optax.adam(5e-3)
+
+    @jax.jit
+    def step(params, state, t, y):
+        value, g = jax.value_and_grad(loss)(params, t, y)
+        upd, state = opt.update(g, state, params)
+        return optax.apply_updates(params, upd), state, value
+
+    box = [params, opt.init(params)]
+
+    def run(b):
+        sl = slice(b * BATCH, (b + 1) * BATCH)
+        box[0], box[1], value = step(
+            box[0], box[1], jnp.asarray(times[sl]), jnp.asarray(labels[sl])
+        )
+        jax.block_until_ready(value)
+
+    return run
+
+
 def neurojax_runner(gradient, times, labels):
     ex = _example()
     net = ex.build(0)
     # only the weights learn, as in the example (delays and time constants stay fixed)
     params = [q.weight for q in net.projections]
-    opt = optax.adam(5e-3)
-    state = opt.init(params)
 
-    @jax.jit
-    def step(params, state, t, y):
-        def f(w):
-            full = eqx.tree_at(lambda n: [q.weight for q in n.projections], net, w)
-            return ex.loss_fn(full, t, y, gradient)[0]
+    def loss(w, t, y):
+        full = eqx.tree_at(lambda n: [q.weight for q in n.projections], net, w)
+        return ex.loss_fn(full, t, y, gradient)[0]
 
-        loss, g = jax.value_and_grad(f)(params)
-        upd, state = opt.update(g, state, params)
-        return optax.apply_updates(params, upd), state, loss
-
-    box = [params, state]
-
-    def run(b):
-        sl = slice(b * BATCH, (b + 1) * BATCH)
-        box[0], box[1], loss = step(box[0], box[1], jnp.asarray(times[sl]), jnp.asarray(labels[sl]))
-        jax.block_until_ready(loss)
-
-    return run
+    return _adam_runner(loss, params, times, labels)
 
 
 def eventax_runner(adjoint, times, labels, step_ms=0.01):
@@ -151,33 +159,18 @@ def eventax_runner(adjoint, times, labels, step_ms=0.01):
         max_event_steps=EVENTAX_MAX_EVENTS,
         **kwargs,
     )
-    params = net.neuron_model.weights  # only the weights learn, as in the example
-    opt = optax.adam(5e-3)
-    state = opt.init(params)
 
-    @jax.jit
-    def step(params, state, t, y):
-        def f(w):
-            full = eqx.tree_at(lambda m: m.neuron_model.weights, net, w)
-            t_first = jax.vmap(full.ttfs)(t)
-            # a silent output: T_MAX without gradient, as `nt.first_spike_times`
-            t_first = jnp.where(
-                jnp.isfinite(t_first), t_first, jax.lax.stop_gradient(jnp.float32(ex.T_MAX))
-            )
-            return nt.first_spike_cross_entropy(t_first, y)
+    def loss(w, t, y):
+        full = eqx.tree_at(lambda m: m.neuron_model.weights, net, w)
+        t_first = jax.vmap(full.ttfs)(t)
+        # a silent output: T_MAX without gradient, as `nt.first_spike_times`
+        t_first = jnp.where(
+            jnp.isfinite(t_first), t_first, jax.lax.stop_gradient(jnp.float32(ex.T_MAX))
+        )
+        return nt.first_spike_cross_entropy(t_first, y)
 
-        loss, g = jax.value_and_grad(f)(params)
-        upd, state = opt.update(g, state, params)
-        return optax.apply_updates(params, upd), state, loss
-
-    box = [params, state]
-
-    def run(b):
-        sl = slice(b * BATCH, (b + 1) * BATCH)
-        box[0], box[1], loss = step(box[0], box[1], jnp.asarray(times[sl]), jnp.asarray(labels[sl]))
-        jax.block_until_ready(loss)
-
-    return run
+    # only the weights learn, as in the example
+    return _adam_runner(loss, net.neuron_model.weights, times, labels)
 
 
 def snntorch_runner(times, labels):

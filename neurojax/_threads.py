@@ -102,7 +102,7 @@ def use_cpu_threads(n: int | None = None, *, xla: bool = True) -> None:
 # (its default) runs a network step's tens of small operations on several of its pool's
 # threads, which costs more in hand-overs than it gains and takes the core the kernels'
 # threads need: measured on the 2-core machine (benchmarks/results/thread_scaling.md),
-# without it the microcircuit at scale 0.1 runs 8 % faster on one thread, COBA 3-6 % faster,
+# without it the microcircuit at scale 0.1 runs 6-12 % faster on one thread, COBA 3-6 %,
 # and on two threads COBA is no longer slower than on one; a dense training step of
 # benchmarks/training.py is 3-10 % faster.
 _XLA_SCHEDULER = "xla_cpu_enable_concurrency_optimized_scheduler"

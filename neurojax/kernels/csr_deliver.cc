@@ -163,18 +163,6 @@ inline void Neuron(const std::vector<Proj>& projs, int64_t b, int64_t i, F v, in
   }
 }
 
-// The synapses of neuron i's rows (an upper bound where a row is corrupted: 0 for it).
-inline int64_t RowWork(const std::vector<Proj>& projs, int64_t i) {
-  int64_t work = 0;
-  for (const Proj& p : projs) {
-    const int64_t r = i - p.pre_offset;
-    if (r < 0 || r >= p.n_pre) continue;
-    const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
-    work += len > 0 ? len : 0;
-  }
-  return work;
-}
-
 template <typename F>
 struct Spike {
   int64_t b, i;
@@ -230,6 +218,10 @@ inline void RowRange(const Proj& p, F* rb, int64_t b, int64_t r, F v, int64_t st
   int64_t previous = lo;
   for (int64_t k = kb; k < ke; ++k) {
     const int64_t j = post[k];
+    if (j < 0 || j >= p.n_post) {
+      ++bad.targets;
+      continue;
+    }
     if (j < previous || j >= hi) {
       ++bad.order;
       continue;
@@ -366,17 +358,29 @@ void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* 
   std::vector<std::vector<Entry<F>>>& bins = bins_tl;
   spikes.clear();
   cum.clear();
+  const bool columns = std::all_of(projs.begin(), projs.end(), [](const Proj& p) {
+    return p.sorted;
+  });
+  // The synapses of this step's spikes, per projection (the column split's estimate of
+  // where the work lies) and in all.
+  thread_local std::vector<int64_t> proj_work_tl;
+  std::vector<int64_t>& proj_work = proj_work_tl;
+  proj_work.assign(projs.size(), 0);
   int64_t work = 0;
   for (int64_t b = 0; b < n_trials; ++b) {
     ForEachNonzero<F, Bits>(s + b * n_source, n_source, [&](int64_t i, F v) {
       spikes.push_back(Spike<F>{b, i, v});
       cum.push_back(work);
-      work += RowWork(projs, i);
+      for (size_t q = 0; q < projs.size(); ++q) {
+        const Proj& p = projs[q];
+        const int64_t r = i - p.pre_offset;
+        if (r < 0 || r >= p.n_pre) continue;
+        const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
+        proj_work[q] += len > 0 ? len : 0;
+        work += len > 0 ? len : 0;
+      }
     });
   }
-  const bool columns = std::all_of(projs.begin(), projs.end(), [](const Proj& p) {
-    return p.sorted;
-  });
   // One hand-over to the pool with sorted rows (each thread adds into its own columns), two
   // with bins.
   const int n = nj_pool::Worth(work, columns ? 1 : 2);
@@ -391,18 +395,6 @@ void DeliverShared(const F* s, const std::vector<Proj>& projs, int64_t step, F* 
     return;
   }
   if (columns) {
-    thread_local std::vector<int64_t> proj_work_tl;
-    std::vector<int64_t>& proj_work = proj_work_tl;
-    proj_work.assign(projs.size(), 0);
-    for (const Spike<F>& sp : spikes) {
-      for (size_t q = 0; q < projs.size(); ++q) {
-        const Proj& p = projs[q];
-        const int64_t r = sp.i - p.pre_offset;
-        if (r < 0 || r >= p.n_pre) continue;
-        const int64_t len = static_cast<int64_t>(p.indptr[r + 1]) - p.indptr[r];
-        proj_work[q] += len > 0 ? len : 0;
-      }
-    }
     const int64_t t0 = nj_pool::NowNs();
     DeliverColumns<F>(spikes, projs, proj_work, step, ring, n_slots, n_targets, n, bad);
     nj_pool::RecordShared(work, n, nj_pool::NowNs() - t0);
