@@ -318,6 +318,55 @@ def test_a_neuron_that_fires_more_than_max_spikes_raises():
         )
 
 
+def test_a_silent_neuron_gets_a_time_past_t_max_with_the_exact_gradient_of_its_voltage_peak():
+    """`first_spike_times(..., v_max=, v_th=, silent_slope=)` against the closed form of one
+    LIF neuron driven by one input spike through an exponential synapse:
+    v(t) = A (exp(-t/tau_m) - exp(-t/tau_s)), A = r w tau_s / (tau_m - tau_s), whose peak
+    is linear in w; a neuron that fires keeps its exact time."""
+    from neurojax import training as nt
+
+    tau_m, tau_s, r, slope, t_in = 20.0, 5.0, 1.5, 7.0, 1.0
+    lif = nj.LIF(tau_m=tau_m, v_rest=0.0, v_reset=0.0, v_th=1.0, r_m=r)
+    # neuron 0 stays below threshold, neuron 1 fires
+    w = np.array([[0.9, 6.0]])
+
+    def times(w):
+        net = EventNetwork(
+            {"a": (lif, 2)},
+            {"in": 1},
+            [EventProjection("in", "a", w, synapse=nj.Exponential(tau_s))],
+        )
+        rec = eventprop_run(net, {"in": jnp.full((1, 1), t_in)}, t_max=T_MAX)
+        ext = nt.first_spike_times(
+            rec.spike_times["a"], t_max=T_MAX, v_max=rec.v_max["a"], v_th=1.0, silent_slope=slope
+        )
+        return ext, nt.first_spike_times(rec.spike_times["a"], t_max=T_MAX)
+
+    ext, plain = times(jnp.asarray(w))
+    t_peak = np.log(tau_m / tau_s) * tau_m * tau_s / (tau_m - tau_s)
+    per_w = r * tau_s / (tau_m - tau_s) * (np.exp(-t_peak / tau_m) - np.exp(-t_peak / tau_s))
+    v_peak = w[0, 0] * per_w
+    assert v_peak < 1.0
+    np.testing.assert_allclose(ext[0], T_MAX + slope * (1.0 - v_peak), rtol=1e-12)
+    assert plain[0] == T_MAX
+    assert ext[1] == plain[1] < T_MAX
+    g = jax.grad(lambda w: times(w)[0][0])(jnp.asarray(w))
+    np.testing.assert_allclose(g[0, 0], -slope * per_w, rtol=1e-9)
+    assert g[0, 1] == 0.0
+    # without the extension a silent neuron has no gradient at all
+    assert jax.grad(lambda w: times(w)[1][0])(jnp.asarray(w))[0, 0] == 0.0
+
+    s = jnp.full((2, 3), jnp.inf)
+    with pytest.raises(ValueError, match="v_max, v_th and silent_slope go together"):
+        nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(2))
+    with pytest.raises(ValueError, match="silent_slope must be a finite number .* got -1.0"):
+        nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(2), v_th=1.0, silent_slope=-1.0)
+    with pytest.raises(ValueError, match="v_max must have the shape .*\\(2,\\).* got \\(3,\\)"):
+        nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(3), v_th=1.0, silent_slope=1.0)
+    with pytest.raises(ValueError, match="v_th of shape \\(3,\\) does not broadcast"):
+        nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(2), v_th=jnp.ones(3), silent_slope=1.0)
+
+
 def test_simulate_switch_runs_eventprop_and_refuses_what_it_cannot_do():
     net, inputs = _net(3)
     _, rec = nj.simulate(net, None, inputs, dt=0.1, n_steps=300, gradient="eventprop")

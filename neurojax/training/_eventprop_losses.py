@@ -22,23 +22,83 @@ __all__ = [
 ]
 
 
-def first_spike_times(spike_times: ArrayLike, *, t_max: float | ArrayLike) -> Float[Array, "..."]:
-    """Each neuron's first spike time; a neuron that did not fire gets `t_max` (which
-    carries no gradient, so a silent neuron is pushed only through the others' times).
+def first_spike_times(
+    spike_times: ArrayLike,
+    *,
+    t_max: float | ArrayLike,
+    v_max: ArrayLike | None = None,
+    v_th: float | ArrayLike | None = None,
+    silent_slope: float | None = None,
+) -> Float[Array, "..."]:
+    r"""Each neuron's first spike time, and what a neuron that did not fire gets instead.
+
+    By default a silent neuron gets `t_max`, which carries no gradient: it is pushed only
+    through the other neurons' times, and a label neuron that has fallen silent is never
+    pushed back to firing (a time-to-first-spike network trained this way can lose its
+    outputs one by one, see `docs/concepts/exact-gradients.md`).
+
+    Given its voltage maximum `v_max` (`EventRecording.v_max[name]`, exact and
+    differentiable for a neuron that did not fire), the threshold `v_th` and a slope
+    [ms per unit of voltage], a silent neuron's time is extended past the end of the run
+    by how far it stayed below threshold:
+
+    $$t = t_{max} + \text{silent\_slope}\,(v_{th} - v_{max}),$$
+
+    so that a loss that wants it earlier raises its voltage until it fires. Neurons that
+    fire keep their exact first spike time; the gradient is the exact gradient of this
+    extended time.
 
     Args:
         spike_times: `(*batch, n, k)` spike times as `EventRecording.spike_times[name]`.
         t_max: the run's duration [ms].
+        v_max: `(*batch, n)` voltage maxima of the same neurons, or None.
+        v_th: the neurons' threshold, a number or `(n,)`; required with `v_max`.
+        silent_slope: ms added per unit of voltage below threshold, > 0; required with
+            `v_max`.
     """
+    owner = "first_spike_times"
     s = jnp.asarray(spike_times)
     if s.ndim < 2:
-        raise ValueError(
-            f"first_spike_times: spike_times must have shape (*batch, n, k), got {s.shape}"
-        )
+        raise ValueError(f"{owner}: spike_times must have shape (*batch, n, k), got {s.shape}")
     first = s[..., 0]
-    return jnp.where(
-        jnp.isfinite(first), first, jax.lax.stop_gradient(jnp.asarray(t_max, first.dtype))
-    )
+    t_end = jax.lax.stop_gradient(jnp.asarray(t_max, first.dtype))
+    given = [v_max is not None, v_th is not None, silent_slope is not None]
+    if any(given) and not all(given):
+        raise ValueError(
+            f"{owner}: v_max, v_th and silent_slope go together (a silent neuron's time is "
+            f"t_max + silent_slope * (v_th - v_max)); got v_max "
+            f"{'set' if given[0] else 'None'}, v_th={v_th!r}, silent_slope={silent_slope!r}"
+        )
+    if v_max is None:
+        return jnp.where(jnp.isfinite(first), first, t_end)
+    if not (
+        isinstance(silent_slope, (int, float))
+        and not isinstance(silent_slope, bool)
+        and silent_slope > 0
+        and silent_slope < float("inf")
+    ):
+        raise ValueError(
+            f"{owner}: silent_slope must be a finite number of ms per unit of voltage > 0, "
+            f"got {silent_slope!r}"
+        )
+    vm = jnp.asarray(v_max)
+    if vm.shape != first.shape:
+        raise ValueError(
+            f"{owner}: v_max must have the shape of the first spike times {first.shape} "
+            f"(spike_times without its last axis), got {vm.shape}"
+        )
+    th = jnp.asarray(v_th, first.dtype)
+    try:
+        jnp.broadcast_shapes(th.shape, first.shape)
+    except ValueError:
+        raise ValueError(
+            f"{owner}: v_th of shape {th.shape} does not broadcast to {first.shape}"
+        ) from None
+    fired = jnp.isfinite(first)
+    # a neuron that did not fire stayed below threshold; the clip only guards the rounding
+    # of a maximum that touched it without a located crossing
+    below = jnp.maximum(th - jnp.where(fired, th, vm.astype(first.dtype)), 0.0)
+    return jnp.where(fired, first, t_end + silent_slope * below)
 
 
 def first_spike_mse(t_first: ArrayLike, target: ArrayLike) -> Float[Array, ""]:
