@@ -56,15 +56,30 @@ def encode(features: np.ndarray) -> np.ndarray:
     return nt.ttfs_encode(features, t_early=T_EARLY, t_late=T_LATE, bias_time=T_BIAS)
 
 
-def first_spikes(net, times, max_spikes=16):
-    """First output spike times of a batch of input spike times `(batch, 5, 1)`."""
+def first_spikes(net, times, max_spikes=16, silent_slope=None):
+    """First output spike times of a batch of input spike times `(batch, 5, 1)`. With
+    `silent_slope` [ms per unit of voltage], an output that did not fire gets
+    `T_MAX + silent_slope * (threshold - its voltage maximum)` instead of `T_MAX` (see
+    `nj.training.first_spike_times`), so that the loss can bring it back to firing."""
 
     def one(t):
         rec = nt.eventprop_run(net, {"in": t}, t_max=T_MAX, max_spikes=max_spikes)
-        return nt.first_spike_times(rec.spike_times["out"], t_max=T_MAX)
+        if silent_slope is None:
+            return nt.first_spike_times(rec.spike_times["out"], t_max=T_MAX)
+        return nt.first_spike_times(
+            rec.spike_times["out"],
+            t_max=T_MAX,
+            v_max=rec.v_max["out"],
+            v_th=LIF["v_th"],
+            silent_slope=silent_slope,
+        )
 
     return jax.vmap(one)(times)
 
+
+# ms per unit of voltage below threshold added to T_MAX for an output that did not fire, so
+# that the exact gradient reaches silent outputs (None: they get T_MAX and no gradient)
+SILENT_SLOPE = 10.0
 
 DT = 0.1  # grid step of the surrogate-gradient run [ms]
 
@@ -106,8 +121,12 @@ def first_spikes_grid(net, times):
     return jax.vmap(one)(times)
 
 
-def loss_fn(net, times, labels, gradient="eventprop"):
-    t_first = first_spikes(net, times) if gradient == "eventprop" else first_spikes_grid(net, times)
+def loss_fn(net, times, labels, gradient="eventprop", silent_slope=None):
+    t_first = (
+        first_spikes(net, times, silent_slope=silent_slope)
+        if gradient == "eventprop"
+        else first_spikes_grid(net, times)
+    )
     return nt.first_spike_cross_entropy(t_first, labels), t_first
 
 
@@ -128,6 +147,7 @@ def train(
     n_hidden=N_HIDDEN,
     gradient="eventprop",
     lr_decay=0.95,
+    silent_slope=SILENT_SLOPE,
     log=print,
 ):
     """Train and return `(network, history)`; `gradient` is `"eventprop"` (exact run and
@@ -153,7 +173,7 @@ def train(
     @eqx.filter_jit
     def step(params, opt_state, times, labels):
         def f(p):
-            return loss_fn(eqx.combine(p, static), times, labels, gradient)
+            return loss_fn(eqx.combine(p, static), times, labels, gradient, silent_slope)
 
         (loss, t_first), g = jax.value_and_grad(f, has_aux=True)(params)
         # only the weights learn here; time constants, thresholds and delays stay fixed
@@ -207,6 +227,13 @@ def main():
     ap.add_argument("--gradient", choices=["eventprop", "surrogate"], default="eventprop")
     ap.add_argument("--n-hidden", type=int, default=N_HIDDEN)
     ap.add_argument("--lr-decay", type=float, default=0.95)
+    ap.add_argument(
+        "--silent-slope",
+        type=float,
+        default=SILENT_SLOPE,
+        help="ms per unit of voltage below threshold for an output that did not fire "
+        "(0: such an output gets T_MAX and no gradient, the earlier recipe)",
+    )
     ap.add_argument("--json", help="write the per-epoch history to this JSON file")
     args = ap.parse_args()
     _, hist = train(
@@ -218,6 +245,7 @@ def main():
         seed=args.seed,
         n_hidden=args.n_hidden,
         lr_decay=args.lr_decay,
+        silent_slope=args.silent_slope or None,
     )
     if args.json:
         with open(args.json, "w") as f:
