@@ -1,5 +1,5 @@
 """Training time per Yin-Yang batch and epoch: neurojax (EventProp and surrogate gradients)
-against eventax and snnTorch, interleaved in one process; jaxsnn runs its own script.
+against eventax, jaxsnn and snnTorch, interleaved in one process.
 
 Network as in `examples/train_yinyang.py`: 5 inputs (x, y, 1 - x, 1 - y and a bias spike,
 time-to-first-spike coded between 2 and 27 ms), 120 hidden and 3 output LIF neurons
@@ -13,6 +13,8 @@ Adam. One Yin-Yang epoch is 5000 samples: 156 batches.
   surrogate, BPTT by torch autograd, the loss on the spike-weighted output time as the
   surrogate path uses; timing only (snnTorch's discrete update has no (1 - beta) factor, so
   its weights mean something else and its accuracy is not compared);
+- `jaxsnn`: jaxsnn 0.3.0's own EventProp recipe for Yin-Yang (`jaxsnn_runner`: its network,
+  time scale, encoding, loss and optimiser at 120 hidden neurons and batches of 32);
 - `eventax` and `eventax-eventprop`: eventax 0.1.0's `FFEvNN` (layers 120 and 3, its `LIF`
   neuron: current-based, tau_m 20 ms, tau_syn 5 ms, threshold 1, reset to 0 by subtracting
   the threshold, no bias current) started from the example's weights, the first output
@@ -222,7 +224,87 @@ def snntorch_runner(times, labels):
     return run
 
 
-LIBRARIES = ("neurojax-eventprop", "neurojax-surrogate", "eventax", "eventax-eventprop", "snntorch")
+def jaxsnn_runner(n_batches):
+    """jaxsnn 0.3.0's own layered EventProp training step, built as its Yin-Yang example
+    (`jaxsnn.examples.event.yinyang_layered_event_prop`) builds it, with 120 hidden neurons
+    and batches of 32: its LIF neurons (one spike each, `v_reset = -1000`), its time scale
+    (tau_mem 12 us, tau_syn 6 us, BrainScaleS-2's), its spike capacities (125 hidden, 103
+    output events), its encoding (each coordinate duplicated 5 times, 5 * 4 + 1 inputs), its
+    MSE loss on output spike times and its optimiser (scale, clip, Adam 5e-3). Its own
+    network and loss, so the figure is the time of the library's own recipe for this task."""
+    from functools import partial
+
+    import jaxsnn.examples.event.yinyang_layered_event_prop as yy
+    from jaxsnn.base.dataset import data_loader, yinyang_dataset
+    from jaxsnn.event.encode import encode, spatio_temporal_encode, target_temporal_encode
+    from jaxsnn.event.loss import mse_loss
+    from jaxsnn.event.modules import LIF, Linear, Source
+    from jaxsnn.event.modules.lif.lif import LIFParameters
+    from jaxsnn.event.topology import Topology
+    from jaxsnn.event.training import update
+    from jaxsnn.event.types import OptState
+    from jaxsnn.examples.event.utils import loss_wrapper
+
+    a = yy.get_parser().parse_args(["--hidden-size", "120", "--batch-size", str(BATCH)])
+    params = LIFParameters(v_reset=-1000.0, v_th=a.threshold, tau_syn=a.tau_syn, tau_mem=a.tau_mem)
+    rng = jax.random.PRNGKey(0)
+    param_rng, data_rng, loader_rng = jax.random.split(rng, 3)
+    xy = yinyang_dataset(data_rng, BATCH * n_batches, mirror=True, bias_spike=0.0)
+    enc_in = jax.jit(
+        jax.vmap(
+            partial(spatio_temporal_encode, t_late=a.t_late, duplication=5, duplicate_neurons=False)
+        )
+    )
+    enc_out = jax.jit(
+        jax.vmap(
+            partial(
+                target_temporal_encode,
+                n_classes=3,
+                correct_target_time=a.correct_target_time,
+                wrong_target_time=a.wrong_target_time,
+            )
+        )
+    )
+    data = encode(xy, enc_in, enc_out)
+    batched = data_loader(({"inp": data[0]}, data[1]), BATCH, rng=loader_rng)
+    builder = Topology(t_max=4.0 * params.tau_syn, backprop_method="eventprop")
+    builder.add(
+        {
+            "inp": Source(5),
+            "lif1": LIF(a.hidden_size, a.n_spikes_hidden, params),
+            "lif2": LIF(3, a.n_spikes_output, params),
+            "syn1": Linear(mean=3.0 / 5, std=1.6 / 5, min_delay=0.0),
+            "syn2": Linear(mean=0.5, std=0.8, min_delay=0.0),
+        }
+    )
+    builder.connect([("inp", "syn1"), ("syn1", "lif1"), ("lif1", "syn2"), ("syn2", "lif2")])
+    init_fn, apply_fn = builder.done()
+    weights = init_fn(param_rng)
+    opt = optax.chain(
+        optax.scale(1.0 / a.tau_syn),
+        optax.clip(0.01),
+        optax.adam(optax.exponential_decay(a.lr, N_TRAIN // BATCH, a.lr_decay)),
+    )
+    loss_fn = partial(loss_wrapper, apply_fn, mse_loss, params.tau_mem, "lif2", 3)
+    update_fn = jax.jit(partial(update, opt, loss_fn))
+    box = [OptState(opt.init(weights), weights, rng)]
+
+    def run(b):
+        batch = jax.tree_util.tree_map(lambda x: x[b], batched)
+        box[0], (value, _) = update_fn(box[0], batch)
+        jax.block_until_ready(jax.tree_util.tree_leaves(value))
+
+    return run
+
+
+LIBRARIES = (
+    "neurojax-eventprop",
+    "neurojax-surrogate",
+    "eventax",
+    "eventax-eventprop",
+    "jaxsnn",
+    "snntorch",
+)
 
 
 def main(argv=None):
@@ -246,10 +328,12 @@ def main(argv=None):
     _, times, labels = _data(BATCH * args.batches)
     runners = {}
     for lib in args.libraries:
-        if lib == "snntorch" or lib.startswith("eventax"):
+        if lib in ("snntorch", "jaxsnn") or lib.startswith("eventax"):
             try:
                 if lib == "snntorch":
                     runners[lib] = snntorch_runner(times, labels)
+                elif lib == "jaxsnn":
+                    runners[lib] = jaxsnn_runner(args.batches)
                 else:
                     adjoint = "eventprop" if lib == "eventax-eventprop" else "default"
                     runners[lib] = eventax_runner(adjoint, times, labels, args.eventax_step)
