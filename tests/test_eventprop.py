@@ -355,6 +355,18 @@ def test_a_silent_neuron_gets_a_time_past_t_max_with_the_exact_gradient_of_its_v
     assert g[0, 1] == 0.0
     # without the extension a silent neuron has no gradient at all
     assert jax.grad(lambda w: times(w)[1][0])(jnp.asarray(w))[0, 0] == 0.0
+    # batched and compiled: the same times as one trial at a time, eagerly
+    spikes = jnp.asarray([[[jnp.inf, jnp.inf], [3.0, 9.0]], [[2.5, jnp.inf], [jnp.inf, jnp.inf]]])
+    vmax = jnp.asarray([[0.4, 1.0], [1.0, -0.2]])
+
+    def ext_one(sp, vm):
+        return nt.first_spike_times(sp, t_max=T_MAX, v_max=vm, v_th=1.0, silent_slope=slope)
+
+    batched = jax.jit(jax.vmap(ext_one))(spikes, vmax)
+    np.testing.assert_array_equal(batched, jnp.stack([ext_one(spikes[b], vmax[b]) for b in (0, 1)]))
+    np.testing.assert_allclose(
+        batched, [[T_MAX + slope * 0.6, 3.0], [2.5, T_MAX + slope * 1.2]], rtol=1e-12
+    )
 
     s = jnp.full((2, 3), jnp.inf)
     with pytest.raises(ValueError, match="v_max, v_th and silent_slope go together"):
