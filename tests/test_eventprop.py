@@ -352,7 +352,8 @@ def test_a_silent_neuron_gets_a_time_past_t_max_with_the_exact_gradient_of_its_v
     assert ext[1] == plain[1] < T_MAX
     g = jax.grad(lambda w: times(w)[0][0])(jnp.asarray(w))
     np.testing.assert_allclose(g[0, 0], -slope * per_w, rtol=1e-9)
-    assert g[0, 1] == 0.0
+    # the other neuron's weight moves only its own spike time (up to rounding in the event split)
+    assert abs(g[0, 1]) <= 1e-12 * abs(g[0, 0])
     # without the extension a silent neuron has no gradient at all
     assert jax.grad(lambda w: times(w)[1][0])(jnp.asarray(w))[0, 0] == 0.0
     # batched and compiled: the same times as one trial at a time, eagerly
