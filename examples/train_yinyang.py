@@ -154,6 +154,11 @@ def train(
     gradient) or `"surrogate"` (the grid run of `first_spikes_grid`, evaluated on the grid)."""
     if gradient not in ("eventprop", "surrogate"):
         raise ValueError(f"train: gradient must be 'eventprop' or 'surrogate', got {gradient!r}")
+    if silent_slope is not None and not (0 < silent_slope < float("inf")):
+        raise ValueError(
+            "train: silent_slope must be a finite number of ms per unit of voltage > 0, or "
+            f"None (a silent output gets T_MAX), got {silent_slope!r}"
+        )
     x_train, y_train = nt.yin_yang(n_train, seed=seed + 1)
     x_test, y_test = nt.yin_yang(n_test, seed=seed + 2)
     t_train, t_test = encode(x_train), encode(x_test)
