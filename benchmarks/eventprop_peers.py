@@ -229,8 +229,9 @@ def jaxsnn_runner(n_batches):
     (`jaxsnn.examples.event.yinyang_layered_event_prop`) builds it, with 120 hidden neurons
     and batches of 32: its LIF neurons (one spike each, `v_reset = -1000`), its time scale
     (tau_mem 12 us, tau_syn 6 us, BrainScaleS-2's), its spike capacities (125 hidden, 103
-    output events), its encoding (each coordinate duplicated 5 times, 5 * 4 + 1 inputs), its
-    MSE loss on output spike times and its optimiser (scale, clip, Adam 5e-3). Its own
+    output events), its encoding (`spatio_temporal_encode` with `duplication=5`,
+    `duplicate_neurons=False`: 5 input neurons), its MSE loss on output spike times and its
+    optimiser (scale, clip, Adam 5e-3). Its own
     network and loss, so the figure is the time of the library's own recipe for this task."""
     from functools import partial
 
