@@ -22,6 +22,14 @@ __all__ = [
 ]
 
 
+def _check_broadcasts(owner: str, name: str, shape: tuple, to: tuple) -> None:
+    """Raise naming `name` when an array of `shape` does not broadcast with `to`."""
+    try:
+        jnp.broadcast_shapes(shape, to)
+    except ValueError:
+        raise ValueError(f"{owner}: {name} of shape {shape} does not broadcast to {to}") from None
+
+
 def first_spike_times(
     spike_times: ArrayLike,
     *,
@@ -88,12 +96,7 @@ def first_spike_times(
             f"(spike_times without its last axis), got {vm.shape}"
         )
     th = jnp.asarray(v_th, first.dtype)
-    try:
-        jnp.broadcast_shapes(th.shape, first.shape)
-    except ValueError:
-        raise ValueError(
-            f"{owner}: v_th of shape {th.shape} does not broadcast to {first.shape}"
-        ) from None
+    _check_broadcasts(owner, "v_th", th.shape, first.shape)
     fired = jnp.isfinite(first)
     # a neuron that did not fire stayed below threshold; the clip only guards the rounding
     # of a maximum that touched it without a located crossing
@@ -106,12 +109,7 @@ def first_spike_mse(t_first: ArrayLike, target: ArrayLike) -> Float[Array, ""]:
     target times (broadcast), as in Wunderlich and Pehle (2021, Fig. 2)."""
     t = jnp.asarray(t_first)
     target = jnp.asarray(target, t.dtype)
-    try:
-        jnp.broadcast_shapes(t.shape, target.shape)
-    except ValueError:
-        raise ValueError(
-            f"first_spike_mse: target of shape {target.shape} does not broadcast to {t.shape}"
-        ) from None
+    _check_broadcasts("first_spike_mse", "target", target.shape, t.shape)
     return jnp.mean((t - target) ** 2)
 
 
