@@ -38,6 +38,25 @@ inline void Words(uint32_t k0, uint32_t k1, uint32_t* out, int64_t n, int64_t fi
   }
 }
 
+// The two words of the block at counter (0, counter), unmixed: `jax.random.split` (the
+// partitionable scheme) makes key i of a split from the block at counter i.
+inline void Pair(uint32_t k0, uint32_t k1, uint32_t counter, uint32_t* out) {
+  static constexpr int kRot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  const uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
+  uint32_t x0 = 0u + ks[0];
+  uint32_t x1 = counter + ks[1];
+  for (int j = 0; j < 5; ++j) {
+    for (const int r : kRot[j % 2]) {
+      x0 += x1;
+      x1 = RotL(x1, r) ^ x0;
+    }
+    x0 += ks[(j + 1) % 3];
+    x1 += ks[(j + 2) % 3] + static_cast<uint32_t>(j + 1);
+  }
+  out[0] = x0;
+  out[1] = x1;
+}
+
 }  // namespace nj_threefry
 
 #endif  // NEUROJAX_KERNELS_THREEFRY_H_

@@ -377,6 +377,23 @@ class PoissonCounts(SpikeSource):
             counts = _lookup(jr.uniform(sub, shape, dtype=dtype), self.level, cdf)
         return PoissonCountState(key=key, spikes=counts), counts
 
+    def cpu_run_counts(self, state: PoissonCountState, dt: float):
+        """What the network's whole CPU run (`nj_network_run`) needs to draw exactly this
+        source's counts, `(key data (2,) uint32, level, CDF table)`, or None where it cannot:
+        a subclass with its own `step`, a key other than partitionable Threefry's, or state
+        and table not float32 (then `step` would not take the compiled draws either)."""
+        if type(self).step is not PoissonCounts.step:
+            return None
+        key = state.key
+        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.shape != ():
+            return None
+        cdf = self._cdf(dt)
+        if not (_threefry_partitionable(key) and state.spikes.dtype == jnp.float32):
+            return None
+        if cdf.dtype != jnp.float32 or state.spikes.shape != self.level.shape:
+            return None
+        return jr.key_data(key).astype(jnp.uint32), self.level, cdf
+
     def step_block(self, state, dt, *, size, padded_size, block, axis_name):
         """One device's block of `step` (the uniform numbers of the whole population drawn
         from the replicated key, the device's block kept; padding sources emit 0)."""

@@ -26,7 +26,7 @@ from .._validation import (
 )
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
-from . import _checks, _network_run, _phases
+from . import _checks, _cpu_run, _network_run, _phases
 from ._memory import MemoryReport, RingRow, plan_memory
 from ._plastic import plastic_init, plastic_weights
 from ._projection import Projection, delay_steps
@@ -928,7 +928,10 @@ class Network(eqx.Module):
         key, the trial, the step and the neuron; the key is not split), with the same
         statistics but other draws than `PoissonSource.step`'s.
         """
-        return _network_run.fused_run(self, state, inputs, dt, n_rec, record_every, **options)
+        out = _network_run.fused_run(self, state, inputs, dt, n_rec, record_every, **options)
+        if out is None:
+            out = _cpu_run.fused_run(self, state, inputs, dt, n_rec, record_every, **options)
+        return out
 
     def explain_run(
         self,

@@ -1,0 +1,839 @@
+// A whole run of a network of LIF neurons with exponential current synapses on CPU, in one
+// call through XLA's FFI, on the kernels' threads (pool.h): neurojax.network._cpu_run, used by
+// `nj.simulate` for the networks it describes (the Potjans-Diesmann microcircuit with its
+// Poisson background is one).
+//
+// nj_network_run runs `n_steps` steps of `nj.Network.step`, each in its four phases, with the
+// operations of the per-step path in its order, so that both give identical numbers:
+//   1. arrivals: every synaptic state s (a projection that has its own) reads its columns of
+//      slot k mod D of its ring and decays: g <- g * decay + x (one multiply-add, as XLA:CPU
+//      contracts it; see lif_run.cc);
+//   2. neurons: the current of a neuron is the sum of the g of the states that reach its
+//      population, in the network's projection order; then `LIF.step` as lif_run.cc runs it,
+//      with v_inf = v_rest + r_m * current (a multiply-add). Poisson count sources
+//      (`PoissonCounts`): the key is split as `jax.random.split` splits it (Threefry, the
+//      partitionable scheme) and each source's count is drawn from the subkey as poisson.cc
+//      draws it;
+//   4. delivery: slot k mod D of every ring is zeroed, then each spike of the LIF neurons
+//      (ascending), through each event projection of the ring that leaves its population (in
+//      the projection order), adds its synapses' weights (ascending) at slot
+//      (k + 1 + delay) mod D; a source's counts reach an input projection's targets as
+//      count[pre[j]] * w[j], projection by projection. These are the orders of
+//      csr_deliver.cc and of the pure-JAX delivery.
+// (Phase 3, plasticity, has nothing to do: the networks served have none.)
+//
+// Threads. Thread t owns a range of the LIF neurons, every ring column that feeds one of
+// them and a range of the sources. A step is: arrivals, neuron update and spike list of its
+// own neurons, counts of its own sources (phase A); one barrier; delivery into its own ring
+// columns, walking every thread's spike list in thread order, so every spike in ascending
+// order, and taking from each row only the run of targets it owns (rows sorted by target)
+// (phase B). A ring cell is written by one thread, in the serial order; the next step's
+// phase A reads only columns the same thread wrote, and the spike lists and counts are kept
+// for two steps, so one barrier per step suffices, and the results do not depend on the
+// number of threads. The owners' ranges are cut where the measured work of the run so far
+// (neurons, synapses added into each population's columns) splits evenly, again every few
+// hundred steps; a cut changes only at a barrier, so it changes no result.
+//
+// Arguments (float32; one trial, vmap calls once per trial):
+//   v, r (N,): the LIF neurons' state; params (6, N): v_rest, r_m, c = exp(-dt / tau_m)
+//   (or dt / tau_m with `euler`), v_reset, v_th, t_ref; dts (2,): dt, dt / 2;
+//   g (G,): every synaptic state's g, concatenated; decay (G,): its exp(-dt / tau);
+//   rings (R_total,): every ring (D_r, W_r) flattened and concatenated;
+//   step () int32: the step counter at the start;
+//   key (S, 2) uint32, level (n_src,) int32, table (S * n_levels * n_terms) float32,
+//   counts (n_src,) float32: the sources' keys, rate rows, CDF tables and last counts;
+//   then per event projection: indptr, indices, weights, delays; per input projection:
+//   pre, weights.
+// Results: v, r, g, rings, key, counts (the state after the run), raster (n_rec, N) and
+// source raster (n_rec, n_src): the bool raster (pred) with every == 1, else spike counts
+// per window of `every` steps (uint8, uint16 or int32).
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "pool.h"
+#include "threefry.h"
+#include "xla/ffi/api/ffi.h"
+#include "xla_order.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+inline float MulAdd(float a, float b, float c) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// A sense-counting barrier for the n threads of one run: the last to arrive opens the next
+// generation. A waiting thread spins, then yields its core (a machine shared with other
+// processes may not be running the thread it waits for).
+struct Barrier {
+  alignas(64) std::atomic<int> arrived{0};
+  alignas(64) std::atomic<uint32_t> generation{0};
+  int n = 1;
+
+  void Wait() {
+    if (n <= 1) return;
+    const uint32_t g = generation.load(std::memory_order_acquire);
+    if (arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+      arrived.store(0, std::memory_order_relaxed);
+      generation.store(g + 1, std::memory_order_release);
+      return;
+    }
+    for (int64_t spins = 0; generation.load(std::memory_order_acquire) == g; ++spins) {
+      if (spins < 20000) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+};
+
+struct EventProj {
+  const int32_t* indptr;
+  const int32_t* post;
+  const float* w;
+  const void* delay;
+  ffi::DataType delay_type;
+  int64_t pre_off, n_pre;   // presynaptic neurons [pre_off, pre_off + n_pre) of the LIF vector
+  int64_t ring, col0, n_post, post_off;  // targets: ring columns col0 + j <-> neuron post_off + j
+  int64_t delay_steps;      // homogeneous delay (per_synapse false)
+  bool per_synapse, sorted;
+  int64_t nnz;
+};
+
+struct InputProj {
+  const int32_t* pre;
+  const float* w;
+  int64_t source;  // which source feeds it
+  int64_t ring, col0, n_post, post_off, delay_steps;
+};
+
+struct Syn {
+  int64_t off;  // in g and decay
+  int64_t ring, col0, n, post_off;
+};
+
+struct Pop {
+  int64_t off, n;
+  std::vector<int64_t> terms;  // synaptic states, in the projection order
+  std::vector<int64_t> in_event;  // event projections onto it (work accounting)
+};
+
+struct Source {
+  int64_t off, n;  // sources [off, off + n) of the source vector
+  int64_t table_off, n_terms;
+};
+
+// A run of ring columns [col0, col0 + n_post) that feeds neurons [post_off, + n_post).
+struct Target {
+  int64_t col0, n_post, post_off;
+};
+
+struct Ring {
+  float* data;
+  int64_t slots, width;
+  bool from_source;  // fed by input projections (else by event projections)
+  std::vector<int64_t> event, input;  // projections that deliver into it, in order
+  std::vector<Target> targets;        // the distinct column runs of those projections
+};
+
+// A recorded raster: the bool raster (every == 1) or counts per window.
+struct Raster {
+  void* data;
+  ffi::DataType type;
+  int64_t width;
+
+  inline void Add(int64_t row, int64_t i, int32_t count, bool first) const {
+    const int64_t q = row * width + i;
+    switch (type) {
+      case ffi::DataType::PRED:
+      case ffi::DataType::U8: {
+        uint8_t* p = static_cast<uint8_t*>(data) + q;
+        *p = static_cast<uint8_t>(first ? count : *p + count);
+        break;
+      }
+      case ffi::DataType::U16: {
+        uint16_t* p = static_cast<uint16_t*>(data) + q;
+        *p = static_cast<uint16_t>(first ? count : *p + count);
+        break;
+      }
+      default: {
+        int32_t* p = static_cast<int32_t*>(data) + q;
+        *p = first ? count : *p + count;
+      }
+    }
+  }
+};
+
+inline int64_t Mod(int64_t a, int64_t m) {
+  const int64_t r = a % m;
+  return r < 0 ? r + m : r;
+}
+
+// Everything one run needs, shared read-only by its threads except the arrays each thread
+// writes in its own ranges.
+struct Run {
+  // LIF neurons
+  int64_t n = 0;
+  float* v;
+  float* r;
+  const float* v_rest;
+  const float* r_m;
+  const float* c;
+  const float* v_reset;
+  const float* v_th;
+  const float* t_ref;
+  float dt, half_dt;
+  bool euler;
+  std::vector<Pop> pops;
+  // synapses and rings
+  float* g;
+  const float* decay;
+  std::vector<Syn> syns;
+  std::vector<Ring> rings;
+  std::vector<EventProj> events;
+  std::vector<InputProj> inputs;
+  // sources
+  int64_t n_src = 0;
+  std::vector<Source> sources;
+  uint32_t* keys;  // (S, 2), advanced by thread 0 only, at the barrier's far side
+  const int32_t* level;
+  const float* table;
+  float* counts_out;
+  // time and recording
+  int64_t step0, n_steps, every;
+  Raster raster, src_raster;
+  // per thread: its ranges, spike lists (two steps), counts (two steps)
+  int n_threads = 1;
+  std::vector<int64_t> cut, src_cut;  // thread t: neurons [cut[t], cut[t+1])
+  std::vector<std::vector<int32_t>> spikes[2];
+  std::vector<float> counts[2];        // per source, this step's and the last one's
+  std::vector<std::vector<int64_t>> work;  // per thread, per population: work measured
+  Barrier barrier;
+  std::atomic<int64_t> faults{0};
+};
+
+// Phase A of step k for thread t: arrivals, the neurons' update, the sources' counts.
+void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
+  const int64_t a = run.cut[t], b = run.cut[t + 1];
+  const int parity = static_cast<int>(k & 1);
+  // 1. arrivals
+  for (const Syn& s : run.syns) {
+    const Ring& ring = run.rings[s.ring];
+    const float* row = ring.data + Mod(k, ring.slots) * ring.width + s.col0;
+    const int64_t lo = std::max<int64_t>(a - s.post_off, 0);
+    const int64_t hi = std::min<int64_t>(b - s.post_off, s.n);
+    float* __restrict g = run.g + s.off;
+    const float* __restrict d = run.decay + s.off;
+    for (int64_t j = lo; j < hi; ++j) g[j] = MulAdd(g[j], d[j], row[j]);
+  }
+  // 2. neurons
+  std::vector<int32_t>& list = run.spikes[parity][t];
+  list.clear();
+  const float dt = run.dt, half_dt = run.half_dt;
+  for (size_t pi = 0; pi < run.pops.size(); ++pi) {
+    const Pop& pop = run.pops[pi];
+    const int64_t lo = std::max(a, pop.off), hi = std::min(b, pop.off + pop.n);
+    if (lo >= hi) continue;
+    run.work[t][pi] += hi - lo;
+    const int64_t n_terms = static_cast<int64_t>(pop.terms.size());
+    for (int64_t i = lo; i < hi; ++i) {
+      float current = 0.0f;
+      if (n_terms > 0) {
+        const Syn& s0 = run.syns[pop.terms[0]];
+        current = run.g[s0.off + (i - s0.post_off)];
+        for (int64_t q = 1; q < n_terms; ++q) {
+          const Syn& s = run.syns[pop.terms[q]];
+          current = current + run.g[s.off + (i - s.post_off)];
+        }
+      }
+      const float vk = run.v[i], rk = run.r[i], ck = run.c[i];
+      const float vr = run.v_reset[i], vt = run.v_th[i];
+      const float v_inf = MulAdd(run.r_m[i], current, run.v_rest[i]);
+      const bool clamped = rk > half_dt;
+      const float v_free = run.euler ? MulAdd(ck, v_inf - vk, vk) : MulAdd(vk - v_inf, ck, v_inf);
+      const float v1 = clamped ? vr : v_free;
+      const bool spike = (v1 - vt) / (vt - vr) >= 0.0f;
+      run.v[i] = spike ? vr : v1;
+      run.r[i] = spike ? run.t_ref[i] : (clamped ? rk - dt : 0.0f);
+      if (spike) list.push_back(static_cast<int32_t>(i));
+      run.raster.Add(rec_row, i, spike ? 1 : 0, first);
+    }
+  }
+  // sources
+  const int64_t sa = run.src_cut[t], sb = run.src_cut[t + 1];
+  float* counts = run.counts[parity].data();
+  for (size_t si = 0; si < run.sources.size(); ++si) {
+    const Source& src = run.sources[si];
+    const int64_t lo = std::max(sa, src.off), hi = std::min(sb, src.off + src.n);
+    constexpr int64_t kChunk = 256;
+    uint32_t words[kChunk];
+    for (int64_t q = lo; q < hi;) {
+      const int64_t m = std::min(kChunk, hi - q);
+      nj_threefry::Words(sub[2 * si], sub[2 * si + 1], words, m, q - src.off);
+      for (int64_t j = 0; j < m; ++j) {
+        const uint32_t bits = (words[j] >> 9) | 0x3F800000u;
+        float one_to_two;
+        std::memcpy(&one_to_two, &bits, sizeof(float));
+        const float u = one_to_two - 1.0f;
+        const float* row = run.table + src.table_off +
+                           static_cast<int64_t>(run.level[q + j]) * src.n_terms;
+        int32_t cnt = 0;
+        for (int64_t l = 0; l < src.n_terms; ++l) cnt += u > row[l] ? 1 : 0;
+        counts[q + j] = static_cast<float>(cnt);
+        run.src_raster.Add(rec_row, q + j, cnt, first);
+      }
+      q += m;
+    }
+  }
+}
+
+// The run of row r of event projection p whose targets lie in [lo, hi), added at its slots.
+template <typename D>
+int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int64_t lo,
+                 int64_t hi, int64_t& bad) {
+  const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
+  if (begin < 0 || end < begin || end > p.nnz) {
+    if (lo == 0) ++bad;
+    return 0;
+  }
+  const int32_t* post = p.post;
+  int64_t kb = begin, ke = end;
+  if (p.sorted) {
+    if (lo > 0) kb = std::lower_bound(post + begin, post + end, lo) - post;
+    if (hi < p.n_post) ke = std::lower_bound(post + begin, post + end, hi) - post;
+  }
+  const D* d = static_cast<const D*>(p.delay);
+  float* data = ring.data + p.col0;
+  const int64_t fixed = Mod(k + 1 + p.delay_steps, ring.slots) * ring.width;
+  int64_t previous = lo, added = 0;
+  for (int64_t q = kb; q < ke; ++q) {
+    const int64_t j = post[q];
+    if (j < 0 || j >= p.n_post) {
+      if (lo == 0 || !p.sorted) ++bad;  // counted by one thread
+      continue;
+    }
+    if (j < lo || j >= hi) {  // another thread's target (unsorted rows only)
+      if (p.sorted) ++bad;
+      continue;
+    }
+    if (p.sorted) {
+      if (j < previous) {
+        ++bad;
+        continue;
+      }
+      previous = j;
+    }
+    int64_t row = fixed;
+    if (p.per_synapse) {
+      if (d[q] < 0) {
+        ++bad;
+        continue;
+      }
+      row = Mod(k + 1 + static_cast<int64_t>(d[q]), ring.slots) * ring.width;
+    }
+    data[row + j] += p.w[q];
+    ++added;
+  }
+  return added;
+}
+
+// Phase B of step k for thread t: zero the slot read, deliver into its own columns.
+void PhaseB(Run& run, int t, int64_t k) {
+  const int64_t a = run.cut[t], b = run.cut[t + 1];
+  const int parity = static_cast<int>(k & 1);
+  int64_t bad = 0;
+  // Zero slot k mod D of every ring in this thread's columns (thread 0 zeroes the columns
+  // that no projection reaches, in Body).
+  for (const Ring& ring : run.rings) {
+    float* slot = ring.data + Mod(k, ring.slots) * ring.width;
+    for (const Target& z : ring.targets) {
+      const int64_t lo = std::max<int64_t>(a - z.post_off, 0);
+      const int64_t hi = std::min<int64_t>(b - z.post_off, z.n_post);
+      if (lo < hi) std::memset(slot + z.col0 + lo, 0, sizeof(float) * (hi - lo));
+    }
+  }
+  for (const Ring& ring : run.rings) {
+    if (ring.from_source) {
+      const float* counts = run.counts[parity].data();
+      for (int64_t e : ring.input) {
+        const InputProj& p = run.inputs[e];
+        const Source& src = run.sources[p.source];
+        const int64_t lo = std::max<int64_t>(a - p.post_off, 0);
+        const int64_t hi = std::min<int64_t>(b - p.post_off, p.n_post);
+        float* dst = ring.data + Mod(k + 1 + p.delay_steps, ring.slots) * ring.width + p.col0;
+        for (int64_t j = lo; j < hi; ++j) {
+          const int64_t i = p.pre[j];
+          if (i < 0 || i >= src.n) {
+            ++bad;
+            continue;
+          }
+          dst[j] += counts[src.off + i] * p.w[j];
+        }
+      }
+      continue;
+    }
+    for (int u = 0; u < run.n_threads; ++u) {
+      for (const int32_t i : run.spikes[parity][u]) {
+        for (int64_t e : ring.event) {
+          const EventProj& p = run.events[e];
+          const int64_t row = i - p.pre_off;
+          if (row < 0 || row >= p.n_pre) continue;
+          const int64_t lo = std::max<int64_t>(a - p.post_off, 0);
+          const int64_t hi = std::min<int64_t>(b - p.post_off, p.n_post);
+          if (lo >= hi) continue;
+          int64_t added;
+          switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
+            case ffi::DataType::S8:
+              added = RowRange<int8_t>(p, ring, row, k, lo, hi, bad);
+              break;
+            case ffi::DataType::S16:
+              added = RowRange<int16_t>(p, ring, row, k, lo, hi, bad);
+              break;
+            default:
+              added = RowRange<int32_t>(p, ring, row, k, lo, hi, bad);
+          }
+          (void)added;
+        }
+      }
+    }
+  }
+  if (bad) run.faults.fetch_add(bad, std::memory_order_relaxed);
+}
+
+// The neuron cut that splits `weight` (per population, per neuron) evenly over n threads.
+void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vector<int64_t>& cut) {
+  double total = 0.0;
+  for (size_t p = 0; p < run.pops.size(); ++p) total += per_neuron[p] * run.pops[p].n;
+  cut.assign(n + 1, run.n);
+  cut[0] = 0;
+  double before = 0.0;
+  size_t p = 0;
+  for (int t = 1; t < n; ++t) {
+    const double want = total * t / n;
+    while (p < run.pops.size() && before + per_neuron[p] * run.pops[p].n < want) {
+      before += per_neuron[p] * run.pops[p].n;
+      ++p;
+    }
+    int64_t c = run.n;
+    if (p < run.pops.size()) {
+      const double w = per_neuron[p];
+      c = run.pops[p].off + (w > 0.0 ? static_cast<int64_t>((want - before) / w) : 0);
+      c = std::min(std::max(c, run.pops[p].off), run.pops[p].off + run.pops[p].n);
+    }
+    cut[t] = std::max(c, cut[t - 1]);
+  }
+}
+
+// The whole run on n threads (thread t runs part t).
+void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps) {
+  std::vector<uint32_t> sub(2 * run.sources.size());
+  std::vector<uint32_t> key(run.keys, run.keys + 2 * run.sources.size());
+  for (int64_t step = 0; step < run.n_steps; ++step) {
+    const int64_t k = run.step0 + step;
+    // The key of every source, split as jax.random.split splits it: new key = words (0, 1)
+    // of Threefry(key, counter 0), subkey = those of counter 1 (each thread the same).
+    for (size_t si = 0; si < run.sources.size(); ++si) {
+      uint32_t w[4];
+      nj_threefry::Pair(key[2 * si], key[2 * si + 1], 0, w);
+      nj_threefry::Pair(key[2 * si], key[2 * si + 1], 1, w + 2);
+      key[2 * si] = w[0];
+      key[2 * si + 1] = w[1];
+      sub[2 * si] = w[2];
+      sub[2 * si + 1] = w[3];
+    }
+    PhaseA(run, t, k, step / run.every, step % run.every == 0, sub.data());
+    run.barrier.Wait();
+    if (t == 0) {
+      for (size_t ri = 0; ri < run.rings.size(); ++ri) {
+        const Ring& ring = run.rings[ri];
+        float* slot = ring.data + Mod(k, ring.slots) * ring.width;
+        for (const auto& [c0, c1] : gaps[ri]) std::memset(slot + c0, 0, sizeof(float) * (c1 - c0));
+      }
+    }
+    PhaseB(run, t, k);
+  }
+  if (t == 0) std::memcpy(run.keys, key.data(), sizeof(uint32_t) * key.size());
+  run.barrier.Wait();
+}
+
+ffi::Error NetworkRunImpl(
+    ffi::AnyBuffer v_in, ffi::AnyBuffer r_in, ffi::AnyBuffer params, ffi::AnyBuffer dts,
+    ffi::AnyBuffer g_in, ffi::AnyBuffer decay, ffi::AnyBuffer rings_in, ffi::AnyBuffer step,
+    ffi::AnyBuffer key_in, ffi::AnyBuffer level, ffi::AnyBuffer table, ffi::AnyBuffer counts_in,
+    ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> v_out, ffi::Result<ffi::AnyBuffer> r_out,
+    ffi::Result<ffi::AnyBuffer> g_out, ffi::Result<ffi::AnyBuffer> rings_out,
+    ffi::Result<ffi::AnyBuffer> key_out, ffi::Result<ffi::AnyBuffer> counts_out,
+    ffi::Result<ffi::AnyBuffer> raster, ffi::Result<ffi::AnyBuffer> src_raster,
+    int64_t n_steps, int64_t every, int64_t euler,
+    ffi::Span<const int64_t> pop_meta,    // per population: off, n, first term, n_terms
+    ffi::Span<const int64_t> terms,       // synaptic state indices
+    ffi::Span<const int64_t> syn_meta,    // per state: off, ring, col0, n, post_off
+    ffi::Span<const int64_t> ring_meta,   // per ring: slots, width, from_source
+    ffi::Span<const int64_t> event_meta,  // per event projection: pre_off, n_pre, ring, col0,
+                                          // n_post, post_off, delay_steps, per_synapse, sorted
+    ffi::Span<const int64_t> input_meta,  // per input projection: source, ring, col0, n_post,
+                                          // post_off, delay_steps
+    ffi::Span<const int64_t> source_meta  // per source: off, n, table_off, n_terms
+) {
+  const auto F32 = ffi::DataType::F32;
+  for (const ffi::AnyBuffer* x : {&v_in, &r_in, &params, &dts, &g_in, &decay, &rings_in,
+                                  &table, &counts_in}) {
+    if (x->element_type() != F32) {
+      return ffi::Error::InvalidArgument("nj_network_run: float32 arrays only");
+    }
+  }
+  if (step.element_type() != ffi::DataType::S32 || key_in.element_type() != ffi::DataType::U32 ||
+      level.element_type() != ffi::DataType::S32) {
+    return ffi::Error::InvalidArgument("nj_network_run: step int32, key uint32, level int32");
+  }
+  if (n_steps < 0 || every < 1 || n_steps % every != 0) {
+    return ffi::Error::InvalidArgument("nj_network_run: n_steps must be a multiple of every");
+  }
+  Run run;
+  run.n = static_cast<int64_t>(v_in.element_count());
+  if (static_cast<int64_t>(r_in.element_count()) != run.n ||
+      static_cast<int64_t>(params.element_count()) != 6 * run.n || dts.element_count() != 2 ||
+      g_in.element_count() != decay.element_count() ||
+      counts_in.element_count() != level.element_count()) {
+    return ffi::Error::InvalidArgument("nj_network_run: state and parameter sizes disagree");
+  }
+  // outputs start as copies of the inputs; the run updates them in place
+  std::memcpy(v_out->untyped_data(), v_in.untyped_data(), v_in.size_bytes());
+  std::memcpy(r_out->untyped_data(), r_in.untyped_data(), r_in.size_bytes());
+  std::memcpy(g_out->untyped_data(), g_in.untyped_data(), g_in.size_bytes());
+  if (rings_out->untyped_data() != rings_in.untyped_data()) {
+    std::memcpy(rings_out->untyped_data(), rings_in.untyped_data(), rings_in.size_bytes());
+  }
+  std::memcpy(key_out->untyped_data(), key_in.untyped_data(), key_in.size_bytes());
+  run.v = static_cast<float*>(v_out->untyped_data());
+  run.r = static_cast<float*>(r_out->untyped_data());
+  const float* pr = static_cast<const float*>(params.untyped_data());
+  run.v_rest = pr;
+  run.r_m = pr + run.n;
+  run.c = pr + 2 * run.n;
+  run.v_reset = pr + 3 * run.n;
+  run.v_th = pr + 4 * run.n;
+  run.t_ref = pr + 5 * run.n;
+  run.dt = static_cast<const float*>(dts.untyped_data())[0];
+  run.half_dt = static_cast<const float*>(dts.untyped_data())[1];
+  run.euler = euler != 0;
+  run.g = static_cast<float*>(g_out->untyped_data());
+  run.decay = static_cast<const float*>(decay.untyped_data());
+  const int64_t n_g = static_cast<int64_t>(g_in.element_count());
+  // populations and their current terms
+  if (pop_meta.size() % 4 != 0 || syn_meta.size() % 5 != 0 || ring_meta.size() % 3 != 0 ||
+      event_meta.size() % 9 != 0 || input_meta.size() % 6 != 0 || source_meta.size() % 4 != 0) {
+    return ffi::Error::InvalidArgument("nj_network_run: malformed metadata");
+  }
+  const int64_t n_syn = syn_meta.size() / 5;
+  for (size_t q = 0; q < syn_meta.size(); q += 5) {
+    run.syns.push_back(Syn{syn_meta[q], syn_meta[q + 1], syn_meta[q + 2], syn_meta[q + 3],
+                           syn_meta[q + 4]});
+  }
+  for (size_t q = 0; q < pop_meta.size(); q += 4) {
+    Pop pop{pop_meta[q], pop_meta[q + 1], {}, {}};
+    const int64_t first = pop_meta[q + 2], count = pop_meta[q + 3];
+    if (pop.off < 0 || pop.n < 0 || pop.off + pop.n > run.n || first < 0 || count < 0 ||
+        first + count > static_cast<int64_t>(terms.size())) {
+      return ffi::Error::InvalidArgument("nj_network_run: a population is out of range");
+    }
+    for (int64_t j = first; j < first + count; ++j) {
+      const int64_t s = terms[j];
+      if (s < 0 || s >= n_syn || run.syns[s].post_off > pop.off ||
+          run.syns[s].post_off + run.syns[s].n < pop.off + pop.n) {
+        return ffi::Error::InvalidArgument("nj_network_run: a current term misses its population");
+      }
+      pop.terms.push_back(s);
+    }
+    run.pops.push_back(std::move(pop));
+  }
+  // rings
+  const int64_t ring_total = static_cast<int64_t>(rings_in.element_count());
+  int64_t ring_off = 0;
+  float* ring_base = static_cast<float*>(rings_out->untyped_data());
+  for (size_t q = 0; q < ring_meta.size(); q += 3) {
+    Ring ring{ring_base + ring_off, ring_meta[q], ring_meta[q + 1], ring_meta[q + 2] != 0,
+              {}, {}, {}};
+    if (ring.slots < 1 || ring.width < 0 || ring_off + ring.slots * ring.width > ring_total) {
+      return ffi::Error::InvalidArgument("nj_network_run: rings out of range");
+    }
+    ring_off += ring.slots * ring.width;
+    run.rings.push_back(std::move(ring));
+  }
+  if (ring_off != ring_total) {
+    return ffi::Error::InvalidArgument("nj_network_run: rings out of range");
+  }
+  for (const Syn& s : run.syns) {
+    if (s.ring < 0 || s.ring >= static_cast<int64_t>(run.rings.size()) || s.off < 0 ||
+        s.n < 0 || s.off + s.n > n_g || s.col0 < 0 || s.col0 + s.n > run.rings[s.ring].width ||
+        s.post_off < 0 || s.post_off + s.n > run.n) {
+      return ffi::Error::InvalidArgument("nj_network_run: a synaptic state is out of range");
+    }
+  }
+  // sources
+  run.n_src = static_cast<int64_t>(level.element_count());
+  const int64_t n_table = static_cast<int64_t>(table.element_count());
+  for (size_t q = 0; q < source_meta.size(); q += 4) {
+    Source src{source_meta[q], source_meta[q + 1], source_meta[q + 2], source_meta[q + 3]};
+    if (src.off < 0 || src.n < 0 || src.off + src.n > run.n_src || src.table_off < 0 ||
+        src.n_terms < 0) {
+      return ffi::Error::InvalidArgument("nj_network_run: a source is out of range");
+    }
+    run.sources.push_back(src);
+  }
+  if (static_cast<int64_t>(key_in.element_count()) != 2 * static_cast<int64_t>(run.sources.size())) {
+    return ffi::Error::InvalidArgument("nj_network_run: one key per source");
+  }
+  run.keys = static_cast<uint32_t*>(key_out->untyped_data());
+  run.level = static_cast<const int32_t*>(level.untyped_data());
+  run.table = static_cast<const float*>(table.untyped_data());
+  for (const Source& src : run.sources) {
+    for (int64_t i = src.off; i < src.off + src.n; ++i) {
+      const int64_t row = src.table_off + static_cast<int64_t>(run.level[i]) * src.n_terms;
+      if (run.level[i] < 0 || row + src.n_terms > n_table) {
+        return ffi::Error::InvalidArgument("nj_network_run: a source's rate row is out of range");
+      }
+    }
+  }
+  // projections
+  const int64_t n_event = event_meta.size() / 9, n_input = input_meta.size() / 6;
+  if (static_cast<int64_t>(rest.size()) != 4 * n_event + 2 * n_input) {
+    return ffi::Error::InvalidArgument("nj_network_run: projection arrays do not match");
+  }
+  for (int64_t e = 0; e < n_event; ++e) {
+    const int64_t* m = event_meta.begin() + 9 * e;
+    auto indptr = rest.get<ffi::AnyBuffer>(4 * e);
+    auto post = rest.get<ffi::AnyBuffer>(4 * e + 1);
+    auto w = rest.get<ffi::AnyBuffer>(4 * e + 2);
+    auto d = rest.get<ffi::AnyBuffer>(4 * e + 3);
+    if (!indptr.has_value() || !post.has_value() || !w.has_value() || !d.has_value() ||
+        indptr->element_type() != ffi::DataType::S32 ||
+        post->element_type() != ffi::DataType::S32 || w->element_type() != F32) {
+      return ffi::Error::InvalidArgument("nj_network_run: event projection arrays' types");
+    }
+    EventProj p{static_cast<const int32_t*>(indptr->untyped_data()),
+                static_cast<const int32_t*>(post->untyped_data()),
+                static_cast<const float*>(w->untyped_data()),
+                d->untyped_data(),
+                d->element_type(),
+                m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7] != 0, m[8] != 0,
+                static_cast<int64_t>(post->element_count())};
+    const auto dt_type = d->element_type();
+    if (p.pre_off < 0 || p.n_pre < 0 || p.pre_off + p.n_pre > run.n || p.ring < 0 ||
+        p.ring >= static_cast<int64_t>(run.rings.size()) || p.col0 < 0 || p.n_post < 0 ||
+        p.col0 + p.n_post > run.rings[p.ring].width || p.post_off < 0 ||
+        p.post_off + p.n_post > run.n ||
+        static_cast<int64_t>(indptr->element_count()) != p.n_pre + 1 ||
+        static_cast<int64_t>(w->element_count()) != p.nnz || p.delay_steps < 0 ||
+        (p.per_synapse &&
+         ((dt_type != ffi::DataType::S8 && dt_type != ffi::DataType::S16 &&
+           dt_type != ffi::DataType::S32) ||
+          static_cast<int64_t>(d->element_count()) < p.nnz))) {
+      return ffi::Error::InvalidArgument("nj_network_run: event projection " +
+                                         std::to_string(e) + " does not match its sizes");
+    }
+    run.rings[p.ring].event.push_back(e);
+    run.events.push_back(p);
+  }
+  for (int64_t e = 0; e < n_input; ++e) {
+    const int64_t* m = input_meta.begin() + 6 * e;
+    auto pre = rest.get<ffi::AnyBuffer>(4 * n_event + 2 * e);
+    auto w = rest.get<ffi::AnyBuffer>(4 * n_event + 2 * e + 1);
+    if (!pre.has_value() || !w.has_value() || pre->element_type() != ffi::DataType::S32 ||
+        w->element_type() != F32) {
+      return ffi::Error::InvalidArgument("nj_network_run: input projection arrays' types");
+    }
+    InputProj p{static_cast<const int32_t*>(pre->untyped_data()),
+                static_cast<const float*>(w->untyped_data()),
+                m[0], m[1], m[2], m[3], m[4], m[5]};
+    if (p.source < 0 || p.source >= static_cast<int64_t>(run.sources.size()) || p.ring < 0 ||
+        p.ring >= static_cast<int64_t>(run.rings.size()) || p.col0 < 0 || p.n_post < 0 ||
+        p.col0 + p.n_post > run.rings[p.ring].width || p.post_off < 0 ||
+        p.post_off + p.n_post > run.n || p.delay_steps < 0 ||
+        static_cast<int64_t>(pre->element_count()) != p.n_post ||
+        static_cast<int64_t>(w->element_count()) != p.n_post) {
+      return ffi::Error::InvalidArgument("nj_network_run: input projection " +
+                                         std::to_string(e) + " does not match its sizes");
+    }
+    run.rings[p.ring].input.push_back(e);
+    run.inputs.push_back(p);
+  }
+  // Every ring column has at most one owner: a column reached by two projections maps to
+  // the same neuron in both. The columns no projection reaches (gaps) go to thread 0.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> gaps(run.rings.size());
+  for (size_t ri = 0; ri < run.rings.size(); ++ri) {
+    Ring& ring = run.rings[ri];
+    if (!ring.event.empty() && !ring.input.empty()) {
+      return ffi::Error::InvalidArgument("nj_network_run: a ring fed by two kinds of layout");
+    }
+    ring.from_source = !ring.input.empty();
+    std::vector<int64_t> neuron(ring.width, -1);
+    auto claim = [&](int64_t col0, int64_t n_post, int64_t post_off) {
+      const Target z{col0, n_post, post_off};
+      if (std::none_of(ring.targets.begin(), ring.targets.end(), [&](const Target& y) {
+            return y.col0 == z.col0 && y.n_post == z.n_post && y.post_off == z.post_off;
+          })) {
+        ring.targets.push_back(z);
+      }
+      for (int64_t j = 0; j < n_post; ++j) {
+        int64_t& x = neuron[col0 + j];
+        if (x >= 0 && x != post_off + j) return false;
+        x = post_off + j;
+      }
+      return true;
+    };
+    for (int64_t e : ring.event) {
+      if (!claim(run.events[e].col0, run.events[e].n_post, run.events[e].post_off)) {
+        return ffi::Error::InvalidArgument("nj_network_run: a ring column with two targets");
+      }
+    }
+    for (int64_t e : ring.input) {
+      if (!claim(run.inputs[e].col0, run.inputs[e].n_post, run.inputs[e].post_off)) {
+        return ffi::Error::InvalidArgument("nj_network_run: a ring column with two targets");
+      }
+    }
+    for (const Syn& s : run.syns) {
+      if (s.ring == static_cast<int64_t>(ri)) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          if (neuron[s.col0 + j] >= 0 && neuron[s.col0 + j] != s.post_off + j) {
+            return ffi::Error::InvalidArgument(
+                "nj_network_run: a synaptic state reads another neuron's column");
+          }
+        }
+      }
+    }
+    for (int64_t c = 0; c < ring.width;) {
+      if (neuron[c] >= 0) {
+        ++c;
+        continue;
+      }
+      int64_t c1 = c;
+      while (c1 < ring.width && neuron[c1] < 0) ++c1;
+      gaps[ri].emplace_back(c, c1);
+      c = c1;
+    }
+  }
+  // recording
+  const int64_t n_rec = n_steps / every;
+  run.step0 = *static_cast<const int32_t*>(step.untyped_data());
+  run.n_steps = n_steps;
+  run.every = every;
+  run.raster = Raster{raster->untyped_data(), raster->element_type(), run.n};
+  run.src_raster = Raster{src_raster->untyped_data(), src_raster->element_type(), run.n_src};
+  if (static_cast<int64_t>(raster->element_count()) != n_rec * run.n ||
+      static_cast<int64_t>(src_raster->element_count()) != n_rec * run.n_src) {
+    return ffi::Error::InvalidArgument("nj_network_run: raster sizes");
+  }
+  for (const ffi::DataType type : {raster->element_type(), src_raster->element_type()}) {
+    if (type != ffi::DataType::PRED && type != ffi::DataType::U8 &&
+        type != ffi::DataType::U16 && type != ffi::DataType::S32) {
+      return ffi::Error::InvalidArgument("nj_network_run: raster dtype");
+    }
+  }
+  // The threads: the pool's size, when the measured cost model says a step's work pays for a
+  // barrier per step (pool.h's rule, in units of a synapse touched).
+  int64_t nnz = 0;
+  for (const EventProj& p : run.events) nnz += p.nnz;
+  const int64_t per_step = 4 * run.n + 4 * run.n_src + nnz / 1000;
+  int n = std::min(nj_pool::Worth(per_step, 1), nj_pool::Threads());
+  n = std::max(n, 1);
+  // neuron cut: each population's expected work per neuron (its update and its synapses)
+  std::vector<double> per_neuron(run.pops.size(), 1.0);
+  for (const EventProj& p : run.events) {
+    for (size_t q = 0; q < run.pops.size(); ++q) {
+      if (p.post_off >= run.pops[q].off && p.post_off < run.pops[q].off + run.pops[q].n) {
+        per_neuron[q] += 1e-3 * static_cast<double>(p.nnz) / std::max<int64_t>(p.n_post, 1);
+      }
+    }
+  }
+  auto setup = [&](int threads) {
+    run.n_threads = threads;
+    run.barrier.n = threads;
+    Cut(run, per_neuron, threads, run.cut);
+    run.src_cut.resize(threads + 1);
+    for (int t = 0; t <= threads; ++t) run.src_cut[t] = run.n_src * t / threads;
+    for (int p = 0; p < 2; ++p) {
+      run.spikes[p].assign(threads, {});
+      run.counts[p].assign(run.n_src, 0.0f);
+    }
+    run.work.assign(threads, std::vector<int64_t>(run.pops.size(), 0));
+  };
+  setup(n);
+  auto part = [&](int t) { Body(run, t, gaps.data()); };
+  bool done = false;
+  if (n > 1) done = nj_pool::ParallelFor(n, part);
+  if (!done) {
+    setup(1);
+    Body(run, 0, gaps.data());
+  }
+  if (run.faults.load()) {
+    return ffi::Error::InvalidArgument(
+        "nj_network_run: corrupted connectivity (indptr, indices, delays or pre outside "
+        "their ranges): " + std::to_string(run.faults.load()) + " entries");
+  }
+  const int64_t last = n_steps > 0 ? (run.step0 + n_steps - 1) & 1 : -1;
+  if (last >= 0) {
+    std::memcpy(counts_out->untyped_data(), run.counts[last].data(), sizeof(float) * run.n_src);
+  } else {
+    std::memcpy(counts_out->untyped_data(), counts_in.untyped_data(), counts_in.size_bytes());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()  // v
+                                  .Arg<ffi::AnyBuffer>()  // r
+                                  .Arg<ffi::AnyBuffer>()  // params (6, N)
+                                  .Arg<ffi::AnyBuffer>()  // dts
+                                  .Arg<ffi::AnyBuffer>()  // g
+                                  .Arg<ffi::AnyBuffer>()  // decay
+                                  .Arg<ffi::AnyBuffer>()  // rings
+                                  .Arg<ffi::AnyBuffer>()  // step
+                                  .Arg<ffi::AnyBuffer>()  // keys
+                                  .Arg<ffi::AnyBuffer>()  // level
+                                  .Arg<ffi::AnyBuffer>()  // table
+                                  .Arg<ffi::AnyBuffer>()  // counts
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()  // v
+                                  .Ret<ffi::AnyBuffer>()  // r
+                                  .Ret<ffi::AnyBuffer>()  // g
+                                  .Ret<ffi::AnyBuffer>()  // rings
+                                  .Ret<ffi::AnyBuffer>()  // keys
+                                  .Ret<ffi::AnyBuffer>()  // counts
+                                  .Ret<ffi::AnyBuffer>()  // raster
+                                  .Ret<ffi::AnyBuffer>()  // source raster
+                                  .Attr<int64_t>("n_steps")
+                                  .Attr<int64_t>("every")
+                                  .Attr<int64_t>("euler")
+                                  .Attr<ffi::Span<const int64_t>>("pop_meta")
+                                  .Attr<ffi::Span<const int64_t>>("terms")
+                                  .Attr<ffi::Span<const int64_t>>("syn_meta")
+                                  .Attr<ffi::Span<const int64_t>>("ring_meta")
+                                  .Attr<ffi::Span<const int64_t>>("event_meta")
+                                  .Attr<ffi::Span<const int64_t>>("input_meta")
+                                  .Attr<ffi::Span<const int64_t>>("source_meta"));

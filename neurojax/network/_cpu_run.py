@@ -1,0 +1,419 @@
+"""A whole chunk of `nj.simulate` of a network in one compiled CPU call on the kernels'
+threads (`neurojax/kernels/network_run.cc`, FFI target `nj_network_run`).
+
+On the CPU, `Network.fused_run` hands a chunk here when the network is one the kernel runs
+with the per-step path's numbers, bit for bit: populations of `nj.LIF` (its own `step`,
+float32), spike sources that draw their counts as `nj.models.PoissonCounts` does (the
+source says so with a `cpu_run_counts` method), projections without plasticity, short-term
+plasticity or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput`,
+through the event layout (from neurons) or the input layout (from a source), with one or
+per-synapse delays; no input but the network's projections, no gap junctions, no bounded
+spike buffer; spikes recorded as the bool raster or window counts and nothing else; one
+trial per call (a `vmap` runs one call per trial). The Potjans-Diesmann microcircuit with
+its Poisson background (`nj.models.microcircuit`) is such a network.
+
+Why: a step of the per-step path is some eighty XLA operations (the group's update written
+output by output, the kinetics, the recording, the kernels' calls), most of them on one
+thread; here a thread owns a range of neurons and the ring columns that feed them, and a
+step costs one barrier between its neurons' update and its delivery (see the kernel's
+header for the order of every sum).
+
+`explain` says why a network or a run is not taken; `nj.kernels.whole_networks(False)` and
+`nj.kernels.use("reference")` keep the per-step path. Derivatives are the per-step path's:
+the call is wrapped in a `jax.custom_jvp` whose tangent is the JVP of the per-step scan.
+"""
+
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import jax.tree_util as jtu
+import numpy as np
+
+from .._recording import count_dtype
+from ..kernels import _build, _config, _pallas, _pallas_network
+from ..neurons import LIF
+from ..neurons._lif import LIFState
+from ..synapses import CurrentOutput, Exponential
+from ..synapses._kinetics import ExponentialState
+from ._sources import SpikeSource
+
+__all__ = ["explain", "fused_run", "TARGET"]
+
+TARGET = "nj_network_run"
+_TARGETS = ((TARGET, "NjNetworkRun"),)
+
+
+def _platform() -> str | None:
+    """Why this trace may not take the CPU whole run, or None."""
+    if _config.mode() == "reference":
+        return "nj.kernels.use('reference') is in force"
+    if not _pallas_network.whole_networks_enabled():
+        return "nj.kernels.whole_networks(False) is in force"
+    if _pallas.interpret_mode() != "off" or _config.cross_platform_enabled():
+        return "a GPU slot is being traced (interpret or cross_platform)"
+    if jax.default_backend() != "cpu":
+        return f"the backend is {jax.default_backend()!r}, not the CPU"
+    if not _build.register_targets(_TARGETS):
+        return "the compiled CPU kernels are unavailable"
+    return None
+
+
+def _is_f32(x: Any) -> bool:
+    return isinstance(x, jax.Array | np.ndarray) and x.dtype == jnp.float32
+
+
+def _network_reason(net, state, inputs, dt, every, options) -> str | None:
+    """Why the network, its state or the run's options do not fit the kernel, or None."""
+    if options.get("spike_dtype", "bool") != "bool":
+        return f"spike_dtype={options.get('spike_dtype')!r} (the kernel records the raster)"
+    if options.get("record") is not None:
+        return "state fields are recorded"
+    if options.get("check") or options.get("checkpoint"):
+        return "check or checkpoint is asked for"
+    if options.get("truncate_backprop") is not None:
+        return "truncate_backprop is asked for"
+    if options.get("kind", "none") != "none" or inputs is not None:
+        return "simulate is given inputs"
+    if net.inputs:
+        return "the network has inputs of its own"
+    if net.gap_junctions:
+        return "the network has gap junctions"
+    if net.dt is not None and abs(net.dt - dt) > 1e-9 * net.dt:
+        return f"dt={dt} differs from the network's dt={net.dt}"
+    if every > 255:
+        return f"record_every={every} (counts above 255 per window)"
+    if jnp.ndim(state.step) != 0:
+        return "the state is batched (one trial per call)"
+    for gi, (names, model) in enumerate(zip(net.groups, net.group_models, strict=True)):
+        if isinstance(model, SpikeSource):
+            if not callable(getattr(model, "cpu_run_counts", None)):
+                return f"spike source {names[0]!r} ({type(model).__name__}) has no CPU whole run"
+            if model.cpu_run_counts(state.populations[names[0]], dt) is None:
+                return f"spike source {names[0]!r} cannot be drawn by the kernel"
+            continue
+        if not isinstance(model, LIF) or type(model).step is not LIF.step:
+            return f"group {gi} is not an nj.LIF ({type(model).__name__})"
+        for n in names:
+            st = state.populations[n]
+            if type(st) is not LIFState:
+                return f"population {n!r} has a {type(st).__name__}, not an nj.LIFState"
+            if not (_is_f32(st.v) and _is_f32(st.refractory)):
+                return f"population {n!r}'s state is not float32"
+            if st.v.shape != (net.sizes[n],) or st.refractory.shape != (net.sizes[n],):
+                return f"population {n!r}'s state is batched (one trial per call)"
+        for p in (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref):
+            if not _is_f32(jnp.asarray(p)):
+                return f"group {gi}'s parameters are not float32"
+    for i, pr in enumerate(net.projections):
+        where = f"projection {i} ({pr.pre} -> {pr.post})"
+        if pr.plasticity is not None or pr.short_term is not None or pr.learnable_delays:
+            return f"{where} is plastic or has learnable delays"
+        if type(pr.synapse) is not Exponential or type(pr.output) is not CurrentOutput:
+            return f"{where}: kinetics {type(pr.synapse).__name__} with {type(pr.output).__name__}"
+        st = state.synapses[i]
+        if type(st) is not ExponentialState or not _is_f32(st.g):
+            return f"{where}'s synaptic state is not a float32 ExponentialState"
+        if st.g.shape != (net.sizes[pr.post],):
+            return f"{where}'s synaptic state is batched (one trial per call)"
+        from_source = isinstance(net.group_models[net._plan.group_of(pr.pre)], SpikeSource)
+        name = getattr(pr.layout, "name", None)
+        if from_source and name != "input":
+            return f"{where}: a source's projection through the {name!r} layout"
+        if not from_source and name != "event":
+            return f"{where}: the {name!r} layout (the kernel delivers the event layout)"
+        if name == "event" and not _is_f32(pr.layout.weights):
+            return f"{where}'s weights are not float32"
+    for buf in state.buffers:
+        if not _is_f32(buf) or buf.ndim != 2:
+            return "a ring buffer is batched or not float32"
+    return None
+
+
+def explain(net, state, inputs=None, *, dt: float, every: int = 1, **options) -> str:
+    """One sentence: whether the CPU runs this chunk in `nj_network_run`, and why."""
+    why = _platform() or _network_reason(net, state, inputs, dt, every, options)
+    if why is None:
+        return "network_run (CPU): the whole run in one compiled call on the kernels' threads"
+    return f"per-step: {why}"
+
+
+def _args(net, state, dt: float):
+    """The kernel's arrays and static metadata for `net` and `state`."""
+    plan = net._plan
+    lif_off, n_lif = {}, 0  # population -> first neuron in the LIF vector
+    src_off, n_src, sources = {}, 0, []
+    for names, model in zip(net.groups, net.group_models, strict=True):
+        if isinstance(model, SpikeSource):
+            src_off[names[0]] = (len(sources), n_src)
+            sources.append((names[0], model))
+            n_src += net.sizes[names[0]]
+            continue
+        for n in names:
+            lif_off[n] = n_lif
+            n_lif += net.sizes[n]
+    # LIF state and parameters, per neuron, in group order
+    v, r, params = [], [], []
+    for names, model in zip(net.groups, net.group_models, strict=True):
+        if isinstance(model, SpikeSource):
+            continue
+        size = sum(net.sizes[n] for n in names)
+        v += [state.populations[n].v for n in names]
+        r += [state.populations[n].refractory for n in names]
+        c = dt / model.tau_m if model.method == "euler" else jnp.exp(-dt / model.tau_m)
+        rows = (model.v_rest, model.r_m, c, model.v_reset, model.v_th, model.t_ref)
+        params.append(
+            jnp.stack([jnp.broadcast_to(jnp.asarray(x, jnp.float32), (size,)) for x in rows])
+        )
+    euler = any(not isinstance(m, SpikeSource) and m.method == "euler" for m in net.group_models)
+    v = jnp.concatenate(v) if v else jnp.zeros((0,), jnp.float32)
+    r = jnp.concatenate(r) if r else jnp.zeros((0,), jnp.float32)
+    params = jnp.concatenate(params, axis=1) if params else jnp.zeros((6, 0), jnp.float32)
+    dts = jnp.asarray([dt, 0.5 * dt], jnp.float32)
+    # synaptic states (projections that have their own), current terms
+    syn_index, g, decay, syn_meta, g_off = {}, [], [], [], 0
+    for i, pr in enumerate(net.projections):
+        if plan.shares(i):
+            continue
+        ring, col0 = plan.ring_of[i]
+        n_post = net.sizes[pr.post]
+        syn_index[i] = len(syn_meta) // 5
+        syn_meta += [g_off, ring, col0, n_post, lif_off[pr.post]]
+        g.append(state.synapses[i].g)
+        decay.append(jnp.broadcast_to(jnp.exp(-dt / pr.synapse.tau).astype(jnp.float32), (n_post,)))
+        g_off += n_post
+    pop_meta, terms = [], []
+    for names, model in zip(net.groups, net.group_models, strict=True):
+        if isinstance(model, SpikeSource):
+            continue
+        for n in names:
+            mine = [
+                syn_index[i]
+                for i, pr in enumerate(net.projections)
+                if pr.post == n and i in syn_index
+            ]
+            pop_meta += [lif_off[n], net.sizes[n], len(terms), len(mine)]
+            terms += mine
+    g = jnp.concatenate(g) if g else jnp.zeros((0,), jnp.float32)
+    decay = jnp.concatenate(decay) if decay else jnp.zeros((0,), jnp.float32)
+    # rings
+    ring_meta = []
+    for (slots, width), (gi, _) in zip(net.ring_shape, net.senders, strict=True):
+        ring_meta += [slots, width, int(isinstance(net.group_models[gi], SpikeSource))]
+    rings = jnp.concatenate([b.reshape(-1) for b in state.buffers])
+    # sources
+    keys, levels, tables, counts, source_meta, t_off = [], [], [], [], [], 0
+    for name, model in sources:
+        key_data, level, table = model.cpu_run_counts(state.populations[name], dt)
+        keys.append(key_data.reshape(2))
+        levels.append(level.astype(jnp.int32))
+        tables.append(table.reshape(-1))
+        counts.append(state.populations[name].spikes)
+        source_meta += [src_off[name][1], net.sizes[name], t_off, table.shape[-1]]
+        t_off += table.size
+    keys = jnp.stack(keys) if keys else jnp.zeros((0, 2), jnp.uint32)
+    levels = jnp.concatenate(levels) if levels else jnp.zeros((0,), jnp.int32)
+    tables = jnp.concatenate(tables) if tables else jnp.zeros((0,), jnp.float32)
+    counts = jnp.concatenate(counts) if counts else jnp.zeros((0,), jnp.float32)
+    # projections
+    event_meta, input_meta, extra = [], [], []
+    for i, pr in enumerate(net.projections):
+        ring, col0 = plan.ring_of[i]
+        lay = pr.layout
+        n_post = net.sizes[pr.post]
+        if lay.name == "event":
+            per = net.delay_steps[i] is not None
+            d = net.delay_steps[i] if per else jnp.zeros((1,), jnp.int32)
+            homo = 0 if per else int(plan.delay_steps[i] or 0)
+            event_meta += [
+                lif_off[pr.pre],
+                lay.n_pre,
+                ring,
+                col0,
+                n_post,
+                lif_off[pr.post],
+                homo,
+                int(per),
+                int(lay.sorted_rows),
+            ]
+            extra += [lay.indptr, lay.indices, lay.weights, d]
+    for i, pr in enumerate(net.projections):
+        ring, col0 = plan.ring_of[i]
+        lay = pr.layout
+        if lay.name == "input":
+            k, _ = src_off[pr.pre]
+            input_meta += [
+                k,
+                ring,
+                col0,
+                net.sizes[pr.post],
+                lif_off[pr.post],
+                int(plan.delay_steps[i] or 0),
+            ]
+            extra += [lay.pre.astype(jnp.int32), lay.weight.astype(jnp.float32)]
+    meta = dict(
+        euler=np.int64(euler),
+        pop_meta=np.asarray(pop_meta, np.int64),
+        terms=np.asarray(terms, np.int64),
+        syn_meta=np.asarray(syn_meta, np.int64),
+        ring_meta=np.asarray(ring_meta, np.int64),
+        event_meta=np.asarray(event_meta, np.int64),
+        input_meta=np.asarray(input_meta, np.int64),
+        source_meta=np.asarray(source_meta, np.int64),
+    )
+    arrays = (
+        v,
+        r,
+        params,
+        dts,
+        g,
+        decay,
+        rings,
+        jnp.asarray(state.step, jnp.int32),
+        keys,
+        levels,
+        tables,
+        counts,
+        *extra,
+    )
+    layout = dict(
+        lif_off=lif_off,
+        n_lif=n_lif,
+        src_off=src_off,
+        n_src=n_src,
+        syn_index=syn_index,
+        sources=sources,
+    )
+    return arrays, meta, layout
+
+
+def _kernel(net, state, dt: float, n_rec: int, every: int):
+    """The kernel's call: the new state and `{population: record}`."""
+    arrays, meta, lay = _args(net, state, dt)
+    n_steps = n_rec * every
+    spike_t = jnp.bool_ if every == 1 else count_dtype(every)
+    src_t = (
+        count_dtype(max(m.max_spikes_per_step for _, m in lay["sources"]) * every)
+        if lay["sources"]
+        else jnp.uint8
+    )
+    v, r, g, rings, keys, counts = arrays[0], arrays[1], arrays[4], arrays[6], arrays[8], arrays[11]
+    shapes = (
+        jax.ShapeDtypeStruct(v.shape, v.dtype),
+        jax.ShapeDtypeStruct(r.shape, r.dtype),
+        jax.ShapeDtypeStruct(g.shape, g.dtype),
+        jax.ShapeDtypeStruct(rings.shape, rings.dtype),
+        jax.ShapeDtypeStruct(keys.shape, keys.dtype),
+        jax.ShapeDtypeStruct(counts.shape, counts.dtype),
+        jax.ShapeDtypeStruct((n_rec, lay["n_lif"]), spike_t),
+        jax.ShapeDtypeStruct((n_rec, lay["n_src"]), src_t),
+    )
+    call = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases={6: 3}, vmap_method="sequential")
+    v, r, g, rings, keys, counts, raster, src_raster = call(
+        *arrays, n_steps=np.int64(n_steps), every=np.int64(every), **meta
+    )
+    # the new state
+    plan = net._plan
+    pops = dict(state.populations)
+    for n, off in lay["lif_off"].items():
+        size = net.sizes[n]
+        pops[n] = LIFState(v=v[off : off + size], refractory=r[off : off + size])
+    for si, (name, _) in enumerate(lay["sources"]):
+        _, off = lay["src_off"][name]
+        st = state.populations[name]
+        key = keys[si]
+        if jnp.issubdtype(st.key.dtype, jax.dtypes.prng_key):
+            key = jr.wrap_key_data(key, impl=jr.key_impl(st.key))
+        pops[name] = type(st)(key=key, spikes=counts[off : off + net.sizes[name]])
+    synapses = list(state.synapses)
+    g_off = 0
+    for i, pr in enumerate(net.projections):
+        if i in lay["syn_index"]:
+            n_post = net.sizes[pr.post]
+            synapses[i] = ExponentialState(g=g[g_off : g_off + n_post])
+            g_off += n_post
+    buffers, off = [], 0
+    for slots, width in net.ring_shape:
+        buffers.append(rings[off : off + slots * width].reshape(slots, width))
+        off += slots * width
+    peak = state.peak
+    if len(peak) == len(net.groups):
+        sends_events = {
+            gi
+            for gi, idx in net.senders
+            if any(net.projections[i].layout.name == "event" for i in idx)
+        }
+        peak = tuple(jnp.maximum(p, 0) if gi in sends_events else p for gi, p in enumerate(peak))
+    else:
+        peak = tuple(jnp.zeros((), jnp.int32) for _ in net.groups)
+    new = type(state)(
+        pops,
+        tuple(synapses),
+        tuple(buffers),
+        state.step + n_steps,
+        state.plastic,
+        peak,
+        state.short_term,
+    )
+    spikes = {}
+    for n, off in lay["lif_off"].items():
+        spikes[n] = raster[:, off : off + net.sizes[n]]
+    for name, _ in lay["sources"]:
+        _, off = lay["src_off"][name]
+        spikes[name] = src_raster[:, off : off + net.sizes[name]]
+    spikes = {n: spikes[n] for n in net.sizes}
+    del plan
+    return new, spikes
+
+
+def _per_step(net, state, dt: float, n_steps: int):
+    """The final state of `n_steps` steps of `Network.step` (the per-step path): the
+    function whose JVP is the kernel's."""
+
+    def body(st, _):
+        st, _ = net.step(st, None, dt)
+        return st, None
+
+    return jax.lax.scan(body, state, None, length=n_steps)[0]
+
+
+def fused_run(net, state, inputs, dt, n_rec, record_every, **options):
+    """The chunk in `nj_network_run`, or None (see the module docstring). The derivative is
+    the per-step path's: the JVP of `n_rec * record_every` steps of `Network.step` (the
+    recorded spikes, booleans or counts, have none)."""
+    if _platform() is not None:
+        return None
+    if _network_reason(net, state, inputs, dt, record_every, options) is not None:
+        return None
+    arrays, rest = eqx.partition((net, state), eqx.is_inexact_array)
+
+    @jax.custom_jvp
+    def run(arrays):
+        n, s = eqx.combine(arrays, rest)
+        return _kernel(n, s, dt, n_rec, record_every)
+
+    @run.defjvp
+    def _jvp(primals, tangents):
+        out = run(*primals)
+
+        def final(a):
+            n, s = eqx.combine(a, rest)
+            return eqx.filter(_per_step(n, s, dt, n_rec * record_every), eqx.is_inexact_array)
+
+        _, dstate = jax.jvp(final, primals, tangents)
+        new, spikes = out
+        zeros = jtu.tree_map(
+            lambda x: (
+                jnp.zeros_like(x)
+                if jnp.issubdtype(x.dtype, jnp.inexact)
+                else np.zeros(x.shape, jax.dtypes.float0)
+            ),
+            (new, spikes),
+        )
+        # the state's float leaves take the per-step tangent, the rest none
+        d_new = eqx.combine(dstate, eqx.filter(zeros[0], eqx.is_inexact_array, inverse=True))
+        return out, (d_new, zeros[1])
+
+    return run(arrays)
