@@ -164,27 +164,33 @@ struct Raster {
   ffi::DataType type;
   int64_t width;
 
-  inline void Add(int64_t row, int64_t i, int32_t count, bool first) const {
-    const int64_t q = row * width + i;
-    switch (type) {
-      case ffi::DataType::PRED:
-      case ffi::DataType::U8: {
-        uint8_t* p = static_cast<uint8_t*>(data) + q;
-        *p = static_cast<uint8_t>(first ? count : *p + count);
-        break;
-      }
-      case ffi::DataType::U16: {
-        uint16_t* p = static_cast<uint16_t*>(data) + q;
-        *p = static_cast<uint16_t>(first ? count : *p + count);
-        break;
-      }
-      default: {
-        int32_t* p = static_cast<int32_t*>(data) + q;
-        *p = first ? count : *p + count;
-      }
-    }
-  }
+  void AddBlock(int64_t row, int64_t i0, const int32_t* flags, int64_t m, bool first) const;
 };
+
+template <typename T>
+inline void AddRow(T* __restrict out, const int32_t* __restrict flags, int64_t m, bool first) {
+  if (first) {
+    for (int64_t j = 0; j < m; ++j) out[j] = static_cast<T>(flags[j]);
+  } else {
+    for (int64_t j = 0; j < m; ++j) out[j] = static_cast<T>(out[j] + flags[j]);
+  }
+}
+
+inline void Raster::AddBlock(int64_t row, int64_t i0, const int32_t* flags, int64_t m,
+                             bool first) const {
+  const int64_t q = row * width + i0;
+  switch (type) {
+    case ffi::DataType::PRED:
+    case ffi::DataType::U8:
+      AddRow(static_cast<uint8_t*>(data) + q, flags, m, first);
+      break;
+    case ffi::DataType::U16:
+      AddRow(static_cast<uint16_t*>(data) + q, flags, m, first);
+      break;
+    default:
+      AddRow(static_cast<int32_t*>(data) + q, flags, m, first);
+  }
+}
 
 inline int64_t Mod(int64_t a, int64_t m) {
   const int64_t r = a % m;
@@ -229,10 +235,35 @@ struct Run {
   std::vector<int64_t> cut, src_cut;  // thread t: neurons [cut[t], cut[t+1])
   std::vector<std::vector<int32_t>> spikes[2];
   std::vector<float> counts[2];        // per source, this step's and the last one's
-  std::vector<std::vector<int64_t>> work;  // per thread, per population: work measured
   Barrier barrier;
   std::atomic<int64_t> faults{0};
 };
+
+constexpr int64_t kBlock = 512;  // neurons per block of the update
+
+// `LIF.step` of neurons [i0, i0 + m) under `current`, as lif_run.cc runs it (every load and
+// operation unconditional, selects only), with v_inf = v_rest + r_m * current.
+template <bool kEuler>
+void UpdateBlock(float* __restrict v, float* __restrict r, const float* __restrict v_rest,
+                 const float* __restrict r_m, const float* __restrict c,
+                 const float* __restrict v_reset, const float* __restrict v_th,
+                 const float* __restrict t_ref, const float* __restrict current,
+                 int32_t* __restrict flags, int64_t m, float dt, float half_dt) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float vk = v[j], rk = r[j], ck = c[j], vr = v_reset[j], vt = v_th[j];
+    const float tr = t_ref[j], vrest = v_rest[j], rm = r_m[j], cur = current[j];
+    const float v_inf = MulAdd(rm, cur, vrest);
+    const bool clamped = rk > half_dt;
+    const float v_free = kEuler ? MulAdd(ck, v_inf - vk, vk) : MulAdd(vk - v_inf, ck, v_inf);
+    const float v1 = clamped ? vr : v_free;
+    const bool spike = (v1 - vt) / (vt - vr) >= 0.0f;
+    const float r_dec = rk - dt;
+    const float r1 = clamped ? r_dec : 0.0f;
+    v[j] = spike ? vr : v1;
+    r[j] = spike ? tr : r1;
+    flags[j] = spike ? 1 : 0;
+  }
+}
 
 // Phase A of step k for thread t: arrivals, the neurons' update, the sources' counts.
 void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
@@ -248,37 +279,45 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
     const float* __restrict d = run.decay + s.off;
     for (int64_t j = lo; j < hi; ++j) g[j] = MulAdd(g[j], d[j], row[j]);
   }
-  // 2. neurons
+  // 2. neurons, in blocks of at most kBlock of one population: the current (the states'
+  // g summed in the projection order), then the update, branch-free so that the compiler
+  // vectorises it, then the spike list and the record from the block's flags
   std::vector<int32_t>& list = run.spikes[parity][t];
   list.clear();
   const float dt = run.dt, half_dt = run.half_dt;
+  float current[kBlock];
+  int32_t flags[kBlock];
   for (size_t pi = 0; pi < run.pops.size(); ++pi) {
     const Pop& pop = run.pops[pi];
     const int64_t lo = std::max(a, pop.off), hi = std::min(b, pop.off + pop.n);
     if (lo >= hi) continue;
-    run.work[t][pi] += hi - lo;
     const int64_t n_terms = static_cast<int64_t>(pop.terms.size());
-    for (int64_t i = lo; i < hi; ++i) {
-      float current = 0.0f;
-      if (n_terms > 0) {
+    for (int64_t i0 = lo; i0 < hi; i0 += kBlock) {
+      const int64_t m = std::min(kBlock, hi - i0);
+      if (n_terms == 0) {
+        std::fill(current, current + m, 0.0f);
+      } else {
         const Syn& s0 = run.syns[pop.terms[0]];
-        current = run.g[s0.off + (i - s0.post_off)];
+        std::memcpy(current, run.g + s0.off + (i0 - s0.post_off), sizeof(float) * m);
         for (int64_t q = 1; q < n_terms; ++q) {
           const Syn& s = run.syns[pop.terms[q]];
-          current = current + run.g[s.off + (i - s.post_off)];
+          const float* __restrict gq = run.g + s.off + (i0 - s.post_off);
+          for (int64_t j = 0; j < m; ++j) current[j] = current[j] + gq[j];
         }
       }
-      const float vk = run.v[i], rk = run.r[i], ck = run.c[i];
-      const float vr = run.v_reset[i], vt = run.v_th[i];
-      const float v_inf = MulAdd(run.r_m[i], current, run.v_rest[i]);
-      const bool clamped = rk > half_dt;
-      const float v_free = run.euler ? MulAdd(ck, v_inf - vk, vk) : MulAdd(vk - v_inf, ck, v_inf);
-      const float v1 = clamped ? vr : v_free;
-      const bool spike = (v1 - vt) / (vt - vr) >= 0.0f;
-      run.v[i] = spike ? vr : v1;
-      run.r[i] = spike ? run.t_ref[i] : (clamped ? rk - dt : 0.0f);
-      if (spike) list.push_back(static_cast<int32_t>(i));
-      run.raster.Add(rec_row, i, spike ? 1 : 0, first);
+      if (run.euler) {
+        UpdateBlock<true>(run.v + i0, run.r + i0, run.v_rest + i0, run.r_m + i0, run.c + i0,
+                            run.v_reset + i0, run.v_th + i0, run.t_ref + i0, current, flags,
+                            m, dt, half_dt);
+      } else {
+        UpdateBlock<false>(run.v + i0, run.r + i0, run.v_rest + i0, run.r_m + i0, run.c + i0,
+                            run.v_reset + i0, run.v_th + i0, run.t_ref + i0, current, flags,
+                            m, dt, half_dt);
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        if (flags[j]) list.push_back(static_cast<int32_t>(i0 + j));
+      }
+      run.raster.AddBlock(rec_row, i0, flags, m, first);
     }
   }
   // sources
@@ -289,6 +328,7 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
     const int64_t lo = std::max(sa, src.off), hi = std::min(sb, src.off + src.n);
     constexpr int64_t kChunk = 256;
     uint32_t words[kChunk];
+    int32_t cnts[kChunk];
     for (int64_t q = lo; q < hi;) {
       const int64_t m = std::min(kChunk, hi - q);
       nj_threefry::Words(sub[2 * si], sub[2 * si + 1], words, m, q - src.off);
@@ -302,8 +342,9 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
         int32_t cnt = 0;
         for (int64_t l = 0; l < src.n_terms; ++l) cnt += u > row[l] ? 1 : 0;
         counts[q + j] = static_cast<float>(cnt);
-        run.src_raster.Add(rec_row, q + j, cnt, first);
+        cnts[j] = cnt;
       }
+      run.src_raster.AddBlock(rec_row, q, cnts, m, first);
       q += m;
     }
   }
@@ -778,7 +819,6 @@ ffi::Error NetworkRunImpl(
       run.spikes[p].assign(threads, {});
       run.counts[p].assign(run.n_src, 0.0f);
     }
-    run.work.assign(threads, std::vector<int64_t>(run.pops.size(), 0));
   };
   setup(n);
   auto part = [&](int t) { Body(run, t, gaps.data()); };

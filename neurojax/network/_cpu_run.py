@@ -87,6 +87,9 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         return f"record_every={every} (counts above 255 per window)"
     if jnp.ndim(state.step) != 0:
         return "the state is batched (one trial per call)"
+    methods = {m.method for m in net.group_models if not isinstance(m, SpikeSource)}
+    if len(methods) > 1:
+        return f"the LIF groups integrate by different methods ({sorted(methods)})"
     for gi, (names, model) in enumerate(zip(net.groups, net.group_models, strict=True)):
         if isinstance(model, SpikeSource):
             if not callable(getattr(model, "cpu_run_counts", None)):
