@@ -233,6 +233,7 @@ struct Run {
   // per thread: its ranges, spike lists (two steps), counts (two steps)
   int n_threads = 1;
   std::vector<int64_t> cut, src_cut;  // thread t: neurons [cut[t], cut[t+1])
+  std::vector<int64_t> busy;          // per thread, ns outside the barrier in the last segment
   std::vector<std::vector<int32_t>> spikes[2];
   std::vector<float> counts[2];        // per source, this step's and the last one's
   Barrier barrier;
@@ -368,6 +369,7 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
   const D* d = static_cast<const D*>(p.delay);
   float* data = ring.data + p.col0;
   const int64_t fixed = Mod(k + 1 + p.delay_steps, ring.slots) * ring.width;
+  const int64_t next = Mod(k + 1, ring.slots);  // slot of delay 0
   int64_t previous = lo, added = 0;
   for (int64_t q = kb; q < ke; ++q) {
     const int64_t j = post[q];
@@ -392,7 +394,12 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
         ++bad;
         continue;
       }
-      row = Mod(k + 1 + static_cast<int64_t>(d[q]), ring.slots) * ring.width;
+      // (k + 1 + d) mod D without a division for the delays below D (all of them in a
+      // network whose ring is as long as its longest delay)
+      int64_t slot = next + static_cast<int64_t>(d[q]);
+      slot = slot < ring.slots ? slot : (slot - ring.slots < ring.slots ? slot - ring.slots
+                                                                         : Mod(slot, ring.slots));
+      row = slot * ring.width;
     }
     data[row + j] += p.w[q];
     ++added;
@@ -487,11 +494,50 @@ void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vect
   }
 }
 
-// The whole run on n threads (thread t runs part t).
-void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps) {
+// A new neuron cut from the last segment's busy times: the work of thread t's neurons is
+// taken as spread evenly over them (busy[t] / their number), and the cut moved so that each
+// thread gets the same share of the sum. Ranges keep at least one neuron where they can.
+void Rebalance(Run& run) {
+  const int n = run.n_threads;
+  if (n <= 1) return;
+  std::vector<double> density(n);
+  double total = 0.0;
+  for (int t = 0; t < n; ++t) {
+    const int64_t size = run.cut[t + 1] - run.cut[t];
+    density[t] = size > 0 ? static_cast<double>(run.busy[t]) / size : 0.0;
+    total += static_cast<double>(run.busy[t]);
+  }
+  if (total <= 0.0) return;
+  std::vector<int64_t> cut(n + 1, run.n);
+  cut[0] = 0;
+  int u = 0;
+  double before = 0.0;  // work before run.cut[u]
+  for (int t = 1; t < n; ++t) {
+    const double want = total * t / n;
+    while (u < n && before + static_cast<double>(run.busy[u]) < want) {
+      before += static_cast<double>(run.busy[u]);
+      ++u;
+    }
+    int64_t c = run.n;
+    if (u < n) {
+      c = run.cut[u] + (density[u] > 0.0 ? static_cast<int64_t>((want - before) / density[u]) : 0);
+      c = std::min(std::max(c, run.cut[u]), run.cut[u + 1]);
+    }
+    cut[t] = std::max(c, cut[t - 1]);
+  }
+  run.cut = cut;
+}
+
+// The threads the last run chose (NjNetworkRunThreads, for the benchmarks' reports).
+std::atomic<int> g_last_threads{0};
+
+// Steps [s0, s1) of the run on the run's threads (thread t runs part t).
+void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps, int64_t s0,
+          int64_t s1) {
   std::vector<uint32_t> sub(2 * run.sources.size());
   std::vector<uint32_t> key(run.keys, run.keys + 2 * run.sources.size());
-  for (int64_t step = 0; step < run.n_steps; ++step) {
+  int64_t busy = 0;  // ns spent outside the barrier
+  for (int64_t step = s0; step < s1; ++step) {
     const int64_t k = run.step0 + step;
     // The key of every source, split as jax.random.split splits it: new key = words (0, 1)
     // of Threefry(key, counter 0), subkey = those of counter 1 (each thread the same).
@@ -504,8 +550,12 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps)
       sub[2 * si] = w[2];
       sub[2 * si + 1] = w[3];
     }
+    const int64_t a0 = nj_pool::NowNs();
     PhaseA(run, t, k, step / run.every, step % run.every == 0, sub.data());
+    const int64_t a1 = nj_pool::NowNs();
     run.barrier.Wait();
+    const int64_t b0 = nj_pool::NowNs();
+    busy += a1 - a0;
     if (t == 0) {
       for (size_t ri = 0; ri < run.rings.size(); ++ri) {
         const Ring& ring = run.rings[ri];
@@ -514,7 +564,9 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps)
       }
     }
     PhaseB(run, t, k);
+    busy += nj_pool::NowNs() - b0;
   }
+  run.busy[t] = busy;
   if (t == 0) std::memcpy(run.keys, key.data(), sizeof(uint32_t) * key.size());
   run.barrier.Wait();
 }
@@ -795,11 +847,6 @@ ffi::Error NetworkRunImpl(
   }
   // The threads: the pool's size, when the measured cost model says a step's work pays for a
   // barrier per step (pool.h's rule, in units of a synapse touched).
-  int64_t nnz = 0;
-  for (const EventProj& p : run.events) nnz += p.nnz;
-  const int64_t per_step = 4 * run.n + 4 * run.n_src + nnz / 1000;
-  int n = std::min(nj_pool::Worth(per_step, 1), nj_pool::Threads());
-  n = std::max(n, 1);
   // neuron cut: each population's expected work per neuron (its update and its synapses)
   std::vector<double> per_neuron(run.pops.size(), 1.0);
   for (const EventProj& p : run.events) {
@@ -810,9 +857,11 @@ ffi::Error NetworkRunImpl(
     }
   }
   auto setup = [&](int threads) {
+    const bool keep = run.n_threads == threads && static_cast<int>(run.cut.size()) == threads + 1;
     run.n_threads = threads;
     run.barrier.n = threads;
-    Cut(run, per_neuron, threads, run.cut);
+    run.busy.assign(threads, 0);
+    if (!keep) Cut(run, per_neuron, threads, run.cut);
     run.src_cut.resize(threads + 1);
     for (int t = 0; t <= threads; ++t) run.src_cut[t] = run.n_src * t / threads;
     for (int p = 0; p < 2; ++p) {
@@ -820,14 +869,53 @@ ffi::Error NetworkRunImpl(
       run.counts[p].assign(run.n_src, 0.0f);
     }
   };
-  setup(n);
-  auto part = [&](int t) { Body(run, t, gaps.data()); };
-  bool done = false;
-  if (n > 1) done = nj_pool::ParallelFor(n, part);
-  if (!done) {
-    setup(1);
-    Body(run, 0, gaps.data());
+  // Steps [s0, s1) on `threads` threads; false (nothing run) when the pool is held by
+  // another call.
+  auto segment = [&](int threads, int64_t s0, int64_t s1) {
+    if (s0 >= s1) return true;
+    setup(threads);
+    if (threads <= 1) {
+      Body(run, 0, gaps.data(), s0, s1);
+      return true;
+    }
+    auto part = [&](int t) { Body(run, t, gaps.data(), s0, s1); };
+    return nj_pool::ParallelFor(threads, part);
+  };
+  // How many threads: the pool's size, unless the run measures that a step on one thread is
+  // faster than a step shared out (its barrier included): kProbe steps on one thread, then
+  // kProbe on all, timed, and the rest of the run on the faster. A short run stays on one
+  // thread; the tests' switch (NjSetSharing) forces either way. Results do not depend on it.
+  const int most = nj_pool::Threads();
+  const bool forced_on = most > 1 && nj_pool::Worth(1, 1) > 1;
+  const bool allowed = most > 1 && nj_pool::Worth(int64_t{1} << 50, 1) > 1;
+  constexpr int64_t kProbe = 64;
+  int64_t done = 0;
+  int chosen = 1;
+  if (forced_on) {
+    chosen = most;
+  } else if (allowed && n_steps >= 4 * kProbe) {
+    const int64_t t0 = nj_pool::NowNs();
+    segment(1, 0, kProbe);
+    const int64_t t1 = nj_pool::NowNs();
+    const bool shared = segment(most, kProbe, 2 * kProbe);
+    const int64_t t2 = nj_pool::NowNs();
+    if (!shared) segment(1, kProbe, 2 * kProbe);
+    done = 2 * kProbe;
+    chosen = shared && (t2 - t1) < (t1 - t0) ? most : 1;
   }
+  // The rest in segments of kSegment steps, the neuron cut rebalanced after each from the
+  // busy times the threads measured (activity moves between populations during a run).
+  constexpr int64_t kSegment = 512;
+  while (done < n_steps) {
+    const int64_t end = chosen > 1 ? std::min(n_steps, done + kSegment) : n_steps;
+    if (chosen > 1) Rebalance(run);
+    if (!segment(chosen, done, end)) {
+      chosen = 1;
+      segment(1, done, end);
+    }
+    done = end;
+  }
+  g_last_threads.store(chosen, std::memory_order_relaxed);
   if (run.faults.load()) {
     return ffi::Error::InvalidArgument(
         "nj_network_run: corrupted connectivity (indptr, indices, delays or pre outside "
@@ -877,3 +965,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
                                   .Attr<ffi::Span<const int64_t>>("event_meta")
                                   .Attr<ffi::Span<const int64_t>>("input_meta")
                                   .Attr<ffi::Span<const int64_t>>("source_meta"));
+
+// The number of threads the last nj_network_run call ran its steps on (after its probe).
+extern "C" int NjNetworkRunThreads() { return g_last_threads.load(); }
