@@ -342,3 +342,14 @@ def test_cases_under_thread_sanitizer(tmp_path):
         pytest.skip("ThreadSanitizer cannot run with this kernel's address-space layout")
     assert "WARNING: ThreadSanitizer" not in proc.stderr, proc.stderr[-4000:]
     assert proc.returncode == 0 and " passed" in proc.stdout, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_whole_network_run(share_everything):
+    """The CPU's whole network run (`nj_network_run`: a barrier per step, each thread owning
+    a range of neurons and the ring columns that feed them) of the microcircuit with its
+    Poisson background."""
+    from neurojax.network import _cpu_run
+
+    net, state = nj.models.microcircuit(jr.key(0), scale=0.02, k_scale=1.0)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    _across_threads(share_everything, net, state, 200)

@@ -390,7 +390,9 @@ def fused_run(net, state, inputs, dt, n_rec, record_every, **options):
         return None
     if _network_reason(net, state, inputs, dt, record_every, options) is not None:
         return None
-    arrays, rest = eqx.partition((net, state), eqx.is_inexact_array)
+    # Every array is an argument of the custom JVP (integer ones get float0 tangents), so
+    # that nothing traced is closed over; the rest (Python values) is static.
+    arrays, rest = eqx.partition((net, state), eqx.is_array)
 
     @jax.custom_jvp
     def run(arrays):

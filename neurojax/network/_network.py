@@ -905,7 +905,11 @@ class Network(eqx.Module):
         self, state: NetworkState, inputs: Any, dt: float, n_rec: int, record_every: int, **options
     ) -> tuple[Any, ...] | None:
         """A whole chunk of `nj.simulate` in one GPU kernel launch, one program per trial
-        (the registry entry `network_run`), or None: `simulate` then scans `step`.
+        (the registry entry `network_run`), or on the CPU in one compiled call on the
+        kernels' threads (`nj_network_run`, `neurojax.network._cpu_run`: LIF populations,
+        exponential current synapses through the event layout, Poisson count sources, no
+        inputs, spikes recorded, bit for bit the per-step path), or None: `simulate` then
+        scans `step`.
 
         It serves a network that fits one program (`explain_run` says whether this one does
         and why): populations of `nj.LIF`, `nj.Izhikevich`, `nj.AdEx` (their own `step`) and
@@ -945,8 +949,9 @@ class Network(eqx.Module):
     ) -> dict[str, str]:
         """Which path `nj.simulate(self, state, inputs, dt=dt, n_steps=n_steps, ...)` takes on
         each platform and why: `{"cpu": ..., "cuda": ..., "tpu": ...}`, each a sentence that
-        starts with `"network_run"` (the whole run in one GPU program per trial,
-        `fused_run`) or `"per-step"` (the scan over `step`). `nj.kernels.explain(net, state,
+        starts with `"network_run"` (the whole run in one GPU program per trial, or on the
+        CPU in one compiled call on the kernels' threads, `fused_run`) or `"per-step"` (the
+        scan over `step`). `nj.kernels.explain(net, state,
         ...)` asks the same.
 
         Example:
@@ -972,7 +977,7 @@ class Network(eqx.Module):
                 f"{owner}: spike_dtype must be 'bool', 'ids' or None (nj.Record's spikes "
                 f"'raster', 'ids', 'float'), got {spike_dtype!r}"
             )
-        return _network_run.explain_run(
+        out = _network_run.explain_run(
             self,
             state,
             inputs,
@@ -981,6 +986,17 @@ class Network(eqx.Module):
             record_every=record_every,
             spike_dtype=spike_dtype,
         )
+        # The CPU's own whole run (`nj_network_run`, neurojax.network._cpu_run), where the
+        # GPU slot is not what the CPU runs.
+        if not out["cpu"].startswith("network_run"):
+            kind = "none" if inputs is None else "const"
+            cpu = _cpu_run.explain(
+                self, state, inputs, dt=dt, every=record_every, kind=kind,
+                spike_dtype=spike_dtype,
+            )  # fmt: skip
+            if cpu.startswith("network_run") or out["cpu"].startswith("per-step: the CPU keeps"):
+                out["cpu"] = cpu
+        return out
 
     # ------------------------------------------------------------------ spike capacity
 

@@ -1,0 +1,166 @@
+"""The whole network run on the CPU (`nj_network_run`, `neurojax.network._cpu_run`): the
+same spikes and the same final state, bit for bit, as the per-step path (the scan over
+`Network.step` with its own kernels), which `nj.kernels.whole_networks(False)` keeps; the
+derivative of the per-step path; one call per trial under `vmap`; and a sentence for every
+network or run it does not take.
+
+The thread counts (1, 2, 3, 4, the rule forced to share) are checked in
+`tests/test_thread_determinism.py`, whose slow case runs them under ThreadSanitizer.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import neurojax as nj
+from neurojax.kernels import _build
+from neurojax.network import _cpu_run
+
+DT = 0.1
+
+
+@pytest.fixture(autouse=True)
+def _compiled():
+    if _build.library() is None or nj.kernels.mode() != "auto":
+        pytest.skip("the compiled kernels are not in use")
+
+
+def _numpy(tree):
+    def leaf(x):
+        x = jnp.asarray(x)
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jr.key_data(x)
+        return np.asarray(x)
+
+    return jax.tree.leaves(jax.tree.map(leaf, tree))
+
+
+def _both(net, state, n_steps, every=1):
+    """(whole run, per-step run) of the same chunk, each jitted."""
+
+    def run(net, state):
+        return nj.simulate(net, state, dt=DT, n_steps=n_steps, record_every=every)
+
+    whole = jax.jit(run)(net, state)
+    with nj.kernels.whole_networks(False):
+        per_step = jax.jit(run)(net, state)
+    return whole, per_step
+
+
+def _assert_same(a, b):
+    la, lb = _numpy((a[0], a[1].spikes)), _numpy((b[0], b[1].spikes))
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+def _tonic_net(key, *, per_synapse=True, n=(120, 40), kinetics=nj.Exponential, inputs=None):
+    """Two LIF populations that fire by themselves (v_rest above threshold), E -> E with
+    per-synapse delays (or one delay), E -> I, I -> E with one delay."""
+    lif_e = nj.LIF(tau_m=10.0, v_rest=-45.0, v_reset=-65.0, v_th=-50.0, t_ref=2.0)
+    lif_i = nj.LIF(tau_m=8.0, v_rest=-47.0, v_reset=-60.0, v_th=-50.0, t_ref=1.0)
+    k1, k2, k3, k4 = jr.split(key, 4)
+    ne, ni = n
+    ee = nj.connect.fixed_prob(k1, ne, ne, 0.2, weight=nj.connect.normal(0.6, 0.2))
+    delay_ee = jr.uniform(k4, (ee.nse,), minval=0.1, maxval=2.0) if per_synapse else 1.3
+    projs = [
+        nj.Projection("E", "E", ee, synapse=kinetics(2.0), delay=delay_ee, method="event"),
+        nj.Projection("E", "I", nj.connect.fixed_prob(k2, ne, ni, 0.3, weight=0.8),
+                      synapse=kinetics(1.0), delay=0.5, method="event"),
+        nj.Projection("I", "E", nj.connect.fixed_prob(k3, ni, ne, 0.4, weight=-1.5),
+                      synapse=kinetics(4.0), delay=0.8, method="event"),
+    ]  # fmt: skip
+    net = nj.Network({"E": (lif_e, ne), "I": (lif_i, ni)}, projs, inputs=inputs or {}, dt=DT)
+    return net, net.init_state(jr.fold_in(key, 1))
+
+
+@pytest.mark.parametrize("per_synapse", [True, False], ids=["per-synapse", "one-delay"])
+def test_tonic_network_equals_the_per_step_path(per_synapse):
+    net, state = _tonic_net(jr.key(3), per_synapse=per_synapse)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    whole, per_step = _both(net, state, 400)
+    _assert_same(whole, per_step)
+    n_spikes = sum(int(np.asarray(s).sum()) for s in whole[1].spikes.values())
+    assert n_spikes > 100  # the network is active: the comparison covers delivery
+    # window counts: the per-step raster summed over windows of 8 steps
+    counts = jax.jit(lambda n, s: nj.simulate(n, s, dt=DT, n_steps=400, record_every=8))(net, state)
+    for name, raster in whole[1].spikes.items():
+        want = np.asarray(raster).reshape(50, 8, -1).sum(axis=1)
+        got = np.asarray(counts[1].spikes[name])
+        assert got.dtype == np.uint8
+        np.testing.assert_array_equal(got, want)
+    _assert_same((counts[0], counts[1]), _both(net, state, 400, 8)[1])
+
+
+def test_microcircuit_with_poisson_background_equals_the_per_step_path():
+    net, state = nj.models.microcircuit(jr.key(0), scale=0.02, k_scale=1.0)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    whole, per_step = _both(net, state, 300)
+    _assert_same(whole, per_step)
+    assert int(np.asarray(whole[1].spikes["L4E"]).sum()) > 10
+    # and the run continues where it stopped: two chunks equal one
+    first = jax.jit(lambda n, s: nj.simulate(n, s, dt=DT, n_steps=150))(net, state)
+    second = jax.jit(lambda n, s: nj.simulate(n, s, dt=DT, n_steps=150))(net, first[0])
+    np.testing.assert_array_equal(
+        np.concatenate([first[1].spikes["L4E"], second[1].spikes["L4E"]]),
+        whole[1].spikes["L4E"],
+    )
+    for a, b in zip(_numpy(second[0]), _numpy(whole[0]), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_vmap_runs_each_trial_as_alone():
+    net, state = _tonic_net(jr.key(5))
+    states = jax.vmap(net.init_state)(jr.split(jr.key(6), 3))
+    run = jax.jit(jax.vmap(lambda s: nj.simulate(net, s, dt=DT, n_steps=200)))
+    batched = run(states)
+    for b in range(3):
+        one = jax.tree.map(lambda x, b=b: x[b], states)
+        with nj.kernels.whole_networks(False):
+            alone = jax.jit(lambda s: nj.simulate(net, s, dt=DT, n_steps=200))(one)
+        for x, y in zip(
+            _numpy(jax.tree.map(lambda x, b=b: x[b], (batched[0], batched[1].spikes))),
+            _numpy((alone[0], alone[1].spikes)),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_gradient_is_the_per_step_paths():
+    net, state = _tonic_net(jr.key(7), n=(60, 20))
+
+    def loss(w, whole):
+        n2 = eqx.tree_at(lambda n: n.projections[0].layout.weights, net, w)
+        with nj.kernels.whole_networks(whole):
+            st, _ = nj.simulate(n2, state, dt=DT, n_steps=60)
+        return jnp.sum(st.populations["E"].v) + jnp.sum(st.synapses[0].g)
+
+    w = net.projections[0].layout.weights
+    v_whole, g_whole = jax.jit(jax.value_and_grad(lambda w: loss(w, True)))(w)
+    v_step, g_step = jax.jit(jax.value_and_grad(lambda w: loss(w, False)))(w)
+    assert v_whole == v_step
+    assert float(jnp.max(jnp.abs(g_step))) > 0
+    np.testing.assert_allclose(g_whole, g_step, rtol=1e-6, atol=1e-6)
+
+
+def test_what_it_does_not_take_is_said():
+    net, state = _tonic_net(jr.key(8))
+    assert "inputs" in _cpu_run.explain(net, state, {"E": 1.0}, dt=DT, kind="const")
+    assert "spike_dtype" in _cpu_run.explain(net, state, dt=DT, spike_dtype="ids")
+    assert "fields" in _cpu_run.explain(net, state, dt=DT, record=("v",))
+    with nj.kernels.whole_networks(False):
+        assert "whole_networks(False)" in _cpu_run.explain(net, state, dt=DT)
+    with nj.kernels.use("reference"):
+        assert "reference" in _cpu_run.explain(net, state, dt=DT)
+    alpha, _ = _tonic_net(jr.key(8), kinetics=nj.Alpha)
+    why = _cpu_run.explain(alpha, alpha.init_state(jr.key(1)), dt=DT)
+    assert why.startswith("per-step") and "Alpha" in why
+    with_input, st = _tonic_net(jr.key(8), inputs={"E": 2.0})
+    assert "inputs of its own" in _cpu_run.explain(with_input, st, dt=DT)
+    # a network it does not take still runs, on the per-step path, with the same numbers
+    whole, per_step = _both(alpha, alpha.init_state(jr.key(1)), 50)
+    _assert_same(whole, per_step)
