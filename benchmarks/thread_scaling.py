@@ -125,6 +125,16 @@ def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: i
         # overhead of a shared call (ns)
         "pool_model_ns": _pool_model(lib),
         "kernel_threads": nj.cpu_threads(),
+        # the path nj.simulate took on the CPU ("network_run (CPU)": the whole run in one
+        # call, nj_network_run) and the threads that call chose after its probe
+        "cpu_path": net.explain_run(state, dt=DT, n_steps=n_steps, record_every=record or 1)[
+            "cpu"
+        ].split(":")[0],
+        "run_threads": (
+            lib.NjNetworkRunThreads()
+            if lib is not None and hasattr(lib, "NjNetworkRunThreads")
+            else None
+        ),
         "n_steps": n_steps,
     }
 

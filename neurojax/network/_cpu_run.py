@@ -87,9 +87,6 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         return f"record_every={every} (counts above 255 per window)"
     if jnp.ndim(state.step) != 0:
         return "the state is batched (one trial per call)"
-    methods = {m.method for m in net.group_models if not isinstance(m, SpikeSource)}
-    if len(methods) > 1:
-        return f"the LIF groups integrate by different methods ({sorted(methods)})"
     for gi, (names, model) in enumerate(zip(net.groups, net.group_models, strict=True)):
         if isinstance(model, SpikeSource):
             if not callable(getattr(model, "cpu_run_counts", None)):
@@ -110,6 +107,9 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         for p in (model.tau_m, model.v_rest, model.v_reset, model.v_th, model.r_m, model.t_ref):
             if not _is_f32(jnp.asarray(p)):
                 return f"group {gi}'s parameters are not float32"
+    methods = {m.method for m in net.group_models if not isinstance(m, SpikeSource)}
+    if len(methods) > 1:
+        return f"the LIF groups integrate by different methods ({sorted(methods)})"
     for i, pr in enumerate(net.projections):
         where = f"projection {i} ({pr.pre} -> {pr.post})"
         if pr.plasticity is not None or pr.short_term is not None or pr.learnable_delays:
