@@ -59,6 +59,8 @@ BENCHMARKS = (
 # Top-level scripts of `benchmarks/` that `run_all` leaves out, and why.
 NOT_RUN = {
     "gpu": "needs a GPU; `make bench-gpu` runs it on a GPU machine",
+    "network_run_cpu": "an interleaved before/after check of the CPU's whole network run "
+    "against the per-step path (thread_scaling times the same network in the suite)",
 }
 
 # The scripts that parse their flags with `_harness.parse_args`.

@@ -318,7 +318,6 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         *arrays, n_steps=np.int64(n_steps), every=np.int64(every), **meta
     )
     # the new state
-    plan = net._plan
     pops = dict(state.populations)
     for n, off in lay["lif_off"].items():
         size = net.sizes[n]
@@ -367,7 +366,6 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         _, off = lay["src_off"][name]
         spikes[name] = src_raster[:, off : off + net.sizes[name]]
     spikes = {n: spikes[n] for n in net.sizes}
-    del plan
     return new, spikes
 
 

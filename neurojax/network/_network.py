@@ -994,8 +994,11 @@ class Network(eqx.Module):
                 self, state, inputs, dt=dt, every=record_every, kind=kind,
                 spike_dtype=spike_dtype,
             )  # fmt: skip
-            if cpu.startswith("network_run") or out["cpu"].startswith("per-step: the CPU keeps"):
+            if cpu.startswith("network_run"):
                 out["cpu"] = cpu
+            elif out["cpu"].startswith("per-step: the CPU keeps"):
+                why = cpu.removeprefix("per-step: ")
+                out["cpu"] += f" (its whole run in one call does not serve it: {why})"
         return out
 
     # ------------------------------------------------------------------ spike capacity
