@@ -92,14 +92,31 @@ struct Barrier {
   int n = 1;
 
   void Wait() {
-    if (n <= 1) return;
+    Wait([] { return false; }, [] {});
+  }
+
+  // The barrier; `last()` runs on the last thread to arrive, before the others go on, and a
+  // thread that waits calls `fill()` (some work that needs no barrier) until it returns
+  // false or the barrier opens.
+  template <typename Fill, typename Last>
+  void Wait(Fill&& fill, Last&& last) {
+    if (n <= 1) {
+      last();
+      return;
+    }
     const uint32_t g = generation.load(std::memory_order_acquire);
     if (arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
+      last();
       arrived.store(0, std::memory_order_relaxed);
       generation.store(g + 1, std::memory_order_release);
       return;
     }
+    bool filling = true;
     for (int64_t spins = 0; generation.load(std::memory_order_acquire) == g; ++spins) {
+      if (filling && (filling = fill())) {
+        spins = 0;
+        continue;
+      }
       if (spins < 20000) {
         CpuRelax();
       } else {
@@ -232,12 +249,21 @@ struct Run {
   Raster raster, src_raster;
   // per thread: its ranges, spike lists (two steps), counts (two steps)
   int n_threads = 1;
-  std::vector<int64_t> cut, src_cut;  // thread t: neurons [cut[t], cut[t+1])
+  std::vector<int64_t> cut;  // thread t: neurons [cut[t], cut[t+1])
   std::vector<int64_t> busy;          // per thread, ns outside the barrier in the last segment
   std::vector<std::vector<int32_t>> spikes[2];
-  std::vector<float> counts[2];        // per source, this step's and the last one's
+  // per source, the counts of step k in counts[k mod 3]: while a thread still delivers step
+  // k - 1's, another may be drawing step k + 1's at the barrier
+  std::vector<float> counts[3];
   Barrier barrier;
   std::atomic<int64_t> faults{0};
+  // The sources' draws in chunks that any thread claims (per step parity): a thread draws
+  // its step's remaining chunks after its neurons, and, while it waits at the barrier, the
+  // next step's (their keys are known, they depend on nothing else), so that the draws fill
+  // the waits. Chunk c: sources [chunk_at[c], chunk_end[c]) of source chunk_src[c].
+  std::vector<int64_t> chunk_at, chunk_end, chunk_src;
+  alignas(64) std::atomic<int64_t> next_chunk[2] = {0, 0};
+  bool prefetch = false;  // draw the next step's chunks at the barrier (every == 1 only)
 };
 
 constexpr int64_t kBlock = 512;  // neurons per block of the update
@@ -264,6 +290,46 @@ void UpdateBlock(float* __restrict v, float* __restrict r, const float* __restri
     r[j] = spike ? tr : r1;
     flags[j] = spike ? 1 : 0;
   }
+}
+
+// Chunk c of the sources' draws of step k (subkeys `sub`, two words per source): counts
+// into the step's buffer, and the record.
+void DrawChunk(Run& run, int64_t c, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
+  const int64_t si = run.chunk_src[c];
+  const Source& src = run.sources[si];
+  const int64_t lo = run.chunk_at[c], hi = run.chunk_end[c];
+  float* counts = run.counts[Mod(k, 3)].data();
+  constexpr int64_t kChunk = 256;
+  uint32_t words[kChunk];
+  int32_t cnts[kChunk];
+  for (int64_t q = lo; q < hi;) {
+    const int64_t m = std::min(kChunk, hi - q);
+    nj_threefry::Words(sub[2 * si], sub[2 * si + 1], words, m, q - src.off);
+    for (int64_t j = 0; j < m; ++j) {
+      const uint32_t bits = (words[j] >> 9) | 0x3F800000u;
+      float one_to_two;
+      std::memcpy(&one_to_two, &bits, sizeof(float));
+      const float u = one_to_two - 1.0f;
+      const float* row =
+          run.table + src.table_off + static_cast<int64_t>(run.level[q + j]) * src.n_terms;
+      int32_t cnt = 0;
+      for (int64_t l = 0; l < src.n_terms; ++l) cnt += u > row[l] ? 1 : 0;
+      counts[q + j] = static_cast<float>(cnt);
+      cnts[j] = cnt;
+    }
+    run.src_raster.AddBlock(rec_row, q, cnts, m, first);
+    q += m;
+  }
+}
+
+// Claims and draws one chunk of step k's sources; false when none is left.
+bool DrawNext(Run& run, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
+  const int64_t n_chunks = static_cast<int64_t>(run.chunk_src.size());
+  if (run.next_chunk[k & 1].load(std::memory_order_relaxed) >= n_chunks) return false;
+  const int64_t c = run.next_chunk[k & 1].fetch_add(1, std::memory_order_relaxed);
+  if (c >= n_chunks) return false;
+  DrawChunk(run, c, k, rec_row, first, sub);
+  return true;
 }
 
 // Phase A of step k for thread t: arrivals, the neurons' update, the sources' counts.
@@ -321,33 +387,8 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
       run.raster.AddBlock(rec_row, i0, flags, m, first);
     }
   }
-  // sources
-  const int64_t sa = run.src_cut[t], sb = run.src_cut[t + 1];
-  float* counts = run.counts[parity].data();
-  for (size_t si = 0; si < run.sources.size(); ++si) {
-    const Source& src = run.sources[si];
-    const int64_t lo = std::max(sa, src.off), hi = std::min(sb, src.off + src.n);
-    constexpr int64_t kChunk = 256;
-    uint32_t words[kChunk];
-    int32_t cnts[kChunk];
-    for (int64_t q = lo; q < hi;) {
-      const int64_t m = std::min(kChunk, hi - q);
-      nj_threefry::Words(sub[2 * si], sub[2 * si + 1], words, m, q - src.off);
-      for (int64_t j = 0; j < m; ++j) {
-        const uint32_t bits = (words[j] >> 9) | 0x3F800000u;
-        float one_to_two;
-        std::memcpy(&one_to_two, &bits, sizeof(float));
-        const float u = one_to_two - 1.0f;
-        const float* row = run.table + src.table_off +
-                           static_cast<int64_t>(run.level[q + j]) * src.n_terms;
-        int32_t cnt = 0;
-        for (int64_t l = 0; l < src.n_terms; ++l) cnt += u > row[l] ? 1 : 0;
-        counts[q + j] = static_cast<float>(cnt);
-        cnts[j] = cnt;
-      }
-      run.src_raster.AddBlock(rec_row, q, cnts, m, first);
-      q += m;
-    }
+  // sources: this step's chunks that no thread has claimed yet
+  while (DrawNext(run, k, rec_row, first, sub)) {
   }
 }
 
@@ -424,7 +465,7 @@ void PhaseB(Run& run, int t, int64_t k) {
   }
   for (const Ring& ring : run.rings) {
     if (ring.from_source) {
-      const float* counts = run.counts[parity].data();
+      const float* counts = run.counts[Mod(k, 3)].data();
       for (int64_t e : ring.input) {
         const InputProj& p = run.inputs[e];
         const Source& src = run.sources[p.source];
@@ -534,26 +575,37 @@ std::atomic<int> g_last_threads{0};
 // Steps [s0, s1) of the run on the run's threads (thread t runs part t).
 void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps, int64_t s0,
           int64_t s1) {
-  std::vector<uint32_t> sub(2 * run.sources.size());
-  std::vector<uint32_t> key(run.keys, run.keys + 2 * run.sources.size());
+  const size_t n_src_keys = run.sources.size();
+  std::vector<uint32_t> sub(2 * n_src_keys), sub_next(2 * n_src_keys);
+  std::vector<uint32_t> key(run.keys, run.keys + 2 * n_src_keys);
+  // key -> (next key, subkey), as jax.random.split splits it: new key = words (0, 1) of
+  // Threefry(key, counter 0), subkey = those of counter 1 (each thread computes the same).
+  auto split = [&](std::vector<uint32_t>& kk, uint32_t* out) {
+    for (size_t si = 0; si < n_src_keys; ++si) {
+      uint32_t w[4];
+      nj_threefry::Pair(kk[2 * si], kk[2 * si + 1], 0, w);
+      nj_threefry::Pair(kk[2 * si], kk[2 * si + 1], 1, w + 2);
+      kk[2 * si] = w[0];
+      kk[2 * si + 1] = w[1];
+      out[2 * si] = w[2];
+      out[2 * si + 1] = w[3];
+    }
+  };
+  std::vector<uint32_t> final_key = key;  // the key after the last step run
+  split(key, sub.data());  // the subkey of step s0; key is then the one step s0 + 1 splits
   int64_t busy = 0;  // ns spent outside the barrier
   for (int64_t step = s0; step < s1; ++step) {
     const int64_t k = run.step0 + step;
-    // The key of every source, split as jax.random.split splits it: new key = words (0, 1)
-    // of Threefry(key, counter 0), subkey = those of counter 1 (each thread the same).
-    for (size_t si = 0; si < run.sources.size(); ++si) {
-      uint32_t w[4];
-      nj_threefry::Pair(key[2 * si], key[2 * si + 1], 0, w);
-      nj_threefry::Pair(key[2 * si], key[2 * si + 1], 1, w + 2);
-      key[2 * si] = w[0];
-      key[2 * si + 1] = w[1];
-      sub[2 * si] = w[2];
-      sub[2 * si + 1] = w[3];
-    }
+    std::vector<uint32_t> key_after = key;
+    split(key_after, sub_next.data());  // the subkey of step k + 1 (for the barrier's fill)
     const int64_t a0 = nj_pool::NowNs();
     PhaseA(run, t, k, step / run.every, step % run.every == 0, sub.data());
     const int64_t a1 = nj_pool::NowNs();
-    run.barrier.Wait();
+    const bool fill = run.prefetch && step + 1 < s1;
+    run.barrier.Wait(
+        [&] { return fill && DrawNext(run, k + 1, step + 1, true, sub_next.data()); },
+        // the chunks of step k are all drawn: their counter serves step k + 2
+        [&] { run.next_chunk[k & 1].store(0, std::memory_order_relaxed); });
     const int64_t b0 = nj_pool::NowNs();
     busy += a1 - a0;
     if (t == 0) {
@@ -565,9 +617,12 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
     }
     PhaseB(run, t, k);
     busy += nj_pool::NowNs() - b0;
+    final_key = key;
+    key = key_after;
+    std::swap(sub, sub_next);
   }
   run.busy[t] = busy;
-  if (t == 0) std::memcpy(run.keys, key.data(), sizeof(uint32_t) * key.size());
+  if (t == 0) std::memcpy(run.keys, final_key.data(), sizeof(uint32_t) * final_key.size());
   run.barrier.Wait();
 }
 
@@ -708,6 +763,15 @@ ffi::Error NetworkRunImpl(
       if (run.level[i] < 0 || row + src.n_terms > n_table) {
         return ffi::Error::InvalidArgument("nj_network_run: a source's rate row is out of range");
       }
+    }
+  }
+  // the sources' draws in chunks of 256 sources of one source group
+  for (size_t si = 0; si < run.sources.size(); ++si) {
+    const Source& src = run.sources[si];
+    for (int64_t q = src.off; q < src.off + src.n; q += 256) {
+      run.chunk_at.push_back(q);
+      run.chunk_end.push_back(std::min(q + 256, src.off + src.n));
+      run.chunk_src.push_back(static_cast<int64_t>(si));
     }
   }
   // projections
@@ -862,12 +926,11 @@ ffi::Error NetworkRunImpl(
     run.barrier.n = threads;
     run.busy.assign(threads, 0);
     if (!keep) Cut(run, per_neuron, threads, run.cut);
-    run.src_cut.resize(threads + 1);
-    for (int t = 0; t <= threads; ++t) run.src_cut[t] = run.n_src * t / threads;
-    for (int p = 0; p < 2; ++p) {
-      run.spikes[p].assign(threads, {});
-      run.counts[p].assign(run.n_src, 0.0f);
-    }
+    run.prefetch = threads > 1 && every == 1;
+    run.next_chunk[0].store(0);
+    run.next_chunk[1].store(0);
+    for (int p = 0; p < 2; ++p) run.spikes[p].assign(threads, {});
+    for (int p = 0; p < 3; ++p) run.counts[p].assign(run.n_src, 0.0f);
   };
   // Steps [s0, s1) on `threads` threads; false (nothing run) when the pool is held by
   // another call.
@@ -921,7 +984,7 @@ ffi::Error NetworkRunImpl(
         "nj_network_run: corrupted connectivity (indptr, indices, delays or pre outside "
         "their ranges): " + std::to_string(run.faults.load()) + " entries");
   }
-  const int64_t last = n_steps > 0 ? (run.step0 + n_steps - 1) & 1 : -1;
+  const int64_t last = n_steps > 0 ? Mod(run.step0 + n_steps - 1, 3) : -1;
   if (last >= 0) {
     std::memcpy(counts_out->untyped_data(), run.counts[last].data(), sizeof(float) * run.n_src);
   } else {
