@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -569,6 +570,50 @@ void Rebalance(Run& run) {
   run.cut = cut;
 }
 
+// A network's shape, the key of what its runs measured.
+struct Shape {
+  int64_t n, n_src, n_syn, n_events, n_rings, threads;
+  bool operator==(const Shape& o) const {
+    return n == o.n && n_src == o.n_src && n_syn == o.n_syn && n_events == o.n_events &&
+           n_rings == o.n_rings && threads == o.threads;
+  }
+};
+
+struct Memory {
+  int threads = 1;
+  std::vector<int64_t> cut;
+  int64_t calls = 0;  // calls of this shape so far
+};
+
+std::mutex g_memory_mu;
+std::vector<std::pair<Shape, Memory>> g_memory;  // the last few shapes, newest last
+
+// What the last run of this shape chose; counts the call. False for a shape not seen.
+bool Recall(const Shape& shape, Memory& out) {
+  std::lock_guard<std::mutex> lock(g_memory_mu);
+  for (auto& [sh, mem] : g_memory) {
+    if (sh == shape) {
+      ++mem.calls;
+      out = mem;
+      return true;
+    }
+  }
+  return false;
+}
+
+void Remember(const Shape& shape, int threads, const std::vector<int64_t>& cut) {
+  std::lock_guard<std::mutex> lock(g_memory_mu);
+  for (auto& [sh, mem] : g_memory) {
+    if (sh == shape) {
+      mem.threads = threads;
+      mem.cut = cut;
+      return;
+    }
+  }
+  if (g_memory.size() >= 16) g_memory.erase(g_memory.begin());
+  g_memory.push_back({shape, Memory{threads, cut, 1}});
+}
+
 // The threads the last run chose (NjNetworkRunThreads, for the benchmarks' reports).
 std::atomic<int> g_last_threads{0};
 
@@ -951,32 +996,60 @@ ffi::Error NetworkRunImpl(
   const int most = nj_pool::Threads();
   const bool forced_on = most > 1 && nj_pool::Worth(1, 1) > 1;
   const bool allowed = most > 1 && nj_pool::Worth(int64_t{1} << 50, 1) > 1;
-  constexpr int64_t kProbe = 64;
+  constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm;
   int64_t done = 0;
   int chosen = 1;
+  // What earlier calls of a network of the same shape measured (the threads and the last
+  // rebalanced cut) is kept per process and reused, the probe run again every kReprobe-th
+  // call, so that a run of many short calls pays for it once in a while.
+  constexpr int64_t kReprobe = 16;
+  int64_t n_syn_total = 0;
+  for (const EventProj& p : run.events) n_syn_total += p.nnz;
+  const Shape shape{run.n, run.n_src, n_syn_total, static_cast<int64_t>(run.events.size()),
+                    static_cast<int64_t>(run.rings.size()), most};
+  Memory memory;
+  const bool known = !forced_on && Recall(shape, memory) && memory.calls % kReprobe != 0;
   if (forced_on) {
     chosen = most;
-  } else if (allowed && n_steps >= 4 * kProbe) {
+  } else if (known) {
+    chosen = memory.threads;
+    if (chosen > 1 && static_cast<int>(memory.cut.size()) == chosen + 1) {
+      run.cut = memory.cut;
+      run.n_threads = chosen;
+    }
+  } else if (allowed && n_steps >= 3 * kProbeSteps) {
+    // kProbe steps on one thread; kWarm on all (waking the workers, then the cut
+    // rebalanced from them); kProbe on all, timed.
     const int64_t t0 = nj_pool::NowNs();
     segment(1, 0, kProbe);
     const int64_t t1 = nj_pool::NowNs();
-    const bool shared = segment(most, kProbe, 2 * kProbe);
+    bool shared = segment(most, kProbe, kProbe + kWarm);
+    if (!shared) segment(1, kProbe, kProbe + kWarm);
+    Rebalance(run);
     const int64_t t2 = nj_pool::NowNs();
-    if (!shared) segment(1, kProbe, 2 * kProbe);
-    done = 2 * kProbe;
-    chosen = shared && (t2 - t1) < (t1 - t0) ? most : 1;
+    shared = shared && segment(most, kProbe + kWarm, kProbeSteps);
+    const int64_t t3 = nj_pool::NowNs();
+    if (!shared) segment(1, kProbe + kWarm, kProbeSteps);
+    done = kProbeSteps;
+    chosen = shared && (t3 - t2) < (t1 - t0) ? most : 1;
   }
   // The rest in segments of kSegment steps, the neuron cut rebalanced after each from the
   // busy times the threads measured (activity moves between populations during a run).
   constexpr int64_t kSegment = 512;
+  bool rebalance = !known;  // a remembered cut is used as it is for the first segment
   while (done < n_steps) {
     const int64_t end = chosen > 1 ? std::min(n_steps, done + kSegment) : n_steps;
-    if (chosen > 1) Rebalance(run);
+    if (chosen > 1 && rebalance) Rebalance(run);
+    rebalance = true;
     if (!segment(chosen, done, end)) {
       chosen = 1;
       segment(1, done, end);
     }
     done = end;
+  }
+  if (!forced_on && (known || n_steps >= 3 * kProbeSteps || !allowed)) {
+    if (chosen > 1) Rebalance(run);
+    Remember(shape, chosen, chosen > 1 ? run.cut : std::vector<int64_t>{});
   }
   g_last_threads.store(chosen, std::memory_order_relaxed);
   if (run.faults.load()) {
