@@ -22,17 +22,19 @@
 //      csr_deliver.cc and of the pure-JAX delivery.
 // (Phase 3, plasticity, has nothing to do: the networks served have none.)
 //
-// Threads. Thread t owns a range of the LIF neurons, every ring column that feeds one of
-// them and a range of the sources. A step is: arrivals, neuron update and spike list of its
-// own neurons, counts of its own sources (phase A); one barrier; delivery into its own ring
-// columns, walking every thread's spike list in thread order, so every spike in ascending
-// order, and taking from each row only the run of targets it owns (rows sorted by target)
-// (phase B). A ring cell is written by one thread, in the serial order; the next step's
-// phase A reads only columns the same thread wrote, and the spike lists and counts are kept
-// for two steps, so one barrier per step suffices, and the results do not depend on the
-// number of threads. The owners' ranges are cut where the measured work of the run so far
-// (neurons, synapses added into each population's columns) splits evenly, again every few
-// hundred steps; a cut changes only at a barrier, so it changes no result.
+// Threads. Thread t owns a range of the LIF neurons and every ring column that feeds one of
+// them. A step is: arrivals, neuron update and spike list of its own neurons, then the
+// sources' draws in chunks that any thread claims (phase A); one barrier; delivery into its
+// own ring columns, walking every thread's spike list in thread order, so every spike in
+// ascending order, and taking from each row only the run of targets it owns (rows sorted by
+// target) (phase B). A ring cell is written by one thread, in the serial order; the next
+// step's phase A reads only columns the same thread wrote; spike lists are kept for two
+// steps and counts for three (a thread that waits at the barrier draws the next step's
+// chunks while another may still deliver the last step's), so one barrier per step
+// suffices, and the results do not depend on the number of threads. The neuron ranges are
+// first cut by each population's in-degree, then every 512 steps where the threads'
+// measured busy times split evenly; a cut changes only at a barrier, so it changes no
+// result. The threads are chosen by timing steps on one thread and on all (see the call).
 //
 // Arguments (float32; one trial, vmap calls once per trial):
 //   v, r (N,): the LIF neurons' state; params (6, N): v_rest, r_m, c = exp(-dt / tau_m)
@@ -155,7 +157,6 @@ struct Syn {
 struct Pop {
   int64_t off, n;
   std::vector<int64_t> terms;  // synaptic states, in the projection order
-  std::vector<int64_t> in_event;  // event projections onto it (work accounting)
 };
 
 struct Source {
@@ -746,7 +747,7 @@ ffi::Error NetworkRunImpl(
                            syn_meta[q + 4]});
   }
   for (size_t q = 0; q < pop_meta.size(); q += 4) {
-    Pop pop{pop_meta[q], pop_meta[q + 1], {}, {}};
+    Pop pop{pop_meta[q], pop_meta[q + 1], {}};
     const int64_t first = pop_meta[q + 2], count = pop_meta[q + 3];
     if (pop.off < 0 || pop.n < 0 || pop.off + pop.n > run.n || first < 0 || count < 0 ||
         first + count > static_cast<int64_t>(terms.size())) {
@@ -954,8 +955,6 @@ ffi::Error NetworkRunImpl(
       return ffi::Error::InvalidArgument("nj_network_run: raster dtype");
     }
   }
-  // The threads: the pool's size, when the measured cost model says a step's work pays for a
-  // barrier per step (pool.h's rule, in units of a synapse touched).
   // neuron cut: each population's expected work per neuron (its update and its synapses)
   std::vector<double> per_neuron(run.pops.size(), 1.0);
   for (const EventProj& p : run.events) {
