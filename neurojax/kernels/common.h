@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,18 @@
 #endif
 
 namespace nj_run {
+
+// a * b + c, rounded as XLA:CPU rounds it: XLA contracts a multiply feeding an add into one
+// fused multiply-add on CPUs that have it (the library is built with -march=native and
+// -ffp-contract=off, so only the kernels' explicit MulAdds are fused).
+template <typename F>
+inline F MulAdd(F a, F b, F c) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+  return std::fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
 
 // An integer of F's width, for the spike flags of one step of a block: as wide as the
 // floats of the state, so that the neuron loop that sets them vectorises. They become the

@@ -44,15 +44,7 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-// a * b + c, rounded as XLA:CPU rounds it (see the header).
-template <typename F>
-inline F MulAdd(F a, F b, F c) {
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+using nj_run::MulAdd;  // a * b + c, rounded as XLA:CPU rounds it (see the header)
 
 constexpr int64_t kBlock = 512;  // neurons per block: 7 arrays of 4 bytes fit the L1 cache
 

@@ -7,7 +7,7 @@
 // operations of the per-step path in its order, so that both give identical numbers:
 //   1. arrivals: every synaptic state s (a projection that has its own) reads its columns of
 //      slot k mod D of its ring and decays: g <- g * decay + x (one multiply-add, as XLA:CPU
-//      contracts it; see lif_run.cc);
+//      contracts it; see common.h);
 //   2. neurons: the current of a neuron is the sum of the g of the states that reach its
 //      population, in the network's projection order; then `LIF.step` as lif_run.cc runs it,
 //      with v_inf = v_rest + r_m * current (a multiply-add). Poisson count sources
@@ -70,21 +70,8 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-inline float MulAdd(float a, float b, float c) {
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+using nj_pool::CpuRelax;
+using nj_run::MulAdd;
 
 // A sense-counting barrier for the n threads of one run: the last to arrive opens the next
 // generation. A waiting thread spins, then yields its core (a machine shared with other
@@ -684,7 +671,7 @@ ffi::Error NetworkRunImpl(
     ffi::Span<const int64_t> pop_meta,    // per population: off, n, first term, n_terms
     ffi::Span<const int64_t> terms,       // synaptic state indices
     ffi::Span<const int64_t> syn_meta,    // per state: off, ring, col0, n, post_off
-    ffi::Span<const int64_t> ring_meta,   // per ring: slots, width, from_source
+    ffi::Span<const int64_t> ring_meta,   // per ring: slots, width
     ffi::Span<const int64_t> event_meta,  // per event projection: pre_off, n_pre, ring, col0,
                                           // n_post, post_off, delay_steps, per_synapse, sorted
     ffi::Span<const int64_t> input_meta,  // per input projection: source, ring, col0, n_post,
@@ -737,7 +724,7 @@ ffi::Error NetworkRunImpl(
   run.decay = static_cast<const float*>(decay.untyped_data());
   const int64_t n_g = static_cast<int64_t>(g_in.element_count());
   // populations and their current terms
-  if (pop_meta.size() % 4 != 0 || syn_meta.size() % 5 != 0 || ring_meta.size() % 3 != 0 ||
+  if (pop_meta.size() % 4 != 0 || syn_meta.size() % 5 != 0 || ring_meta.size() % 2 != 0 ||
       event_meta.size() % 9 != 0 || input_meta.size() % 6 != 0 || source_meta.size() % 4 != 0) {
     return ffi::Error::InvalidArgument("nj_network_run: malformed metadata");
   }
@@ -767,9 +754,8 @@ ffi::Error NetworkRunImpl(
   const int64_t ring_total = static_cast<int64_t>(rings_in.element_count());
   int64_t ring_off = 0;
   float* ring_base = static_cast<float*>(rings_out->untyped_data());
-  for (size_t q = 0; q < ring_meta.size(); q += 3) {
-    Ring ring{ring_base + ring_off, ring_meta[q], ring_meta[q + 1], ring_meta[q + 2] != 0,
-              {}, {}, {}};
+  for (size_t q = 0; q < ring_meta.size(); q += 2) {
+    Ring ring{ring_base + ring_off, ring_meta[q], ring_meta[q + 1], false, {}, {}, {}};
     if (ring.slots < 1 || ring.width < 0 || ring_off + ring.slots * ring.width > ring_total) {
       return ffi::Error::InvalidArgument("nj_network_run: rings out of range");
     }
@@ -993,8 +979,8 @@ ffi::Error NetworkRunImpl(
   // kProbe on all, timed, and the rest of the run on the faster. A short run stays on one
   // thread; the tests' switch (NjSetSharing) forces either way. Results do not depend on it.
   const int most = nj_pool::Threads();
-  const bool forced_on = most > 1 && nj_pool::Worth(1, 1) > 1;
-  const bool allowed = most > 1 && nj_pool::Worth(int64_t{1} << 50, 1) > 1;
+  const bool forced_on = most > 1 && nj_pool::Sharing() == 1;
+  const bool allowed = most > 1 && nj_pool::Sharing() != 2;
   constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm;
   int64_t done = 0;
   int chosen = 1;

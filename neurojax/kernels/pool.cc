@@ -24,14 +24,6 @@ namespace {
 // microseconds), short enough that a pool between runs costs no CPU time.
 constexpr int64_t kSpinNs = 100'000;
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
 #if defined(__linux__)
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
@@ -224,6 +216,8 @@ bool Run(int n, void (*fn)(void*, int), void* ctx) {
   Dispatch(s, threads, n, fn, ctx);
   return true;
 }
+
+int Sharing() { return S().sharing.load(std::memory_order_relaxed); }
 
 int Worth(int64_t work, int phases) {
   State& s = S();

@@ -56,6 +56,10 @@ void RunParts(int n, Fn& fn) {
 // hand-overs to the pool: 1 unless sharing it out saves more than the round trips cost.
 int Worth(int64_t work, int phases);
 
+// The sharing rule in force (NjSetSharing, the tests' switch): 0 the measured rule decides,
+// 1 every call with work is shared out, 2 none is.
+int Sharing();
+
 // Feeds the measured time of a call of `work` units shared out over n threads into the cost
 // model (what sharing costs beyond the work divided among the threads).
 void RecordShared(int64_t work, int n, int64_t ns);
@@ -68,6 +72,15 @@ double UnitNs();
 // Feeds the measured cost of `work` units done on one thread in `ns` nanoseconds into the
 // cost model (an exponential average).
 void RecordSerial(int64_t work, int64_t ns);
+
+// The pause of a spin-wait loop.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 inline int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

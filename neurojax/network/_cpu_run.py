@@ -203,8 +203,8 @@ def _args(net, state, dt: float):
     decay = jnp.concatenate(decay) if decay else jnp.zeros((0,), jnp.float32)
     # rings
     ring_meta = []
-    for (slots, width), (gi, _) in zip(net.ring_shape, net.senders, strict=True):
-        ring_meta += [slots, width, int(isinstance(net.group_models[gi], SpikeSource))]
+    for slots, width in net.ring_shape:
+        ring_meta += [slots, width]
     rings = jnp.concatenate([b.reshape(-1) for b in state.buffers])
     # sources
     keys, levels, tables, counts, source_meta, t_off = [], [], [], [], [], 0
