@@ -25,7 +25,10 @@ import jax.tree_util as jtu
 import numpy as np
 
 FORMAT = "neurojax-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 added a SHA-256 to every leaf stored in the header itself (bool, int, float,
+# complex, str); version-1 files, which have none there, still load.
+_SCALAR_DIGEST_SINCE = 2
 _HEADER = "neurojax_checkpoint.json"
 _SCALAR_KINDS = ("bool", "int", "float", "complex", "str")
 _KINDS = ("array", "key", "object") + _SCALAR_KINDS
@@ -71,6 +74,12 @@ def _bytes_of(arr: np.ndarray) -> np.ndarray:
 
 def _sha256(arr: np.ndarray) -> str:
     return hashlib.sha256(_bytes_of(arr)).hexdigest()
+
+
+def _scalar_sha256(kind: str, value: Any) -> str:
+    """The SHA-256 of a header-stored leaf: its kind and value in canonical JSON."""
+    text = json.dumps([kind, value], separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def _leaf_spec(owner: str, path: str, x: Any) -> dict[str, Any]:
@@ -491,6 +500,8 @@ def _encode(owner: str, spec: dict[str, Any], x: Any, index: int) -> np.ndarray 
         spec["value"] = [complex(x).real.hex(), complex(x).imag.hex()]
     elif kind == "str":
         spec["value"] = str(x)
+    if kind in _SCALAR_KINDS:
+        spec["sha256"] = _scalar_sha256(kind, spec["value"])
     return None
 
 
@@ -508,6 +519,9 @@ def _check_header(header: Any, members: set[str]) -> None:
 
     def is_shape(s: Any) -> bool:
         return isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
+
+    def is_sha256(s: Any) -> bool:
+        return isinstance(s, str) and len(s) == 64 and all(c in "0123456789abcdef" for c in s)
 
     need(isinstance(header, dict), "not a JSON object")
     need(header.get("format") == FORMAT, f"format is {header.get('format')!r}, not {FORMAT!r}")
@@ -552,13 +566,7 @@ def _check_header(header: Any, members: set[str]) -> None:
                 isinstance(member, str) and member in members,
                 f"{where}: its array is missing from the archive",
             )
-            sha = spec.get("sha256")
-            need(
-                isinstance(sha, str)
-                and len(sha) == 64
-                and all(c in "0123456789abcdef" for c in sha),
-                f"{where} has no SHA-256",
-            )
+            need(is_sha256(spec.get("sha256")), f"{where} has no SHA-256")
             need(spec.get("encoding") in ("npy", "raw"), f"{where} has unknown encoding")
         if kind == "array":
             need(isinstance(spec.get("dtype"), str), f"{where} has no dtype")
@@ -568,6 +576,16 @@ def _check_header(header: Any, members: set[str]) -> None:
             need(isinstance(spec.get("data_dtype"), str), f"{where} has no key data dtype")
             need(spec.get("encoding") == "npy", f"{where} has unknown encoding")
         value = spec.get("value")
+        if kind in _SCALAR_KINDS and (version >= _SCALAR_DIGEST_SINCE or "sha256" in spec):
+            # Array leaves are checked against their SHA-256 when read; a value kept in the
+            # header is checked here, so an edited header cannot change it silently.
+            need(is_sha256(spec.get("sha256")), f"{where} has no SHA-256")
+            try:
+                ok = spec["sha256"] == _scalar_sha256(kind, value)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise _Corrupt(f"the value of {where} does not match its SHA-256 checksum")
         if kind in ("bool", "int", "str"):
             need(type(value) is {"bool": bool, "int": int, "str": str}[kind], f"{where}: bad value")
         if kind in ("float", "complex"):

@@ -20,7 +20,7 @@ ckpt = nj.load("run.nj", {"net": net, "state": net.init_state(jax.random.key(0))
 state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
 ```
 
-**File format** (`format_version` 1): an uncompressed ZIP archive, readable with
+**File format** (`format_version` 2): an uncompressed ZIP archive, readable with
 `numpy.load(path)`, holding
 
 - `neurojax_checkpoint.json`: the header: `format` (`"neurojax-checkpoint"`),
@@ -28,7 +28,8 @@ state, rec = nj.simulate(ckpt["net"], ckpt["state"], dt=0.1, n_steps=10_000)
   type name of every internal node of the tree, `None` included) and `leaves` (per leaf, in
   the order of `jax.tree_util.tree_flatten`: its path as written by `jax.tree_util.keystr`,
   its kind, shape, dtype, PRNG implementation, the archive member holding it and the SHA-256
-  of its bytes; Python scalars and strings are stored in the header itself) and `static`
+  of its bytes; Python scalars and strings are stored in the header itself, each with the
+  SHA-256 of its kind and value, absent from version-1 files, which still load) and `static`
   (per module node path, its static fields that have an exact JSON form: floats as
   `["float", hex]`, tuples as `["tuple", [...]]`; absent from files of older versions, which
   are then loaded without this comparison and with a `UserWarning` naming the static fields

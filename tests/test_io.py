@@ -433,9 +433,9 @@ def test_damaged_files_are_rejected_and_like_is_unaffected(saved, tmp_path):
 
     newer = tmp_path / "newer.nj"
     newer.write_bytes(good)
-    rewrite(newer, header=lambda h: h.replace('"format_version":1', '"format_version":2'))
+    rewrite(newer, header=lambda h: h.replace('"format_version":2', '"format_version":3'))
     cases.append(
-        (newer, r"it has format_version 2, written by a newer neurojax .* upgrade neurojax")
+        (newer, r"it has format_version 3, written by a newer neurojax .* upgrade neurojax")
     )
 
     no_array = tmp_path / "no_array.nj"
@@ -444,6 +444,12 @@ def test_damaged_files_are_rejected_and_like_is_unaffected(saved, tmp_path):
     cases.append(
         (no_array, r"its header is invalid: leaf .* its array is missing from the archive")
     )
+
+    # A value kept in the header itself (a Python float here), edited to another valid value.
+    edited = tmp_path / "edited.nj"
+    edited.write_bytes(good)
+    rewrite(edited, header=lambda h: h.replace((1.5).hex(), (2.5).hex()))
+    cases.append((edited, r"the value of leaf \['rate'\] does not match its SHA-256 checksum"))
 
     text = tmp_path / "notes.txt"
     text.write_text("not a checkpoint\n")
@@ -464,6 +470,34 @@ def test_damaged_files_are_rejected_and_like_is_unaffected(saved, tmp_path):
         load(tmp_path / "absent.nj", like)
     assert_identical(like, before)
     assert_identical(load(path, like), tree)  # the intact file still loads
+
+
+def test_version_1_files_without_digests_of_header_values_still_load(saved, tmp_path):
+    # Version 1 kept Python scalars in the header without a SHA-256; such a file loads, and
+    # a version-2 file whose scalar lost its SHA-256 is refused.
+    path, tree = saved
+
+    def strip(version):
+        def edit_header(text):
+            header = json.loads(text)
+            header["format_version"] = version
+            for spec in header["leaves"]:
+                if spec["kind"] not in ("array", "key"):
+                    spec.pop("sha256", None)
+            return json.dumps(header)
+
+        return edit_header
+
+    old = tmp_path / "v1.nj"
+    old.write_bytes(path.read_bytes())
+    rewrite(old, header=strip(1))
+    assert_identical(load(old, tree), tree)
+    assert load(old, tree)["rate"] == 1.5
+    stripped = tmp_path / "v2.nj"
+    stripped.write_bytes(path.read_bytes())
+    rewrite(stripped, header=strip(2))
+    with pytest.raises(ValueError, match=r"its header is invalid: leaf \['rate'\] has no SHA-256"):
+        load(stripped, tree)
 
 
 # ------------------------------------------------------------------------ atomic writes
