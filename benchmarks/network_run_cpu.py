@@ -1,17 +1,19 @@
 """Benchmark: the CPU's whole network run (`nj_network_run`) against the per-step path it
 replaces, interleaved in one process per thread count.
 
-The network is the Potjans-Diesmann microcircuit (`nj.models.microcircuit`, k_scale 1, its
-Poisson background) at `--scale` (default 0.1), `--duration` ms (default 200) at dt 0.1 ms,
-recorded as `nj.simulate` records it by default (the bool raster; the background's counts).
+The network (`--network`) is the Potjans-Diesmann microcircuit (`mc`, the default:
+`nj.models.microcircuit`, k_scale 1, its Poisson background) at `--scale` (default 0.1), or
+COBA (`coba`: `nj.models.coba`, 4000 neurons, conductance synapses, constant input),
+`--duration` ms (default 200) at dt 0.1 ms, recorded as `nj.simulate` records it by default
+(the bool raster; the background's counts).
 Each thread count runs in its own process (`NEUROJAX_CPU_THREADS=T`, set before JAX starts):
 both paths are compiled first (`nj.kernels.whole_networks(True | False)`), then timed
 `--reps` times each, alternating which goes first, and the spike totals of the two are
 checked equal. Printed per thread count: best and median run seconds of each path, their
 ratio, and the threads the whole run chose after its probe (`NjNetworkRunThreads`).
 
-Run: `python -m benchmarks.network_run_cpu [--threads 1,2] [--scale 0.1] [--duration 200]
-[--reps 12]`
+Run: `python -m benchmarks.network_run_cpu [--network mc|coba] [--threads 1,2] [--scale 0.1]
+[--duration 200] [--reps 12]`
 """
 
 import argparse
@@ -21,7 +23,7 @@ import subprocess
 import sys
 
 
-def _child(scale: float, duration: float, reps: int) -> dict:
+def _child(network: str, scale: float, duration: float, reps: int) -> dict:
     import time
 
     import jax
@@ -30,7 +32,10 @@ def _child(scale: float, duration: float, reps: int) -> dict:
     import neurojax as nj
     from neurojax.kernels import _build
 
-    net, state = nj.models.microcircuit(jax.random.key(0), scale=scale, k_scale=1.0)
+    if network == "coba":
+        net, state = nj.models.coba(jax.random.key(0))
+    else:
+        net, state = nj.models.microcircuit(jax.random.key(0), scale=scale, k_scale=1.0)
     n_steps = round(duration / 0.1)
 
     def make(whole: bool):
@@ -68,6 +73,7 @@ def _child(scale: float, duration: float, reps: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--network", choices=("mc", "coba"), default="mc")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--duration", type=float, default=200.0)
@@ -75,13 +81,13 @@ def main() -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_child(args.scale, args.duration, args.reps)))
+        print(json.dumps(_child(args.network, args.scale, args.duration, args.reps)))
         return 0
     rows = []
     for t in (int(x) for x in args.threads.split(",")):
         env = {**os.environ, "NEUROJAX_CPU_THREADS": str(t)}
         cmd = [sys.executable, "-m", "benchmarks.network_run_cpu", "--child",
-               "--scale", str(args.scale), "--duration", str(args.duration),
+               "--network", args.network, "--scale", str(args.scale), "--duration", str(args.duration),
                "--reps", str(args.reps)]  # fmt: skip
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rec = json.loads(out.stdout.strip().splitlines()[-1])

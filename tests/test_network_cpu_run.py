@@ -78,6 +78,64 @@ def _tonic_net(key, *, per_synapse=True, n=(120, 40), kinetics=nj.Exponential, i
     return net, net.init_state(jr.fold_in(key, 1))
 
 
+def _conductance_net(key, outputs, inputs):
+    """The tonic two-population network with `outputs` = (E -> E, E -> I, I -> E), each
+    "g" (conductance: excitatory reversal 0 mV, inhibitory -80 mV) or "c" (current), and
+    constant `inputs`: the sums of a population's current in every order of the two kinds
+    (the kernel rounds a conductance term's product as XLA:CPU contracts it)."""
+    lif_e = nj.LIF(tau_m=10.0, v_rest=-49.0, v_reset=-65.0, v_th=-50.0, t_ref=2.0)
+    lif_i = nj.LIF(tau_m=8.0, v_rest=-49.5, v_reset=-60.0, v_th=-50.0, t_ref=1.0)
+    k1, k2, k3 = jr.split(key, 3)
+    specs = [("E", "E", k1, 0.2, 0.3, 0.0, 1.0), ("E", "I", k2, 0.3, 0.2, 0.0, 0.5),
+             ("I", "E", k3, 0.4, 0.1, -80.0, 0.8)]  # fmt: skip
+    projs = []
+    for (pre, post, k, p, w, e_rev, delay), kind in zip(specs, outputs, strict=True):
+        n_pre, n_post = (120 if pre == "E" else 40), (120 if post == "E" else 40)
+        if kind == "g":
+            output, weight = nj.ConductanceOutput(e_rev), nj.connect.normal(w, 0.05)
+        else:
+            output, weight = nj.CurrentOutput(), (4.0 * w if e_rev == 0.0 else -4.0 * w)
+        conn = nj.connect.fixed_prob(k, n_pre, n_post, p, weight=weight)
+        projs.append(
+            nj.Projection(pre, post, conn, synapse=nj.Exponential(3.0), output=output,
+                          delay=delay, method="event")
+        )  # fmt: skip
+    net = nj.Network({"E": (lif_e, 120), "I": (lif_i, 40)}, projs, inputs=inputs, dt=DT)
+    return net, net.init_state(jr.fold_in(key, 1))
+
+
+@pytest.mark.parametrize(
+    "outputs, inputs",
+    [
+        # E: conductance then current, then a per-neuron input; I: one conductance + input
+        ("ggc", {"E": jnp.linspace(0.5, 2.0, 120), "I": 1.5}),
+        # E: current then conductance, then an input; I: one conductance, no input
+        ("cgg", {"E": 30.0}),
+        # E: two conductances then an input; I: a current alone with an input
+        ("gcg", {"E": 0.8, "I": 2.0}),
+    ],
+    ids=["ggc", "cgg", "gcg"],
+)
+def test_conductance_outputs_and_constant_inputs_equal_the_per_step_path(outputs, inputs):
+    net, state = _conductance_net(jr.key(11), outputs, inputs)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    whole, per_step = _both(net, state, 400)
+    _assert_same(whole, per_step)
+    for name in ("E", "I"):
+        assert int(np.asarray(whole[1].spikes[name]).sum()) > 40, name
+
+
+def test_coba_equals_the_per_step_path():
+    # The Brette et al. (2007) COBA network, small: two conductance terms and a constant
+    # input per population, Euler integration.
+    net, state = nj.models.coba(jr.key(2), n_exc=400, n_inh=100, p=0.08, method="event")
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    whole, per_step = _both(net, state, 1000)
+    _assert_same(whole, per_step)
+    rate = float(np.asarray(whole[1].spikes["E"]).mean()) / (DT * 1e-3)
+    assert 1.0 < rate < 200.0, rate  # an active network, not a silent or saturated one
+
+
 @pytest.mark.parametrize("per_synapse", [True, False], ids=["per-synapse", "one-delay"])
 def test_tonic_network_equals_the_per_step_path(per_synapse):
     net, state = _tonic_net(jr.key(3), per_synapse=per_synapse)
@@ -159,8 +217,8 @@ def test_what_it_does_not_take_is_said():
     alpha, _ = _tonic_net(jr.key(8), kinetics=nj.Alpha)
     why = _cpu_run.explain(alpha, alpha.init_state(jr.key(1)), dt=DT)
     assert why.startswith("per-step") and "Alpha" in why
-    with_input, st = _tonic_net(jr.key(8), inputs={"E": 2.0})
-    assert "inputs of its own" in _cpu_run.explain(with_input, st, dt=DT)
+    timed, st = _tonic_net(jr.key(8), inputs={"E": lambda t: 2.0 + 0.0 * t})
+    assert "function of time" in _cpu_run.explain(timed, st, dt=DT)
     # a network it does not take still runs, on the per-step path, with the same numbers
     whole, per_step = _both(alpha, alpha.init_state(jr.key(1)), 50)
     _assert_same(whole, per_step)

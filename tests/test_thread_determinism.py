@@ -353,3 +353,13 @@ def test_whole_network_run(share_everything):
     net, state = nj.models.microcircuit(jr.key(0), scale=0.02, k_scale=1.0)
     assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
     _across_threads(share_everything, net, state, 200)
+
+
+def test_whole_network_run_coba(share_everything):
+    """The same for COBA (conductance outputs, constant inputs, Euler), small."""
+    from neurojax.network import _cpu_run
+
+    net, state = nj.models.coba(jr.key(4), n_exc=400, n_inh=100, p=0.08, method="event")
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    out = _across_threads(share_everything, net, state, 500)
+    assert out[-2].sum() > 100  # E's raster: an active network

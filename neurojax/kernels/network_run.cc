@@ -1,4 +1,4 @@
-// A whole run of a network of LIF neurons with exponential current synapses on CPU, in one
+// A whole run of a network of LIF neurons with exponential synapses on CPU, in one
 // call through XLA's FFI, on the kernels' threads (pool.h): neurojax.network._cpu_run, used by
 // `nj.simulate` for the networks it describes (the Potjans-Diesmann microcircuit with its
 // Poisson background is one).
@@ -8,8 +8,10 @@
 //   1. arrivals: every synaptic state s (a projection that has its own) reads its columns of
 //      slot k mod D of its ring and decays: g <- g * decay + x (one multiply-add, as XLA:CPU
 //      contracts it; see common.h);
-//   2. neurons: the current of a neuron is the sum of the g of the states that reach its
-//      population, in the network's projection order; then `LIF.step` as lif_run.cc runs it,
+//   2. neurons: the current of a neuron is the sum of the currents of the states that reach
+//      its population (g, or g * (e_rev - v) for a conductance output), in the network's
+//      projection order, then its constant input (see Current for the rounding); then
+//      `LIF.step` as lif_run.cc runs it,
 //      with v_inf = v_rest + r_m * current (a multiply-add). Poisson count sources
 //      (`PoissonCounts`): the key is split as `jax.random.split` splits it (Threefry, the
 //      partitionable scheme) and each source's count is drawn from the subkey as poisson.cc
@@ -37,18 +39,22 @@
 // result. The threads are chosen by timing steps on one thread and on all (see the call).
 //
 // Arguments (float32; one trial, vmap calls once per trial):
-//   v, r (N,): the LIF neurons' state; params (6, N): v_rest, r_m, c = exp(-dt / tau_m)
-//   (or dt / tau_m with `euler`), v_reset, v_th, t_ref; dts (2,): dt, dt / 2;
+//   v, r (N,): the LIF neurons' state; params (7, N): v_rest, r_m, c = exp(-dt / tau_m)
+//   (or dt / tau_m with `euler`), v_reset, v_th, t_ref, the constant input (bias, read
+//   for populations that have one); dts (2,): dt, dt / 2;
 //   g (G,): every synaptic state's g, concatenated; decay (G,): its exp(-dt / tau);
+//   e_rev (G,): its reversal potential (read for conductance outputs);
 //   rings (R_total,): every ring (D_r, W_r) flattened and concatenated;
 //   step () int32: the step counter at the start;
 //   key (S, 2) uint32, level (n_src,) int32, table (S * n_levels * n_terms) float32,
 //   counts (n_src,) float32: the sources' keys, rate rows, CDF tables and last counts;
 //   then per event projection: indptr, indices, weights, delays; per input projection:
 //   pre, weights.
-// Results: v, r, g, rings, key, counts (the state after the run), raster (n_rec, N) and
-// source raster (n_rec, n_src): the bool raster (pred) with every == 1, else spike counts
-// per window of `every` steps (uint8, uint16 or int32).
+// Results: v, r, g, rings, key, counts (the state after the run), then one raster per LIF
+// population (n_rec, n) in the order of pop_meta and one per source (n_rec, n) in the order
+// of source_meta: the bool raster (pred) with every == 1, else spike counts per window of
+// `every` steps (uint8, uint16 or int32). (One array per population: a slice of one raster
+// would cost a copy of it.)
 
 #include <algorithm>
 #include <atomic>
@@ -127,6 +133,11 @@ struct EventProj {
   int64_t delay_steps;      // homogeneous delay (per_synapse false)
   bool per_synapse, sorted;
   int64_t nnz;
+  // Sorted rows shared by several threads: split[b - 1][r] is the first synapse of row r
+  // whose target is at or past the cut's boundary b (thread b's first neuron), kept with
+  // the cut (Splits), so that a thread finds its run of a row without a search.
+  std::vector<std::vector<int32_t>> split;
+  std::vector<int64_t> split_at;  // the boundaries' targets the splits were made for
 };
 
 struct InputProj {
@@ -137,13 +148,15 @@ struct InputProj {
 };
 
 struct Syn {
-  int64_t off;  // in g and decay
+  int64_t off;  // in g, decay and e_rev
   int64_t ring, col0, n, post_off;
+  bool conductance;  // its current is g * (e_rev - v) (else g)
 };
 
 struct Pop {
   int64_t off, n;
   std::vector<int64_t> terms;  // synaptic states, in the projection order
+  bool input;                  // a constant input current (bias) is added after them
 };
 
 struct Source {
@@ -203,6 +216,12 @@ inline int64_t Mod(int64_t a, int64_t m) {
   return r < 0 ? r + m : r;
 }
 
+// One thread's spikes of one step, on a cache line of its own (the threads write theirs in
+// the same steps).
+struct alignas(64) SpikeList {
+  std::vector<int32_t> ids;
+};
+
 // Everything one run needs, shared read-only by its threads except the arrays each thread
 // writes in its own ranges.
 struct Run {
@@ -220,8 +239,10 @@ struct Run {
   bool euler;
   std::vector<Pop> pops;
   // synapses and rings
+  const float* bias;  // the constant inputs, per neuron (used by populations that have one)
   float* g;
   const float* decay;
+  const float* e_rev;
   std::vector<Syn> syns;
   std::vector<Ring> rings;
   std::vector<EventProj> events;
@@ -235,12 +256,12 @@ struct Run {
   float* counts_out;
   // time and recording
   int64_t step0, n_steps, every;
-  Raster raster, src_raster;
+  std::vector<Raster> rasters, src_rasters;  // per population, per source
   // per thread: its ranges, spike lists (two steps), counts (two steps)
   int n_threads = 1;
   std::vector<int64_t> cut;  // thread t: neurons [cut[t], cut[t+1])
   std::vector<int64_t> busy;          // per thread, ns outside the barrier in the last segment
-  std::vector<std::vector<int32_t>> spikes[2];
+  std::vector<SpikeList> spikes[2];
   // per source, the counts of step k in counts[k mod 3]: while a thread still delivers step
   // k - 1's, another may be drawing step k + 1's at the barrier
   std::vector<float> counts[3];
@@ -281,6 +302,66 @@ void UpdateBlock(float* __restrict v, float* __restrict r, const float* __restri
   }
 }
 
+// The input current of neurons [i0, i0 + m) of population `pop`, summed as the per-step
+// path sums it (`_phases.total_current`: the terms in the projection order, then the
+// constant input) and rounded as XLA:CPU rounds that sum: a product feeding an add is one
+// multiply-add (LLVM contracts the left operand of an add when both are products), so a
+// conductance term g * (e_rev - v) is fused with the term or input added to it.
+void Current(const Run& run, const Pop& pop, int64_t i0, int64_t m, float* __restrict out) {
+  const int64_t n_terms = static_cast<int64_t>(pop.terms.size());
+  const float* __restrict v = run.v + i0;
+  const float* __restrict bias = run.bias + i0;
+  auto g_of = [&](const Syn& s) { return run.g + s.off + (i0 - s.post_off); };
+  auto e_of = [&](const Syn& s) { return run.e_rev + s.off + (i0 - s.post_off); };
+  bool input_done = !pop.input;
+  int64_t q = 1;
+  if (n_terms == 0) {
+    if (pop.input) {
+      std::memcpy(out, bias, sizeof(float) * m);
+    } else {
+      std::fill(out, out + m, 0.0f);
+    }
+    return;
+  }
+  const Syn& s0 = run.syns[pop.terms[0]];
+  const float* __restrict g0 = g_of(s0);
+  if (!s0.conductance) {
+    std::memcpy(out, g0, sizeof(float) * m);
+  } else {
+    // the first product stays unrounded until something is added to it
+    const float* __restrict e0 = e_of(s0);
+    if (n_terms >= 2) {
+      const Syn& s1 = run.syns[pop.terms[1]];
+      const float* __restrict g1 = g_of(s1);
+      if (s1.conductance) {
+        const float* __restrict e1 = e_of(s1);
+        for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(g0[j], e0[j] - v[j], g1[j] * (e1[j] - v[j]));
+      } else {
+        for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(g0[j], e0[j] - v[j], g1[j]);
+      }
+      q = 2;
+    } else if (pop.input) {
+      for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(g0[j], e0[j] - v[j], bias[j]);
+      input_done = true;
+    } else {
+      for (int64_t j = 0; j < m; ++j) out[j] = g0[j] * (e0[j] - v[j]);
+    }
+  }
+  for (; q < n_terms; ++q) {
+    const Syn& s = run.syns[pop.terms[q]];
+    const float* __restrict gq = g_of(s);
+    if (s.conductance) {
+      const float* __restrict eq = e_of(s);
+      for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(gq[j], eq[j] - v[j], out[j]);
+    } else {
+      for (int64_t j = 0; j < m; ++j) out[j] = out[j] + gq[j];
+    }
+  }
+  if (!input_done) {
+    for (int64_t j = 0; j < m; ++j) out[j] = out[j] + bias[j];
+  }
+}
+
 // Chunk c of the sources' draws of step k (subkeys `sub`, two words per source): counts
 // into the step's buffer, and the record.
 void DrawChunk(Run& run, int64_t c, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
@@ -306,7 +387,7 @@ void DrawChunk(Run& run, int64_t c, int64_t k, int64_t rec_row, bool first, cons
       counts[q + j] = static_cast<float>(cnt);
       cnts[j] = cnt;
     }
-    run.src_raster.AddBlock(rec_row, q, cnts, m, first);
+    run.src_rasters[si].AddBlock(rec_row, q - src.off, cnts, m, first);
     q += m;
   }
 }
@@ -338,7 +419,7 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
   // 2. neurons, in blocks of at most kBlock of one population: the current (the states'
   // g summed in the projection order), then the update, branch-free so that the compiler
   // vectorises it, then the spike list and the record from the block's flags
-  std::vector<int32_t>& list = run.spikes[parity][t];
+  std::vector<int32_t>& list = run.spikes[parity][t].ids;
   list.clear();
   const float dt = run.dt, half_dt = run.half_dt;
   float current[kBlock];
@@ -350,17 +431,7 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
     const int64_t n_terms = static_cast<int64_t>(pop.terms.size());
     for (int64_t i0 = lo; i0 < hi; i0 += kBlock) {
       const int64_t m = std::min(kBlock, hi - i0);
-      if (n_terms == 0) {
-        std::fill(current, current + m, 0.0f);
-      } else {
-        const Syn& s0 = run.syns[pop.terms[0]];
-        std::memcpy(current, run.g + s0.off + (i0 - s0.post_off), sizeof(float) * m);
-        for (int64_t q = 1; q < n_terms; ++q) {
-          const Syn& s = run.syns[pop.terms[q]];
-          const float* __restrict gq = run.g + s.off + (i0 - s.post_off);
-          for (int64_t j = 0; j < m; ++j) current[j] = current[j] + gq[j];
-        }
-      }
+      Current(run, pop, i0, m, current);
       if (run.euler) {
         UpdateBlock<true>(run.v + i0, run.r + i0, run.v_rest + i0, run.r_m + i0, run.c + i0,
                             run.v_reset + i0, run.v_th + i0, run.t_ref + i0, current, flags,
@@ -370,10 +441,17 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
                             run.v_reset + i0, run.v_th + i0, run.t_ref + i0, current, flags,
                             m, dt, half_dt);
       }
-      for (int64_t j = 0; j < m; ++j) {
-        if (flags[j]) list.push_back(static_cast<int32_t>(i0 + j));
+      // the spike list: groups of 16 flags without a spike (most) cost one vector test
+      for (int64_t j0 = 0; j0 < m; j0 += 16) {
+        const int64_t je = std::min<int64_t>(j0 + 16, m);
+        int32_t any = 0;
+        for (int64_t j = j0; j < je; ++j) any |= flags[j];
+        if (!any) continue;
+        for (int64_t j = j0; j < je; ++j) {
+          if (flags[j]) list.push_back(static_cast<int32_t>(i0 + j));
+        }
       }
-      run.raster.AddBlock(rec_row, i0, flags, m, first);
+      run.rasters[pi].AddBlock(rec_row, i0 - pop.off, flags, m, first);
     }
   }
   // sources: this step's chunks that no thread has claimed yet
@@ -383,7 +461,7 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
 
 // The run of row r of event projection p whose targets lie in [lo, hi), added at its slots.
 template <typename D>
-int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int64_t lo,
+int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int t, int64_t lo,
                  int64_t hi, int64_t& bad) {
   const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
   if (begin < 0 || end < begin || end > p.nnz) {
@@ -393,8 +471,15 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
   const int32_t* post = p.post;
   int64_t kb = begin, ke = end;
   if (p.sorted) {
-    if (lo > 0) kb = std::lower_bound(post + begin, post + end, lo) - post;
-    if (hi < p.n_post) ke = std::lower_bound(post + begin, post + end, hi) - post;
+    const int64_t nb = static_cast<int64_t>(p.split.size());  // boundaries
+    if (t > 0) {
+      kb = t <= nb ? std::clamp<int64_t>(p.split[t - 1][r], begin, end)
+                   : std::lower_bound(post + begin, post + end, lo) - post;
+    }
+    if (hi < p.n_post) {
+      ke = t < nb ? std::clamp<int64_t>(p.split[t][r], kb, end)
+                  : std::lower_bound(post + begin, post + end, hi) - post;
+    }
   }
   const D* d = static_cast<const D*>(p.delay);
   float* data = ring.data + p.col0;
@@ -473,7 +558,7 @@ void PhaseB(Run& run, int t, int64_t k) {
       continue;
     }
     for (int u = 0; u < run.n_threads; ++u) {
-      for (const int32_t i : run.spikes[parity][u]) {
+      for (const int32_t i : run.spikes[parity][u].ids) {
         for (int64_t e : ring.event) {
           const EventProj& p = run.events[e];
           const int64_t row = i - p.pre_off;
@@ -484,13 +569,13 @@ void PhaseB(Run& run, int t, int64_t k) {
           int64_t added;
           switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
             case ffi::DataType::S8:
-              added = RowRange<int8_t>(p, ring, row, k, lo, hi, bad);
+              added = RowRange<int8_t>(p, ring, row, k, t, lo, hi, bad);
               break;
             case ffi::DataType::S16:
-              added = RowRange<int16_t>(p, ring, row, k, lo, hi, bad);
+              added = RowRange<int16_t>(p, ring, row, k, t, lo, hi, bad);
               break;
             default:
-              added = RowRange<int32_t>(p, ring, row, k, lo, hi, bad);
+              added = RowRange<int32_t>(p, ring, row, k, t, lo, hi, bad);
           }
           (void)added;
         }
@@ -521,6 +606,46 @@ void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vect
       c = std::min(std::max(c, run.pops[p].off), run.pops[p].off + run.pops[p].n);
     }
     cut[t] = std::max(c, cut[t - 1]);
+  }
+}
+
+// The splits of every sorted event projection for the run's cut (see EventProj::split):
+// made by a search per row when the threads change, else moved from the last ones by the
+// few targets the boundary moved. A row outside its arrays is left to RowRange to report.
+void Splits(Run& run) {
+  const int nb = run.n_threads - 1;
+  for (EventProj& p : run.events) {
+    if (!p.sorted || nb <= 0) {
+      p.split.clear();
+      p.split_at.clear();
+      continue;
+    }
+    const bool fresh = static_cast<int>(p.split.size()) != nb;
+    if (fresh) {
+      p.split.assign(nb, std::vector<int32_t>(p.n_pre, 0));
+      p.split_at.assign(nb, -1);
+    }
+    for (int b = 1; b <= nb; ++b) {
+      const int64_t at = std::clamp<int64_t>(run.cut[b] - p.post_off, 0, p.n_post);
+      if (!fresh && p.split_at[b - 1] == at) continue;
+      int32_t* sp = p.split[b - 1].data();
+      for (int64_t r = 0; r < p.n_pre; ++r) {
+        const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
+        if (begin < 0 || end < begin || end > p.nnz) {
+          sp[r] = 0;
+          continue;
+        }
+        int64_t q = std::clamp<int64_t>(sp[r], begin, end);
+        if (fresh) {
+          q = std::lower_bound(p.post + begin, p.post + end, at) - p.post;
+        } else {
+          while (q < end && p.post[q] < at) ++q;
+          while (q > begin && p.post[q - 1] >= at) --q;
+        }
+        sp[r] = static_cast<int32_t>(q);
+      }
+      p.split_at[b - 1] = at;
+    }
   }
 }
 
@@ -661,16 +786,17 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
 
 ffi::Error NetworkRunImpl(
     ffi::AnyBuffer v_in, ffi::AnyBuffer r_in, ffi::AnyBuffer params, ffi::AnyBuffer dts,
-    ffi::AnyBuffer g_in, ffi::AnyBuffer decay, ffi::AnyBuffer rings_in, ffi::AnyBuffer step,
+    ffi::AnyBuffer g_in, ffi::AnyBuffer decay, ffi::AnyBuffer e_rev, ffi::AnyBuffer rings_in,
+    ffi::AnyBuffer step,
     ffi::AnyBuffer key_in, ffi::AnyBuffer level, ffi::AnyBuffer table, ffi::AnyBuffer counts_in,
     ffi::RemainingArgs rest, ffi::Result<ffi::AnyBuffer> v_out, ffi::Result<ffi::AnyBuffer> r_out,
     ffi::Result<ffi::AnyBuffer> g_out, ffi::Result<ffi::AnyBuffer> rings_out,
     ffi::Result<ffi::AnyBuffer> key_out, ffi::Result<ffi::AnyBuffer> counts_out,
-    ffi::Result<ffi::AnyBuffer> raster, ffi::Result<ffi::AnyBuffer> src_raster,
+    ffi::RemainingRets raster_outs,
     int64_t n_steps, int64_t every, int64_t euler,
-    ffi::Span<const int64_t> pop_meta,    // per population: off, n, first term, n_terms
+    ffi::Span<const int64_t> pop_meta,    // per population: off, n, first term, n_terms, input
     ffi::Span<const int64_t> terms,       // synaptic state indices
-    ffi::Span<const int64_t> syn_meta,    // per state: off, ring, col0, n, post_off
+    ffi::Span<const int64_t> syn_meta,    // per state: off, ring, col0, n, post_off, conductance
     ffi::Span<const int64_t> ring_meta,   // per ring: slots, width
     ffi::Span<const int64_t> event_meta,  // per event projection: pre_off, n_pre, ring, col0,
                                           // n_post, post_off, delay_steps, per_synapse, sorted
@@ -679,8 +805,8 @@ ffi::Error NetworkRunImpl(
     ffi::Span<const int64_t> source_meta  // per source: off, n, table_off, n_terms
 ) {
   const auto F32 = ffi::DataType::F32;
-  for (const ffi::AnyBuffer* x : {&v_in, &r_in, &params, &dts, &g_in, &decay, &rings_in,
-                                  &table, &counts_in}) {
+  for (const ffi::AnyBuffer* x : {&v_in, &r_in, &params, &dts, &g_in, &decay, &e_rev,
+                                  &rings_in, &table, &counts_in}) {
     if (x->element_type() != F32) {
       return ffi::Error::InvalidArgument("nj_network_run: float32 arrays only");
     }
@@ -695,8 +821,9 @@ ffi::Error NetworkRunImpl(
   Run run;
   run.n = static_cast<int64_t>(v_in.element_count());
   if (static_cast<int64_t>(r_in.element_count()) != run.n ||
-      static_cast<int64_t>(params.element_count()) != 6 * run.n || dts.element_count() != 2 ||
+      static_cast<int64_t>(params.element_count()) != 7 * run.n || dts.element_count() != 2 ||
       g_in.element_count() != decay.element_count() ||
+      g_in.element_count() != e_rev.element_count() ||
       counts_in.element_count() != level.element_count()) {
     return ffi::Error::InvalidArgument("nj_network_run: state and parameter sizes disagree");
   }
@@ -717,24 +844,26 @@ ffi::Error NetworkRunImpl(
   run.v_reset = pr + 3 * run.n;
   run.v_th = pr + 4 * run.n;
   run.t_ref = pr + 5 * run.n;
+  run.bias = pr + 6 * run.n;
   run.dt = static_cast<const float*>(dts.untyped_data())[0];
   run.half_dt = static_cast<const float*>(dts.untyped_data())[1];
   run.euler = euler != 0;
   run.g = static_cast<float*>(g_out->untyped_data());
   run.decay = static_cast<const float*>(decay.untyped_data());
+  run.e_rev = static_cast<const float*>(e_rev.untyped_data());
   const int64_t n_g = static_cast<int64_t>(g_in.element_count());
   // populations and their current terms
-  if (pop_meta.size() % 4 != 0 || syn_meta.size() % 5 != 0 || ring_meta.size() % 2 != 0 ||
+  if (pop_meta.size() % 5 != 0 || syn_meta.size() % 6 != 0 || ring_meta.size() % 2 != 0 ||
       event_meta.size() % 9 != 0 || input_meta.size() % 6 != 0 || source_meta.size() % 4 != 0) {
     return ffi::Error::InvalidArgument("nj_network_run: malformed metadata");
   }
-  const int64_t n_syn = syn_meta.size() / 5;
-  for (size_t q = 0; q < syn_meta.size(); q += 5) {
+  const int64_t n_syn = syn_meta.size() / 6;
+  for (size_t q = 0; q < syn_meta.size(); q += 6) {
     run.syns.push_back(Syn{syn_meta[q], syn_meta[q + 1], syn_meta[q + 2], syn_meta[q + 3],
-                           syn_meta[q + 4]});
+                           syn_meta[q + 4], syn_meta[q + 5] != 0});
   }
-  for (size_t q = 0; q < pop_meta.size(); q += 4) {
-    Pop pop{pop_meta[q], pop_meta[q + 1], {}};
+  for (size_t q = 0; q < pop_meta.size(); q += 5) {
+    Pop pop{pop_meta[q], pop_meta[q + 1], {}, pop_meta[q + 4] != 0};
     const int64_t first = pop_meta[q + 2], count = pop_meta[q + 3];
     if (pop.off < 0 || pop.n < 0 || pop.off + pop.n > run.n || first < 0 || count < 0 ||
         first + count > static_cast<int64_t>(terms.size())) {
@@ -929,18 +1058,25 @@ ffi::Error NetworkRunImpl(
   run.step0 = *static_cast<const int32_t*>(step.untyped_data());
   run.n_steps = n_steps;
   run.every = every;
-  run.raster = Raster{raster->untyped_data(), raster->element_type(), run.n};
-  run.src_raster = Raster{src_raster->untyped_data(), src_raster->element_type(), run.n_src};
-  if (static_cast<int64_t>(raster->element_count()) != n_rec * run.n ||
-      static_cast<int64_t>(src_raster->element_count()) != n_rec * run.n_src) {
-    return ffi::Error::InvalidArgument("nj_network_run: raster sizes");
+  if (raster_outs.size() != run.pops.size() + run.sources.size()) {
+    return ffi::Error::InvalidArgument("nj_network_run: one raster per population and source");
   }
-  for (const ffi::DataType type : {raster->element_type(), src_raster->element_type()}) {
+  for (size_t q = 0; q < raster_outs.size(); ++q) {
+    auto out = raster_outs.get<ffi::AnyBuffer>(q);
+    if (!out.has_value()) return ffi::Error::InvalidArgument("nj_network_run: raster outputs");
+    const ffi::DataType type = (*out)->element_type();
+    const bool is_pop = q < run.pops.size();
+    const int64_t width = is_pop ? run.pops[q].n : run.sources[q - run.pops.size()].n;
     if (type != ffi::DataType::PRED && type != ffi::DataType::U8 &&
         type != ffi::DataType::U16 && type != ffi::DataType::S32) {
       return ffi::Error::InvalidArgument("nj_network_run: raster dtype");
     }
+    if (static_cast<int64_t>((*out)->element_count()) != n_rec * width) {
+      return ffi::Error::InvalidArgument("nj_network_run: raster sizes");
+    }
+    (is_pop ? run.rasters : run.src_rasters).push_back(Raster{(*out)->untyped_data(), type, width});
   }
+
   // neuron cut: each population's expected work per neuron (its update and its synapses)
   std::vector<double> per_neuron(run.pops.size(), 1.0);
   for (const EventProj& p : run.events) {
@@ -967,6 +1103,7 @@ ffi::Error NetworkRunImpl(
   auto segment = [&](int threads, int64_t s0, int64_t s1) {
     if (s0 >= s1) return true;
     setup(threads);
+    Splits(run);
     if (threads <= 1) {
       Body(run, 0, gaps.data(), s0, s1);
       return true;
@@ -993,7 +1130,8 @@ ffi::Error NetworkRunImpl(
   const Shape shape{run.n, run.n_src, n_syn_total, static_cast<int64_t>(run.events.size()),
                     static_cast<int64_t>(run.rings.size()), most};
   Memory memory;
-  const bool known = !forced_on && Recall(shape, memory) && memory.calls % kReprobe != 0;
+  const bool known =
+      !forced_on && allowed && Recall(shape, memory) && memory.calls % kReprobe != 0;
   if (forced_on) {
     chosen = most;
   } else if (known) {
@@ -1032,7 +1170,8 @@ ffi::Error NetworkRunImpl(
     }
     done = end;
   }
-  if (!forced_on && (known || n_steps >= 3 * kProbeSteps || !allowed)) {
+  // (A run forced onto one thread, NjSetSharing(2), measured nothing: it is not kept.)
+  if (!forced_on && allowed && (known || n_steps >= 3 * kProbeSteps)) {
     if (chosen > 1) Rebalance(run);
     Remember(shape, chosen, chosen > 1 ? run.cut : std::vector<int64_t>{});
   }
@@ -1057,10 +1196,11 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()  // v
                                   .Arg<ffi::AnyBuffer>()  // r
-                                  .Arg<ffi::AnyBuffer>()  // params (6, N)
+                                  .Arg<ffi::AnyBuffer>()  // params (7, N)
                                   .Arg<ffi::AnyBuffer>()  // dts
                                   .Arg<ffi::AnyBuffer>()  // g
                                   .Arg<ffi::AnyBuffer>()  // decay
+                                  .Arg<ffi::AnyBuffer>()  // e_rev
                                   .Arg<ffi::AnyBuffer>()  // rings
                                   .Arg<ffi::AnyBuffer>()  // step
                                   .Arg<ffi::AnyBuffer>()  // keys
@@ -1074,8 +1214,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
                                   .Ret<ffi::AnyBuffer>()  // rings
                                   .Ret<ffi::AnyBuffer>()  // keys
                                   .Ret<ffi::AnyBuffer>()  // counts
-                                  .Ret<ffi::AnyBuffer>()  // raster
-                                  .Ret<ffi::AnyBuffer>()  // source raster
+                                  .RemainingRets()        // rasters
                                   .Attr<int64_t>("n_steps")
                                   .Attr<int64_t>("every")
                                   .Attr<int64_t>("euler")

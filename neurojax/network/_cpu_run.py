@@ -5,12 +5,15 @@ On the CPU, `Network.fused_run` hands a chunk here when the network is one the k
 with the per-step path's numbers, bit for bit: populations of `nj.LIF` (its own `step`,
 float32), spike sources that draw their counts as `nj.models.PoissonCounts` does (the
 source says so with a `cpu_run_counts` method), projections without plasticity, short-term
-plasticity or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput`,
-through the event layout (from neurons) or the input layout (from a source), with one or
-per-synapse delays; no input but the network's projections, no gap junctions, no bounded
-spike buffer; spikes recorded as the bool raster or window counts and nothing else; one
-trial per call (a `vmap` runs one call per trial). The Potjans-Diesmann microcircuit with
-its Poisson background (`nj.models.microcircuit`) is such a network.
+plasticity or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput`
+or `nj.ConductanceOutput`, through the event layout (from neurons) or the input layout
+(from a source), with one or per-synapse delays; the network's constant inputs (a scalar
+or one value per neuron; not a function of time), no input through `simulate`, no gap
+junctions, no bounded spike buffer; spikes recorded as the bool raster or window counts
+and nothing else; one trial per call (a `vmap` runs one call per trial). The
+Potjans-Diesmann microcircuit with its Poisson background (`nj.models.microcircuit`) and
+COBA (`nj.models.coba` with `method="event"`, or its default on networks large enough
+that "auto" picks the event layout) are such networks.
 
 Why: a step of the per-step path is some eighty XLA operations (the group's update written
 output by output, the kinetics, the recording, the kernels' calls), most of them on one
@@ -36,7 +39,7 @@ from .._recording import count_dtype
 from ..kernels import _build, _config, _pallas, _pallas_network
 from ..neurons import LIF
 from ..neurons._lif import LIFState
-from ..synapses import CurrentOutput, Exponential
+from ..synapses import ConductanceOutput, CurrentOutput, Exponential
 from ..synapses._kinetics import ExponentialState
 from ._sources import SpikeSource
 
@@ -77,8 +80,11 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         return "truncate_backprop is asked for"
     if options.get("kind", "none") != "none" or inputs is not None:
         return "simulate is given inputs"
-    if net.inputs:
-        return "the network has inputs of its own"
+    for name, value in net.inputs.items():
+        if callable(value):
+            return f"the network's input to {name!r} is a function of time"
+        if not _is_f32(jnp.asarray(value)) or jnp.ndim(value) > 1:
+            return f"the network's input to {name!r} is not a float32 scalar or vector"
     if net.gap_junctions:
         return "the network has gap junctions"
     if net.dt is not None and abs(net.dt - dt) > 1e-9 * net.dt:
@@ -114,8 +120,15 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         where = f"projection {i} ({pr.pre} -> {pr.post})"
         if pr.plasticity is not None or pr.short_term is not None or pr.learnable_delays:
             return f"{where} is plastic or has learnable delays"
-        if type(pr.synapse) is not Exponential or type(pr.output) is not CurrentOutput:
+        if type(pr.synapse) is not Exponential or type(pr.output) not in (
+            CurrentOutput,
+            ConductanceOutput,
+        ):
             return f"{where}: kinetics {type(pr.synapse).__name__} with {type(pr.output).__name__}"
+        if type(pr.output) is ConductanceOutput:
+            e_rev = jnp.asarray(pr.output.e_rev)
+            if not _is_f32(e_rev) or e_rev.shape not in ((), (net.sizes[pr.post],)):
+                return f"{where}'s reversal potential is not a float32 scalar or vector"
         st = state.synapses[i]
         if type(st) is not ExponentialState or not _is_f32(st.g):
             return f"{where}'s synaptic state is not a float32 ExponentialState"
@@ -167,25 +180,31 @@ def _args(net, state, dt: float):
         r += [state.populations[n].refractory for n in names]
         c = dt / model.tau_m if model.method == "euler" else jnp.exp(-dt / model.tau_m)
         rows = (model.v_rest, model.r_m, c, model.v_reset, model.v_th, model.t_ref)
-        params.append(
-            jnp.stack([jnp.broadcast_to(jnp.asarray(x, jnp.float32), (size,)) for x in rows])
-        )
+        rows = [jnp.broadcast_to(jnp.asarray(x, jnp.float32), (size,)) for x in rows]
+        bias = [
+            jnp.broadcast_to(jnp.asarray(net.inputs.get(n, 0.0), jnp.float32), (net.sizes[n],))
+            for n in names
+        ]
+        params.append(jnp.stack(rows + [jnp.concatenate(bias)]))
     euler = any(not isinstance(m, SpikeSource) and m.method == "euler" for m in net.group_models)
     v = jnp.concatenate(v) if v else jnp.zeros((0,), jnp.float32)
     r = jnp.concatenate(r) if r else jnp.zeros((0,), jnp.float32)
-    params = jnp.concatenate(params, axis=1) if params else jnp.zeros((6, 0), jnp.float32)
+    params = jnp.concatenate(params, axis=1) if params else jnp.zeros((7, 0), jnp.float32)
     dts = jnp.asarray([dt, 0.5 * dt], jnp.float32)
     # synaptic states (projections that have their own), current terms
-    syn_index, g, decay, syn_meta, g_off = {}, [], [], [], 0
+    syn_index, g, decay, e_rev, syn_meta, g_off = {}, [], [], [], [], 0
     for i, pr in enumerate(net.projections):
         if plan.shares(i):
             continue
         ring, col0 = plan.ring_of[i]
         n_post = net.sizes[pr.post]
-        syn_index[i] = len(syn_meta) // 5
-        syn_meta += [g_off, ring, col0, n_post, lif_off[pr.post]]
+        conductance = type(pr.output) is ConductanceOutput
+        syn_index[i] = len(syn_meta) // 6
+        syn_meta += [g_off, ring, col0, n_post, lif_off[pr.post], int(conductance)]
         g.append(state.synapses[i].g)
         decay.append(jnp.broadcast_to(jnp.exp(-dt / pr.synapse.tau).astype(jnp.float32), (n_post,)))
+        reversal = pr.output.e_rev if conductance else 0.0
+        e_rev.append(jnp.broadcast_to(jnp.asarray(reversal, jnp.float32), (n_post,)))
         g_off += n_post
     pop_meta, terms = [], []
     for names, model in zip(net.groups, net.group_models, strict=True):
@@ -197,10 +216,11 @@ def _args(net, state, dt: float):
                 for i, pr in enumerate(net.projections)
                 if pr.post == n and i in syn_index
             ]
-            pop_meta += [lif_off[n], net.sizes[n], len(terms), len(mine)]
+            pop_meta += [lif_off[n], net.sizes[n], len(terms), len(mine), int(n in net.inputs)]
             terms += mine
     g = jnp.concatenate(g) if g else jnp.zeros((0,), jnp.float32)
     decay = jnp.concatenate(decay) if decay else jnp.zeros((0,), jnp.float32)
+    e_rev = jnp.concatenate(e_rev) if e_rev else jnp.zeros((0,), jnp.float32)
     # rings
     ring_meta = []
     for slots, width in net.ring_shape:
@@ -273,6 +293,7 @@ def _args(net, state, dt: float):
         dts,
         g,
         decay,
+        e_rev,
         rings,
         jnp.asarray(state.step, jnp.int32),
         keys,
@@ -302,7 +323,7 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         if lay["sources"]
         else jnp.uint8
     )
-    v, r, g, rings, keys, counts = arrays[0], arrays[1], arrays[4], arrays[6], arrays[8], arrays[11]
+    v, r, g, rings, keys, counts = arrays[0], arrays[1], arrays[4], arrays[7], arrays[9], arrays[12]
     shapes = (
         jax.ShapeDtypeStruct(v.shape, v.dtype),
         jax.ShapeDtypeStruct(r.shape, r.dtype),
@@ -310,11 +331,12 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         jax.ShapeDtypeStruct(rings.shape, rings.dtype),
         jax.ShapeDtypeStruct(keys.shape, keys.dtype),
         jax.ShapeDtypeStruct(counts.shape, counts.dtype),
-        jax.ShapeDtypeStruct((n_rec, lay["n_lif"]), spike_t),
-        jax.ShapeDtypeStruct((n_rec, lay["n_src"]), src_t),
+        # one raster per LIF population (in the kernel's order), then one per source
+        *(jax.ShapeDtypeStruct((n_rec, net.sizes[n]), spike_t) for n in lay["lif_off"]),
+        *(jax.ShapeDtypeStruct((n_rec, net.sizes[n]), src_t) for n, _ in lay["sources"]),
     )
-    call = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases={6: 3}, vmap_method="sequential")
-    v, r, g, rings, keys, counts, raster, src_raster = call(
+    call = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases={7: 3}, vmap_method="sequential")
+    v, r, g, rings, keys, counts, *rasters = call(
         *arrays, n_steps=np.int64(n_steps), every=np.int64(every), **meta
     )
     # the new state
@@ -359,12 +381,8 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         peak,
         state.short_term,
     )
-    spikes = {}
-    for n, off in lay["lif_off"].items():
-        spikes[n] = raster[:, off : off + net.sizes[n]]
-    for name, _ in lay["sources"]:
-        _, off = lay["src_off"][name]
-        spikes[name] = src_raster[:, off : off + net.sizes[name]]
+    names = list(lay["lif_off"]) + [name for name, _ in lay["sources"]]
+    spikes = dict(zip(names, rasters, strict=True))
     spikes = {n: spikes[n] for n in net.sizes}
     return new, spikes
 

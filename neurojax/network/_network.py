@@ -907,9 +907,9 @@ class Network(eqx.Module):
         """A whole chunk of `nj.simulate` in one GPU kernel launch, one program per trial
         (the registry entry `network_run`), or on the CPU in one compiled call on the
         kernels' threads (`nj_network_run`, `neurojax.network._cpu_run`: LIF populations,
-        exponential current synapses through the event layout, Poisson count sources, no
-        inputs, spikes recorded, bit for bit the per-step path), or None: `simulate` then
-        scans `step`.
+        exponential synapses with current or conductance output through the event layout,
+        Poisson count sources, the network's constant inputs and no others, spikes
+        recorded, bit for bit the per-step path), or None: `simulate` then scans `step`.
 
         It serves a network that fits one program (`explain_run` says whether this one does
         and why): populations of `nj.LIF`, `nj.Izhikevich`, `nj.AdEx` (their own `step`) and
