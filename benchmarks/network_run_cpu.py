@@ -87,8 +87,8 @@ def main() -> int:
     for t in (int(x) for x in args.threads.split(",")):
         env = {**os.environ, "NEUROJAX_CPU_THREADS": str(t)}
         cmd = [sys.executable, "-m", "benchmarks.network_run_cpu", "--child",
-               "--network", args.network, "--scale", str(args.scale), "--duration", str(args.duration),
-               "--reps", str(args.reps)]  # fmt: skip
+               "--network", args.network, "--scale", str(args.scale),
+               "--duration", str(args.duration), "--reps", str(args.reps)]  # fmt: skip
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rec = json.loads(out.stdout.strip().splitlines()[-1])
         print(json.dumps(rec))
