@@ -62,6 +62,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -216,6 +217,15 @@ inline int64_t Mod(int64_t a, int64_t m) {
   return r < 0 ? r + m : r;
 }
 
+// A thread's claim on the sources' chunks of one step parity: chunks [next, end) are
+// unclaimed; its own range comes first (the sources that feed its neurons, so that the
+// counts it delivers are in its cache and the claims touch a line no other thread writes
+// while it has its own to draw), then it takes from the others'.
+struct alignas(64) ChunkCursor {
+  std::atomic<int64_t> next{0};
+  int64_t begin = 0, end = 0;
+};
+
 // One thread's spikes of one step, on a cache line of its own (the threads write theirs in
 // the same steps).
 struct alignas(64) SpikeList {
@@ -272,7 +282,7 @@ struct Run {
   // next step's (their keys are known, they depend on nothing else), so that the draws fill
   // the waits. Chunk c: sources [chunk_at[c], chunk_end[c]) of source chunk_src[c].
   std::vector<int64_t> chunk_at, chunk_end, chunk_src;
-  alignas(64) std::atomic<int64_t> next_chunk[2] = {0, 0};
+  std::unique_ptr<ChunkCursor[]> cursors[2];  // per step parity, per thread
   bool prefetch = false;  // draw the next step's chunks at the barrier (every == 1 only)
 };
 
@@ -392,14 +402,50 @@ void DrawChunk(Run& run, int64_t c, int64_t k, int64_t rec_row, bool first, cons
   }
 }
 
-// Claims and draws one chunk of step k's sources; false when none is left.
-bool DrawNext(Run& run, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
+// Thread t claims and draws one chunk of step k's sources, its own first; false when none
+// is left.
+bool DrawNext(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
+  ChunkCursor* cursors = run.cursors[k & 1].get();
+  const int n = run.n_threads;
+  for (int i = 0; i < n; ++i) {
+    ChunkCursor& cur = cursors[(t + i) % n];
+    if (cur.next.load(std::memory_order_relaxed) >= cur.end) continue;
+    const int64_t c = cur.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= cur.end) continue;
+    DrawChunk(run, c, k, rec_row, first, sub);
+    return true;
+  }
+  return false;
+}
+
+// Every chunk of the step parity p unclaimed again (each thread's cursor at its range).
+void ResetChunks(Run& run, int p) {
+  for (int t = 0; t < run.n_threads; ++t) {
+    run.cursors[p][t].next.store(run.cursors[p][t].begin, std::memory_order_relaxed);
+  }
+}
+
+// The threads' chunk ranges for the run's cut: chunk c goes to the thread whose neurons
+// hold the neuron at the same fraction of the network as its first source (the source
+// that feeds neuron i is source i in the networks served, the microcircuit's background).
+void ChunkRanges(Run& run) {
+  const int n = run.n_threads;
   const int64_t n_chunks = static_cast<int64_t>(run.chunk_src.size());
-  if (run.next_chunk[k & 1].load(std::memory_order_relaxed) >= n_chunks) return false;
-  const int64_t c = run.next_chunk[k & 1].fetch_add(1, std::memory_order_relaxed);
-  if (c >= n_chunks) return false;
-  DrawChunk(run, c, k, rec_row, first, sub);
-  return true;
+  for (int p = 0; p < 2; ++p) run.cursors[p].reset(new ChunkCursor[n]);
+  int64_t c = 0;
+  for (int t = 0; t < n; ++t) {
+    const int64_t begin = c;
+    while (c < n_chunks &&
+           (t == n - 1 || run.chunk_at[c] * run.n < run.cut[t + 1] * std::max<int64_t>(run.n_src, 1))) {
+      ++c;
+    }
+    for (int p = 0; p < 2; ++p) {
+      run.cursors[p][t].begin = begin;
+      run.cursors[p][t].end = c;
+    }
+  }
+  ResetChunks(run, 0);
+  ResetChunks(run, 1);
 }
 
 // Phase A of step k for thread t: arrivals, the neurons' update, the sources' counts.
@@ -455,7 +501,7 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
     }
   }
   // sources: this step's chunks that no thread has claimed yet
-  while (DrawNext(run, k, rec_row, first, sub)) {
+  while (DrawNext(run, t, k, rec_row, first, sub)) {
   }
 }
 
@@ -761,9 +807,9 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
     const int64_t a1 = nj_pool::NowNs();
     const bool fill = run.prefetch && step + 1 < s1;
     run.barrier.Wait(
-        [&] { return fill && DrawNext(run, k + 1, step + 1, true, sub_next.data()); },
+        [&] { return fill && DrawNext(run, t, k + 1, step + 1, true, sub_next.data()); },
         // the chunks of step k are all drawn: their counter serves step k + 2
-        [&] { run.next_chunk[k & 1].store(0, std::memory_order_relaxed); });
+        [&] { ResetChunks(run, static_cast<int>(k & 1)); });
     const int64_t b0 = nj_pool::NowNs();
     busy += a1 - a0;
     if (t == 0) {
@@ -1093,8 +1139,6 @@ ffi::Error NetworkRunImpl(
     run.busy.assign(threads, 0);
     if (!keep) Cut(run, per_neuron, threads, run.cut);
     run.prefetch = threads > 1 && every == 1;
-    run.next_chunk[0].store(0);
-    run.next_chunk[1].store(0);
     for (int p = 0; p < 2; ++p) run.spikes[p].assign(threads, {});
     for (int p = 0; p < 3; ++p) run.counts[p].assign(run.n_src, 0.0f);
   };
@@ -1104,6 +1148,7 @@ ffi::Error NetworkRunImpl(
     if (s0 >= s1) return true;
     setup(threads);
     Splits(run);
+    ChunkRanges(run);
     if (threads <= 1) {
       Body(run, 0, gaps.data(), s0, s1);
       return true;
