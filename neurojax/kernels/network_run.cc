@@ -345,7 +345,9 @@ void Current(const Run& run, const Pop& pop, int64_t i0, int64_t m, float* __res
       const float* __restrict g1 = g_of(s1);
       if (s1.conductance) {
         const float* __restrict e1 = e_of(s1);
-        for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(g0[j], e0[j] - v[j], g1[j] * (e1[j] - v[j]));
+        for (int64_t j = 0; j < m; ++j) {
+          out[j] = MulAdd(g0[j], e0[j] - v[j], g1[j] * (e1[j] - v[j]));
+        }
       } else {
         for (int64_t j = 0; j < m; ++j) out[j] = MulAdd(g0[j], e0[j] - v[j], g1[j]);
       }
@@ -432,11 +434,11 @@ void ChunkRanges(Run& run) {
   const int n = run.n_threads;
   const int64_t n_chunks = static_cast<int64_t>(run.chunk_src.size());
   for (int p = 0; p < 2; ++p) run.cursors[p].reset(new ChunkCursor[n]);
+  const int64_t n_src = std::max<int64_t>(run.n_src, 1);
   int64_t c = 0;
   for (int t = 0; t < n; ++t) {
     const int64_t begin = c;
-    while (c < n_chunks &&
-           (t == n - 1 || run.chunk_at[c] * run.n < run.cut[t + 1] * std::max<int64_t>(run.n_src, 1))) {
+    while (c < n_chunks && (t == n - 1 || run.chunk_at[c] * run.n < run.cut[t + 1] * n_src)) {
       ++c;
     }
     for (int p = 0; p < 2; ++p) {
