@@ -580,11 +580,7 @@ def _check_header(header: Any, members: set[str]) -> None:
             # Array leaves are checked against their SHA-256 when read; a value kept in the
             # header is checked here, so an edited header cannot change it silently.
             need(is_sha256(spec.get("sha256")), f"{where} has no SHA-256")
-            try:
-                ok = spec["sha256"] == _scalar_sha256(kind, value)
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
+            if spec["sha256"] != _scalar_sha256(kind, value):
                 raise _Corrupt(f"the value of {where} does not match its SHA-256 checksum")
         if kind in ("bool", "int", "str"):
             need(type(value) is {"bool": bool, "int": int, "str": str}[kind], f"{where}: bad value")

@@ -42,14 +42,7 @@ namespace {
 
 #define NJ_INLINE inline __attribute__((always_inline))
 
-template <typename F>
-NJ_INLINE F Fma(F a, F b, F c) {
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-  return std::fma(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
+using nj_run::MulAdd;  // a * b + c, rounded as XLA:CPU rounds it (common.h)
 
 // exp(x) without branches, so that loops calling it vectorise: x = n ln2 + r with
 // |r| <= ln2 / 2 (n by adding and subtracting 1.5 * 2^23, or 2^52: rounding to an integer),
@@ -71,22 +64,22 @@ NJ_INLINE ExpParts<float> ExpReduce(float x) {
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
   x = std::min(std::max(x, -87.0f), 88.0f);
-  const float shifted = Fma(x, kLog2e, kRound);
+  const float shifted = MulAdd(x, kLog2e, kRound);
   const float n = shifted - kRound;
-  float r = Fma(n, -kLn2Hi, x);
-  r = Fma(n, -kLn2Lo, r);
+  float r = MulAdd(n, -kLn2Hi, x);
+  r = MulAdd(n, -kLn2Lo, r);
   float p = 1.9875691500e-4f;
-  p = Fma(p, r, 1.3981999507e-3f);
-  p = Fma(p, r, 8.3334519073e-3f);
-  p = Fma(p, r, 4.1665795894e-2f);
-  p = Fma(p, r, 1.6666665459e-1f);
-  p = Fma(p, r, 5.0000001201e-1f);
+  p = MulAdd(p, r, 1.3981999507e-3f);
+  p = MulAdd(p, r, 8.3334519073e-3f);
+  p = MulAdd(p, r, 4.1665795894e-2f);
+  p = MulAdd(p, r, 1.6666665459e-1f);
+  p = MulAdd(p, r, 5.0000001201e-1f);
   int32_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   const int32_t e = (bits - 0x4B400000 + 127) << 23;  // the low bits of `shifted` hold n
   float scale;
   std::memcpy(&scale, &e, sizeof scale);
-  return {Fma(p, r * r, r), scale};
+  return {MulAdd(p, r * r, r), scale};
 }
 
 // Double precision: the split of ln2 of Cephes' `exp`, and the Taylor series of e^r to
@@ -97,42 +90,42 @@ NJ_INLINE ExpParts<double> ExpReduce(double x) {
   constexpr double kLn2Lo = 1.42860682030941723212e-6;
   constexpr double kRound = 6755399441055744.0;  // 1.5 * 2^52
   x = std::min(std::max(x, -708.0), 709.0);
-  const double shifted = Fma(x, kLog2e, kRound);
+  const double shifted = MulAdd(x, kLog2e, kRound);
   const double n = shifted - kRound;
-  double r = Fma(n, -kLn2Hi, x);
-  r = Fma(n, -kLn2Lo, r);
+  double r = MulAdd(n, -kLn2Hi, x);
+  r = MulAdd(n, -kLn2Lo, r);
   // 1/k! for k = 13 .. 2
   double p = 1.0 / 6227020800.0;
-  p = Fma(p, r, 1.0 / 479001600.0);
-  p = Fma(p, r, 1.0 / 39916800.0);
-  p = Fma(p, r, 1.0 / 3628800.0);
-  p = Fma(p, r, 1.0 / 362880.0);
-  p = Fma(p, r, 1.0 / 40320.0);
-  p = Fma(p, r, 1.0 / 5040.0);
-  p = Fma(p, r, 1.0 / 720.0);
-  p = Fma(p, r, 1.0 / 120.0);
-  p = Fma(p, r, 1.0 / 24.0);
-  p = Fma(p, r, 1.0 / 6.0);
-  p = Fma(p, r, 0.5);
+  p = MulAdd(p, r, 1.0 / 479001600.0);
+  p = MulAdd(p, r, 1.0 / 39916800.0);
+  p = MulAdd(p, r, 1.0 / 3628800.0);
+  p = MulAdd(p, r, 1.0 / 362880.0);
+  p = MulAdd(p, r, 1.0 / 40320.0);
+  p = MulAdd(p, r, 1.0 / 5040.0);
+  p = MulAdd(p, r, 1.0 / 720.0);
+  p = MulAdd(p, r, 1.0 / 120.0);
+  p = MulAdd(p, r, 1.0 / 24.0);
+  p = MulAdd(p, r, 1.0 / 6.0);
+  p = MulAdd(p, r, 0.5);
   int64_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
   const int64_t e = (bits - 0x4338000000000000 + 1023) << 52;  // the low bits hold n
   double scale;
   std::memcpy(&scale, &e, sizeof scale);
-  return {Fma(p, r * r, r), scale};
+  return {MulAdd(p, r * r, r), scale};
 }
 
 template <typename F>
 NJ_INLINE F Exp(F x) {
   const ExpParts<F> q = ExpReduce(x);
-  return Fma(q.pm1, q.scale, q.scale);  // 2^n (1 + (e^r - 1))
+  return MulAdd(q.pm1, q.scale, q.scale);  // 2^n (1 + (e^r - 1))
 }
 
 // e^x - 1 without cancellation near 0: 2^n (e^r - 1) + (2^n - 1), exact in the second term.
 template <typename F>
 NJ_INLINE F Expm1(F x) {
   const ExpParts<F> q = ExpReduce(x);
-  return Fma(q.pm1, q.scale, q.scale - F(1));
+  return MulAdd(q.pm1, q.scale, q.scale - F(1));
 }
 
 template <typename F>

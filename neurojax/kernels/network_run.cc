@@ -518,16 +518,9 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
   }
   const int32_t* post = p.post;
   int64_t kb = begin, ke = end;
-  if (p.sorted) {
-    const int64_t nb = static_cast<int64_t>(p.split.size());  // boundaries
-    if (t > 0) {
-      kb = t <= nb ? std::clamp<int64_t>(p.split[t - 1][r], begin, end)
-                   : std::lower_bound(post + begin, post + end, lo) - post;
-    }
-    if (hi < p.n_post) {
-      ke = t < nb ? std::clamp<int64_t>(p.split[t][r], kb, end)
-                  : std::lower_bound(post + begin, post + end, hi) - post;
-    }
+  if (!p.split.empty()) {  // sorted rows on several threads: thread t's run of the row
+    if (t > 0) kb = std::clamp<int64_t>(p.split[t - 1][r], begin, end);
+    if (t < static_cast<int>(p.split.size())) ke = std::clamp<int64_t>(p.split[t][r], kb, end);
   }
   const D* d = static_cast<const D*>(p.delay);
   float* data = ring.data + p.col0;
