@@ -363,3 +363,45 @@ def test_whole_network_run_coba(share_everything):
     assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
     out = _across_threads(share_everything, net, state, 500)
     assert out[-2].sum() > 100  # E's raster: an active network
+
+
+def test_whole_network_run_rebalanced_segments(share_everything):
+    """A run of several segments (512 steps each), the neuron cut moved between them from the
+    threads' measured times and the sorted rows' splits moved with it (galloping from the
+    last ones): still the one-thread result, with 1-4 threads."""
+    from neurojax.network import _cpu_run
+
+    net, state = nj.models.microcircuit(jr.key(1), scale=0.02, k_scale=1.0)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    out = _across_threads(share_everything, net, state, 1600)
+    assert sum(int(x.sum()) for x in out if x.dtype == bool) > 1000
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "uint16"])
+def test_out_of_range_across_threads(share_everything, dtype):
+    """`nj_out_of_range` (the run-start check of a traced network's indices and delays),
+    split over 1-4 threads: every bad value found wherever it lies (the parts' first and last
+    elements included), the answer equal to NumPy's."""
+    from neurojax.kernels._ranges import out_of_range
+
+    info = np.iinfo(dtype)
+    lo, hi = (0, 100) if info.min == 0 else (-5, 100)
+    n = 1_000_003  # not a multiple of any thread count
+    x = np.random.default_rng(3).integers(lo, hi, n).astype(dtype)
+    check = jax.jit(lambda a: out_of_range(a, lo, hi))
+    check(x)  # the first call runs on one thread and times it
+    bad_values = [hi, info.max] + ([lo - 1, info.min] if info.min < lo else [])
+    spots = [0, n // 4, n // 4 - 1, n // 3, n // 2, n // 2 - 1, 3 * n // 4, n - 1]
+    for k in THREADS:
+        nj.use_cpu_threads(k, xla=False)
+        before = share_everything.NjSharedJobs()
+        assert not bool(check(x)), f"{k} threads: a clean array flagged"
+        for at in spots:
+            for v in bad_values:
+                y = x.copy()
+                y[at] = v
+                want = bool(((y.astype(np.int64) < lo) | (y.astype(np.int64) >= hi)).any())
+                assert want
+                assert bool(check(y)), f"{k} threads: {v} at {at} not found"
+        if k > 1:
+            assert share_everything.NjSharedJobs() > before, "the pool was not used"

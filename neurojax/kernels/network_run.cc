@@ -35,8 +35,10 @@
 // chunks while another may still deliver the last step's), so one barrier per step
 // suffices, and the results do not depend on the number of threads. The neuron ranges are
 // first cut by each population's in-degree, then every 512 steps where the threads'
-// measured busy times split evenly; a cut changes only at a barrier, so it changes no
-// result. The threads are chosen by timing steps on one thread and on all (see the call).
+// measured busy times split evenly, when the wait that saves outweighs the measured cost of
+// moving the sorted rows' split points with the cut; a cut changes only at a barrier, so it
+// changes no result. The threads are chosen by timing steps on one thread and on all (see
+// the call).
 //
 // Arguments (float32; one trial, vmap calls once per trial):
 //   v, r (N,): the LIF neurons' state; params (7, N): v_rest, r_m, c = exp(-dt / tau_m)
@@ -271,6 +273,8 @@ struct Run {
   int n_threads = 1;
   std::vector<int64_t> cut;  // thread t: neurons [cut[t], cut[t+1])
   std::vector<int64_t> busy;          // per thread, ns outside the barrier in the last segment
+  int64_t busy_steps = 0;             // the steps of that segment
+  int64_t split_ns = 0;               // what the last recomputed splits cost (Splits)
   std::vector<SpikeList> spikes[2];
   // per source, the counts of step k in counts[k mod 3]: while a thread still delivers step
   // k - 1's, another may be drawing step k + 1's at the barrier
@@ -653,8 +657,9 @@ void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vect
 // The splits of every sorted event projection for the run's cut (see EventProj::split):
 // made by a search per row when the threads change, else moved from the last ones by the
 // few targets the boundary moved. A row outside its arrays is left to RowRange to report.
-void Splits(Run& run) {
+bool Splits(Run& run) {
   const int nb = run.n_threads - 1;
+  bool any = false;
   for (EventProj& p : run.events) {
     if (!p.sorted || nb <= 0) {
       p.split.clear();
@@ -669,41 +674,83 @@ void Splits(Run& run) {
     for (int b = 1; b <= nb; ++b) {
       const int64_t at = std::clamp<int64_t>(run.cut[b] - p.post_off, 0, p.n_post);
       if (!fresh && p.split_at[b - 1] == at) continue;
+      any = true;
       int32_t* sp = p.split[b - 1].data();
+      const bool edge = at == 0 || at == p.n_post;
       for (int64_t r = 0; r < p.n_pre; ++r) {
         const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
         if (begin < 0 || end < begin || end > p.nnz) {
           sp[r] = 0;
           continue;
         }
-        int64_t q = std::clamp<int64_t>(sp[r], begin, end);
-        if (fresh) {
-          q = std::lower_bound(p.post + begin, p.post + end, at) - p.post;
-        } else {
-          while (q < end && p.post[q] < at) ++q;
-          while (q > begin && p.post[q - 1] >= at) --q;
+        if (edge) {
+          // the boundary at one end of the projection's targets: every synapse of the row
+          // on one side (the targets are in [0, n_post); the rows are not read)
+          sp[r] = static_cast<int32_t>(at == 0 ? begin : end);
+          continue;
         }
-        sp[r] = static_cast<int32_t>(q);
+        // From the last split, or (fresh) from where the row would cross `at` if its
+        // targets were spread evenly: galloping to bracket the first target >= at, then a
+        // binary search in the bracket (a few cache lines per row, not log2 of its length).
+        int64_t q = fresh ? begin + (end - begin) * at / p.n_post
+                          : std::clamp<int64_t>(sp[r], begin, end);
+        int64_t lo, hi;  // the first target >= at lies in [lo, hi]
+        if (q < end && p.post[q] < at) {
+          lo = q + 1;
+          int64_t step = 1;
+          hi = end;
+          for (int64_t x = lo; x < end; x += step, step *= 2) {
+            if (p.post[x] >= at) {
+              hi = x;
+              break;
+            }
+            lo = x + 1;
+          }
+        } else {
+          hi = q;
+          int64_t step = 1;
+          lo = begin;
+          for (int64_t x = q - 1; x >= begin; x -= step, step *= 2) {
+            if (p.post[x] < at) {
+              lo = x + 1;
+              break;
+            }
+            hi = x;
+          }
+        }
+        sp[r] = static_cast<int32_t>(std::lower_bound(p.post + lo, p.post + hi, at) - p.post);
       }
       p.split_at[b - 1] = at;
     }
   }
+  return any;
 }
 
 // A new neuron cut from the last segment's busy times: the work of thread t's neurons is
 // taken as spread evenly over them (busy[t] / their number), and the cut moved so that each
 // thread gets the same share of the sum. Ranges keep at least one neuron where they can.
-void Rebalance(Run& run) {
+void Rebalance(Run& run, int64_t next_steps) {
   const int n = run.n_threads;
   if (n <= 1) return;
   std::vector<double> density(n);
-  double total = 0.0;
+  double total = 0.0, most = 0.0;
   for (int t = 0; t < n; ++t) {
     const int64_t size = run.cut[t + 1] - run.cut[t];
     density[t] = size > 0 ? static_cast<double>(run.busy[t]) / size : 0.0;
     total += static_cast<double>(run.busy[t]);
+    most = std::max(most, static_cast<double>(run.busy[t]));
   }
   if (total <= 0.0) return;
+  // A new cut makes new splits of the sorted rows it crosses (Splits: about a cache miss per
+  // row); it is kept only where the wait it would save over the next segment, the busiest
+  // thread's excess over the mean at the last segment's rate, exceeds what the last splits
+  // cost. (Before any split was timed, and for a run's final cut kept for later calls,
+  // next_steps <= 0: always.)
+  if (next_steps > 0 && run.busy_steps > 0 && run.split_ns > 0) {
+    const double excess = (most - total / n) * static_cast<double>(next_steps) /
+                          static_cast<double>(run.busy_steps);
+    if (excess < static_cast<double>(run.split_ns)) return;
+  }
   std::vector<int64_t> cut(n + 1, run.n);
   cut[0] = 0;
   int u = 0;
@@ -1142,7 +1189,9 @@ ffi::Error NetworkRunImpl(
   auto segment = [&](int threads, int64_t s0, int64_t s1) {
     if (s0 >= s1) return true;
     setup(threads);
-    Splits(run);
+    const int64_t q0 = nj_pool::NowNs();
+    if (Splits(run)) run.split_ns = nj_pool::NowNs() - q0;
+    run.busy_steps = s1 - s0;
     ChunkRanges(run);
     if (threads <= 1) {
       Body(run, 0, gaps.data(), s0, s1);
@@ -1188,12 +1237,24 @@ ffi::Error NetworkRunImpl(
     const int64_t t1 = nj_pool::NowNs();
     bool shared = segment(most, kProbe, kProbe + kWarm);
     if (!shared) segment(1, kProbe, kProbe + kWarm);
-    Rebalance(run);
-    const int64_t t2 = nj_pool::NowNs();
+    Rebalance(run, 0);
+    int64_t t2 = nj_pool::NowNs();
     shared = shared && segment(most, kProbe + kWarm, kProbeSteps);
-    const int64_t t3 = nj_pool::NowNs();
+    int64_t t3 = nj_pool::NowNs();
     if (!shared) segment(1, kProbe + kWarm, kProbeSteps);
     done = kProbeSteps;
+    // A shared sample slower than one thread's is taken again once: a worker that the
+    // scheduler has just placed on a busy core can lose tens of milliseconds once (seen in
+    // one first call in five at the scale-0.1 microcircuit with load from elsewhere), which
+    // would keep the network on one thread for kReprobe calls.
+    if (shared && (t3 - t2) >= (t1 - t0) && n_steps - done >= kProbe + 2 * kProbe) {
+      const int64_t t4 = nj_pool::NowNs();
+      shared = segment(most, done, done + kProbe);
+      const int64_t t5 = nj_pool::NowNs();
+      if (!shared) segment(1, done, done + kProbe);
+      done += kProbe;
+      if (shared && t5 - t4 < t3 - t2) t2 = t4, t3 = t5;
+    }
     chosen = shared && (t3 - t2) < (t1 - t0) ? most : 1;
   }
   // The rest in segments of kSegment steps, the neuron cut rebalanced after each from the
@@ -1202,7 +1263,7 @@ ffi::Error NetworkRunImpl(
   bool rebalance = !known;  // a remembered cut is used as it is for the first segment
   while (done < n_steps) {
     const int64_t end = chosen > 1 ? std::min(n_steps, done + kSegment) : n_steps;
-    if (chosen > 1 && rebalance) Rebalance(run);
+    if (chosen > 1 && rebalance) Rebalance(run, end - done);
     rebalance = true;
     if (!segment(chosen, done, end)) {
       chosen = 1;
@@ -1212,7 +1273,7 @@ ffi::Error NetworkRunImpl(
   }
   // (A run forced onto one thread, NjSetSharing(2), measured nothing: it is not kept.)
   if (!forced_on && allowed && (known || n_steps >= 3 * kProbeSteps)) {
-    if (chosen > 1) Rebalance(run);
+    if (chosen > 1) Rebalance(run, 0);
     Remember(shape, chosen, chosen > 1 ? run.cut : std::vector<int64_t>{});
   }
   g_last_threads.store(chosen, std::memory_order_relaxed);

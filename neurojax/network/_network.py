@@ -24,6 +24,7 @@ from .._validation import (
     normalize_shape,
     zeros,
 )
+from ..kernels._ranges import out_of_range
 from ..neurons import NeuronModel, check_state_fields
 from ..synapses import GapJunction
 from . import _checks, _cpu_run, _network_run, _phases
@@ -695,9 +696,16 @@ class Network(eqx.Module):
                             "such a spike would arrive at another step"
                         )
                 else:
+                    # over every synapse when per synapse: the compiled kernel's threads
+                    # share the pass on the CPU
+                    d = jnp.asarray(d)
+                    if jnp.issubdtype(d.dtype, jnp.integer):
+                        outside = out_of_range(d, 0, ring)
+                    else:
+                        outside = jnp.any((d < 0) | (d >= ring))
                     flags.append(
                         (
-                            jnp.any((d < 0) | (d >= ring)),
+                            outside,
                             f"{where}: delay_steps holds a delay outside [0, {ring - 1}] steps",
                         )
                     )

@@ -12,6 +12,7 @@ from jaxtyping import Array, Float, Int
 
 from ..._validation import as_float, fmt_list, is_concrete
 from ...connectivity._checks import check_finite_weights, csr_problem
+from ...kernels._ranges import out_of_range
 from .._propagation import EventArrays, EventSpec, deliver
 from ._base import Delivery, Layout, check_csr
 
@@ -258,7 +259,8 @@ class EventLayout(Layout):
         arrays = (self.indptr, self.indices, self.weights, self.col_ptr, self.col_syn, self.col_pre)
         if not all(x is None or is_concrete(x) for x in arrays):
             nnz = self.indices.shape[-1]
-            bad_idx = jnp.any((self.indices < 0) | (self.indices >= self.n_post))
+            # over every synapse: the compiled kernel's threads share the pass on the CPU
+            bad_idx = out_of_range(self.indices, 0, self.n_post)
             bad_ptr = jnp.any((self.indptr < 0) | (self.indptr > nnz))
             if self.indptr.ndim == 1 and self.indptr.shape[0] > 1:
                 bad_ptr = bad_ptr | jnp.any(self.indptr[1:] < self.indptr[:-1])
