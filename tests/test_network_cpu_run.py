@@ -222,3 +222,67 @@ def test_what_it_does_not_take_is_said():
     # a network it does not take still runs, on the per-step path, with the same numbers
     whole, per_step = _both(alpha, alpha.init_state(jr.key(1)), 50)
     _assert_same(whole, per_step)
+
+
+def _coba_stdp(key, mode, pairing):
+    from benchmarks.stdp_overhead import with_stdp
+
+    net, state = nj.models.coba(key, n_exc=400, n_inh=100, p=0.08, method="event")
+    rule = nj.STDP(
+        a_plus=0.01,
+        a_minus=0.0105,
+        tau_plus=20.0,
+        tau_minus=20.0,
+        w_min=0.0,
+        w_max=1.2,
+        mode=mode,
+        pairing=pairing,
+    )
+    return with_stdp(net, state, rule)
+
+
+@pytest.mark.parametrize(
+    "mode,pairing",
+    [
+        ("additive", "all_to_all"),
+        ("additive", "nearest"),
+        ("multiplicative", "all_to_all"),
+        ("multiplicative", "nearest"),
+    ],
+)
+def test_coba_with_pair_stdp_equals_the_per_step_path(mode, pairing):
+    # Pair STDP on E -> E in the whole run: weights, traces, spikes and the rest of the state
+    # equal the per-step path's (which runs nj_stdp_update), and the rule did change weights.
+    net, state = _coba_stdp(jr.key(2), mode, pairing)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    whole, per_step = _both(net, state, 1000)
+    _assert_same(whole, per_step)
+    w0 = np.asarray(state.plastic[0].weights)
+    w1 = np.asarray(whole[0].plastic[0].weights)
+    assert (w0 != w1).sum() > 1000
+    assert np.all((w1 >= 0.0) & (w1 <= 1.2))
+    assert float(np.asarray(whole[0].plastic[0].pre_traces[0]).max()) > 0.0
+
+
+def test_plastic_rules_it_does_not_run_are_said():
+    from benchmarks.stdp_overhead import with_stdp
+
+    net, state = nj.models.coba(jr.key(3), n_exc=80, n_inh=20, p=0.1, method="event")
+    triplet, st = with_stdp(net, state, nj.TripletSTDP())
+    why = _cpu_run.explain(triplet, st, dt=DT)
+    assert why.startswith("per-step") and "not pair STDP" in why
+    whole, per_step = _both(triplet, st, 100)
+    _assert_same(whole, per_step)
+
+
+def test_corrupted_plastic_columns_are_refused_before_the_run():
+    net, state = _coba_stdp(jr.key(4), "additive", "all_to_all")
+    lay = net.projections[0].layout
+    bad_syn = jnp.asarray(lay.col_syn).at[5].set(lay.col_syn[6])  # a synapse of another column
+    forged = eqx.tree_at(lambda n: n.projections[0].layout.col_syn, net, bad_syn)
+
+    def run(net, state):
+        return nj.simulate(net, state, dt=DT, n_steps=50)
+
+    with pytest.raises(Exception, match="corrupted columns"):
+        jax.block_until_ready(jax.jit(run)(forged, state))

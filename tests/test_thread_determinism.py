@@ -405,3 +405,19 @@ def test_out_of_range_across_threads(share_everything, dtype):
                 assert bool(check(y)), f"{k} threads: {v} at {at} not found"
         if k > 1:
             assert share_everything.NjSharedJobs() > before, "the pool was not used"
+
+
+@pytest.mark.parametrize("mode", ["additive", "multiplicative"])
+def test_whole_network_run_coba_pair_stdp(share_everything, mode):
+    """COBA with pair STDP on E -> E in the whole run: the presynaptic trace advanced by the
+    owners of the presynaptic neurons, each synapse depressed and potentiated by the owner of
+    its target; weights, traces and spikes the same with 1-4 threads."""
+    from benchmarks.stdp_overhead import with_stdp
+    from neurojax.network import _cpu_run
+
+    net, state = nj.models.coba(jr.key(5), n_exc=400, n_inh=100, p=0.08, method="event")
+    rule = nj.STDP(a_plus=0.01, a_minus=0.0105, w_max=1.2, mode=mode)
+    net, state = with_stdp(net, state, rule)
+    assert _cpu_run.explain(net, state, dt=DT).startswith("network_run")
+    out = _across_threads(share_everything, net, state, 1200)
+    assert out[-2].sum() > 100  # E's raster: an active network

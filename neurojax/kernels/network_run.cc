@@ -22,7 +22,14 @@
 //      (k + 1 + delay) mod D; a source's counts reach an input projection's targets as
 //      count[pre[j]] * w[j], projection by projection. These are the orders of
 //      csr_deliver.cc and of the pure-JAX delivery.
-// (Phase 3, plasticity, has nothing to do: the networks served have none.)
+//   3. plasticity (pair STDP, `nj.STDP` in both modes and pairings, on event projections
+//      without a delay history): the operations of nj_stdp_update (csr_deliver.cc) in its
+//      order per synapse: x <- x * decay_x plus this step's presynaptic spikes (or set to 1,
+//      `nearest`); every synapse of a spiking presynaptic neuron's row is depressed,
+//      w <- clip(w - a_minus * f_-(w) * (y * decay_y) * s); y <- y * decay_y plus this step's
+//      postsynaptic spikes; every synapse of a spiking postsynaptic neuron's column is
+//      potentiated, w <- clip(w + a_plus * f_+(w) * x * s); the delivery then reads the new
+//      weights;
 //
 // Threads. Thread t owns a range of the LIF neurons and every ring column that feeds one of
 // them. A step is: arrivals, neuron update and spike list of its own neurons, then the
@@ -33,7 +40,13 @@
 // step's phase A reads only columns the same thread wrote; spike lists are kept for two
 // steps and counts for three (a thread that waits at the barrier draws the next step's
 // chunks while another may still deliver the last step's), so one barrier per step
-// suffices, and the results do not depend on the number of threads. The neuron ranges are
+// suffices, and the results do not depend on the number of threads. Plasticity: thread t
+// advances the presynaptic trace of its own neurons in phase A, into the buffer of the
+// step's parity (the other parity holds the last step's, which a thread still in phase B
+// may read); in phase B it depresses the synapses of the spiking rows that target its own
+// neurons (its runs of those rows, the ones it delivers), advances its neurons'
+// postsynaptic trace and potentiates the columns of its own spiking neurons, so that every
+// synapse is written by the thread that owns its target, in the serial order. The neuron ranges are
 // first cut by each population's in-degree, then every 512 steps where the threads'
 // measured busy times split evenly, when the wait that saves outweighs the measured cost of
 // moving the sorted rows' split points with the cut; a cut changes only at a barrier, so it
@@ -52,7 +65,11 @@
 //   counts (n_src,) float32: the sources' keys, rate rows, CDF tables and last counts;
 //   then per event projection: indptr, indices, weights, delays; per input projection:
 //   pre, weights.
-// Results: v, r, g, rings, key, counts (the state after the run), then one raster per LIF
+// Per plastic projection (after those): weights (nnz,), x (n_pre,), y (n_post,), col_ptr
+// (n_post + 1,), col_syn (nnz,), col_pre (nnz,) int32, params (6,) = (a_plus, a_minus,
+// w_min, w_max, decay_x, decay_y); its columns are checked against its rows before the run.
+// Results: v, r, g, rings, key, counts (the state after the run), then per plastic
+// projection its weights, x and y, then one raster per LIF
 // population (n_rec, n) in the order of pop_meta and one per source (n_rec, n) in the order
 // of source_meta: the bool raster (pred) with every == 1, else spike counts per window of
 // `every` steps (uint8, uint16 or int32). (One array per population: a slice of one raster
@@ -71,6 +88,7 @@
 
 #include "common.h"
 #include "pool.h"
+#include "spike_events.h"
 #include "threefry.h"
 #include "xla/ffi/api/ffi.h"
 #include "xla_order.h"
@@ -141,6 +159,23 @@ struct EventProj {
   // the cut (Splits), so that a thread finds its run of a row without a search.
   std::vector<std::vector<int32_t>> split;
   std::vector<int64_t> split_at;  // the boundaries' targets the splits were made for
+  int64_t plastic = -1;           // its plastic state (Run::plastics), or -1
+};
+
+// Pair STDP of one event projection (see the header): its weights (which the delivery
+// reads), its presynaptic trace by step parity (xb[k & 1]: after step k's spikes), its
+// postsynaptic trace and columns.
+struct Plastic {
+  int64_t e;
+  float* w;
+  float* xb[2];
+  float* y;
+  const int32_t* col_ptr;
+  const int32_t* col_syn;
+  const int32_t* col_pre;
+  float a_plus, a_minus, lo, hi, decay_x, decay_y;
+  bool multiplicative, nearest;
+  std::vector<float> x_other;  // the storage of one parity (the other is the result)
 };
 
 struct InputProj {
@@ -258,6 +293,7 @@ struct Run {
   std::vector<Syn> syns;
   std::vector<Ring> rings;
   std::vector<EventProj> events;
+  std::vector<Plastic> plastics;
   std::vector<InputProj> inputs;
   // sources
   int64_t n_src = 0;
@@ -454,6 +490,136 @@ void ChunkRanges(Run& run) {
   ResetChunks(run, 1);
 }
 
+// A trace of neurons [0, m) (offsets into it) after this step: tr_new[j] = tr_old[j] * decay
+// plus the spike (1 at the listed spikes, 0 elsewhere: the per-step path adds the 0/1 spike
+// vector, and d + 0 is kept, not folded), or with `nearest` 1 at the spikes and d elsewhere.
+// `spikes` are the step's spikes of this range, ascending, as offsets. tr_new may be tr_old.
+void AdvanceTrace(float* tr_new, const float* tr_old, int64_t m, float decay, bool nearest,
+                  const int32_t* spikes, int64_t n_spikes) {
+  int64_t j = 0;
+  for (int64_t q = 0; q <= n_spikes; ++q) {
+    const int64_t stop = q < n_spikes ? spikes[q] : m;
+    if (nearest) {
+      for (; j < stop; ++j) tr_new[j] = tr_old[j] * decay;
+    } else {
+      for (; j < stop; ++j) tr_new[j] = tr_old[j] * decay + 0.0f;
+    }
+    if (q < n_spikes) {
+      const float d = tr_old[j] * decay;
+      tr_new[j] = nearest ? 1.0f : d + 1.0f;
+      ++j;
+    }
+  }
+}
+
+// The offsets (i - off) of the spikes i in [lo, hi) of an ascending list.
+void SpikesIn(const std::vector<int32_t>& ids, int64_t lo, int64_t hi, int64_t off,
+              std::vector<int32_t>& out) {
+  out.clear();
+  auto it = std::lower_bound(ids.begin(), ids.end(), static_cast<int32_t>(lo));
+  for (; it != ids.end() && *it < hi; ++it) out.push_back(static_cast<int32_t>(*it - off));
+}
+
+// The run [kb, ke) of row r of p that thread t delivers (all of it, unsorted rows or one
+// thread); false for a row outside its arrays.
+inline bool RunOf(const EventProj& p, int64_t r, int t, int64_t& kb, int64_t& ke) {
+  const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
+  if (begin < 0 || end < begin || end > p.nnz) return false;
+  kb = begin;
+  ke = end;
+  if (!p.split.empty()) {
+    if (t > 0) kb = std::clamp<int64_t>(p.split[t - 1][r], begin, end);
+    if (t < static_cast<int>(p.split.size())) ke = std::clamp<int64_t>(p.split[t][r], kb, end);
+  }
+  return true;
+}
+
+// Phase A's part of plasticity: the presynaptic trace of thread t's own neurons for step k.
+void AdvancePre(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t>& scratch) {
+  const EventProj& p = run.events[pl.e];
+  const int64_t a = std::max(run.cut[t], p.pre_off);
+  const int64_t b = std::min(run.cut[t + 1], p.pre_off + p.n_pre);
+  if (a >= b) return;
+  const int par = static_cast<int>(k & 1);
+  SpikesIn(run.spikes[par][t].ids, a, b, a, scratch);
+  const int64_t o = a - p.pre_off;
+  AdvanceTrace(pl.xb[par] + o, pl.xb[par ^ 1] + o, b - a, pl.decay_x, pl.nearest,
+               scratch.data(), static_cast<int64_t>(scratch.size()));
+}
+
+// Phase B's part: depression of thread t's runs of the spiking rows, its neurons'
+// postsynaptic trace, potentiation of its spiking neurons' columns (nj_stdp_update's
+// operations; the rows and columns were checked before the run).
+template <bool kMultiplicative>
+void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t>& scratch) {
+  const EventProj& p = run.events[pl.e];
+  const int par = static_cast<int>(k & 1);
+  const int64_t lo = std::clamp<int64_t>(run.cut[t] - p.post_off, 0, p.n_post);
+  const int64_t hi = std::clamp<int64_t>(run.cut[t + 1] - p.post_off, 0, p.n_post);
+  if (lo >= hi) return;
+  float* __restrict w = pl.w;
+  float* __restrict y = pl.y;
+  const float a_minus = pl.a_minus, a_plus = pl.a_plus, wlo = pl.lo, whi = pl.hi;
+  const float decay_y = pl.decay_y, s = 1.0f;
+  for (int u = 0; u < run.n_threads; ++u) {
+    for (const int32_t i : run.spikes[par][u].ids) {
+      const int64_t r = i - p.pre_off;
+      if (r < 0 || r >= p.n_pre) continue;
+      int64_t kb, ke;
+      if (!RunOf(p, r, t, kb, ke)) continue;
+      for (int64_t q = kb; q < ke; ++q) {
+        const int64_t j = p.post[q];
+        if (j < lo || j >= hi) continue;  // another thread's (unsorted rows)
+        const float v = w[q];
+        const float f = kMultiplicative ? v - wlo : 1.0f;
+        const float yd = y[j] * decay_y;
+        w[q] = nj_events::Clip<float>(v - a_minus * f * yd * s, wlo, whi);
+      }
+    }
+  }
+  SpikesIn(run.spikes[par][t].ids, p.post_off + lo, p.post_off + hi, p.post_off + lo, scratch);
+  AdvanceTrace(y + lo, y + lo, hi - lo, decay_y, pl.nearest, scratch.data(),
+               static_cast<int64_t>(scratch.size()));
+  const float* __restrict x = pl.xb[par];
+  for (const int32_t jo : scratch) {
+    const int64_t j = lo + jo;
+    const int32_t end = pl.col_ptr[j + 1];
+    for (int32_t m = pl.col_ptr[j]; m < end; ++m) {
+      if (m + 8 < end) __builtin_prefetch(w + pl.col_syn[m + 8], 1);
+      const int32_t q = pl.col_syn[m];
+      const float v = w[q];
+      const float f = kMultiplicative ? whi - v : 1.0f;
+      w[q] = nj_events::Clip<float>(v + a_plus * f * x[pl.col_pre[m]] * s, wlo, whi);
+    }
+  }
+}
+
+// Why the plastic projection's arrays cannot be run (nullptr: they can): a row pointer or
+// target outside its arrays, a sorted row out of order, a column that is not the transpose
+// of the rows.
+const char* PlasticProblem(const EventProj& p, const Plastic& pl) {
+  if (p.indptr[0] != 0 || p.indptr[p.n_pre] != p.nnz) return "row pointers";
+  for (int64_t r = 0; r < p.n_pre; ++r) {
+    if (p.indptr[r + 1] < p.indptr[r]) return "row pointers";
+    for (int64_t q = p.indptr[r]; q < p.indptr[r + 1]; ++q) {
+      if (p.post[q] < 0 || p.post[q] >= p.n_post) return "targets";
+      if (p.sorted && q > p.indptr[r] && p.post[q] < p.post[q - 1]) return "row order";
+    }
+  }
+  if (pl.col_ptr[0] != 0 || pl.col_ptr[p.n_post] != p.nnz) return "column pointers";
+  for (int64_t j = 0; j < p.n_post; ++j) {
+    if (pl.col_ptr[j + 1] < pl.col_ptr[j]) return "column pointers";
+    for (int64_t m = pl.col_ptr[j]; m < pl.col_ptr[j + 1]; ++m) {
+      const int64_t q = pl.col_syn[m], r = pl.col_pre[m];
+      if (q < 0 || q >= p.nnz || r < 0 || r >= p.n_pre || p.post[q] != j ||
+          q < p.indptr[r] || q >= p.indptr[r + 1]) {
+        return "columns (col_syn, col_pre)";
+      }
+    }
+  }
+  return nullptr;
+}
+
 // Phase A of step k for thread t: arrivals, the neurons' update, the sources' counts.
 void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint32_t* sub) {
   const int64_t a = run.cut[t], b = run.cut[t + 1];
@@ -505,6 +671,11 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
       }
       run.rasters[pi].AddBlock(rec_row, i0 - pop.off, flags, m, first);
     }
+  }
+  // plasticity: the presynaptic traces of its own neurons
+  if (!run.plastics.empty()) {
+    thread_local std::vector<int32_t> scratch;
+    for (const Plastic& pl : run.plastics) AdvancePre(run, pl, t, k, scratch);
   }
   // sources: this step's chunks that no thread has claimed yet
   while (DrawNext(run, t, k, rec_row, first, sub)) {
@@ -580,6 +751,17 @@ void PhaseB(Run& run, int t, int64_t k) {
       const int64_t lo = std::max<int64_t>(a - z.post_off, 0);
       const int64_t hi = std::min<int64_t>(b - z.post_off, z.n_post);
       if (lo < hi) std::memset(slot + z.col0 + lo, 0, sizeof(float) * (hi - lo));
+    }
+  }
+  // plasticity of the synapses onto its own neurons, before they deliver
+  if (!run.plastics.empty()) {
+    thread_local std::vector<int32_t> scratch;
+    for (const Plastic& pl : run.plastics) {
+      if (pl.multiplicative) {
+        PlasticB<true>(run, pl, t, k, scratch);
+      } else {
+        PlasticB<false>(run, pl, t, k, scratch);
+      }
     }
   }
   for (const Ring& ring : run.rings) {
@@ -890,7 +1072,9 @@ ffi::Error NetworkRunImpl(
                                           // n_post, post_off, delay_steps, per_synapse, sorted
     ffi::Span<const int64_t> input_meta,  // per input projection: source, ring, col0, n_post,
                                           // post_off, delay_steps
-    ffi::Span<const int64_t> source_meta  // per source: off, n, table_off, n_terms
+    ffi::Span<const int64_t> source_meta,  // per source: off, n, table_off, n_terms
+    ffi::Span<const int64_t> plastic_meta  // per plastic projection: event projection,
+                                           // multiplicative, nearest
 ) {
   const auto F32 = ffi::DataType::F32;
   for (const ffi::AnyBuffer* x : {&v_in, &r_in, &params, &dts, &g_in, &decay, &e_rev,
@@ -1025,7 +1209,9 @@ ffi::Error NetworkRunImpl(
   }
   // projections
   const int64_t n_event = event_meta.size() / 9, n_input = input_meta.size() / 6;
-  if (static_cast<int64_t>(rest.size()) != 4 * n_event + 2 * n_input) {
+  const int64_t n_plastic = plastic_meta.size() / 3;
+  if (plastic_meta.size() % 3 != 0 ||
+      static_cast<int64_t>(rest.size()) != 4 * n_event + 2 * n_input + 7 * n_plastic) {
     return ffi::Error::InvalidArgument("nj_network_run: projection arrays do not match");
   }
   for (int64_t e = 0; e < n_event; ++e) {
@@ -1146,11 +1332,12 @@ ffi::Error NetworkRunImpl(
   run.step0 = *static_cast<const int32_t*>(step.untyped_data());
   run.n_steps = n_steps;
   run.every = every;
-  if (raster_outs.size() != run.pops.size() + run.sources.size()) {
+  const size_t first_raster = 3 * static_cast<size_t>(n_plastic);
+  if (raster_outs.size() != first_raster + run.pops.size() + run.sources.size()) {
     return ffi::Error::InvalidArgument("nj_network_run: one raster per population and source");
   }
-  for (size_t q = 0; q < raster_outs.size(); ++q) {
-    auto out = raster_outs.get<ffi::AnyBuffer>(q);
+  for (size_t q = 0; q + first_raster < raster_outs.size(); ++q) {
+    auto out = raster_outs.get<ffi::AnyBuffer>(first_raster + q);
     if (!out.has_value()) return ffi::Error::InvalidArgument("nj_network_run: raster outputs");
     const ffi::DataType type = (*out)->element_type();
     const bool is_pop = q < run.pops.size();
@@ -1163,6 +1350,72 @@ ffi::Error NetworkRunImpl(
       return ffi::Error::InvalidArgument("nj_network_run: raster sizes");
     }
     (is_pop ? run.rasters : run.src_rasters).push_back(Raster{(*out)->untyped_data(), type, width});
+  }
+
+  // plastic projections: the results start as copies of the state, the columns are checked
+  // against the rows (nothing has run yet)
+  const int64_t last_parity = (run.step0 + n_steps - 1) & 1;
+  run.plastics.reserve(n_plastic);
+  for (int64_t q = 0; q < n_plastic; ++q) {
+    const int64_t e = plastic_meta[3 * q];
+    if (e < 0 || e >= n_event || run.events[e].plastic >= 0) {
+      return ffi::Error::InvalidArgument("nj_network_run: a plastic projection is out of range");
+    }
+    EventProj& p = run.events[e];
+    const size_t base = 4 * n_event + 2 * n_input + 7 * q;
+    ffi::AnyBuffer in[7] = {
+        *rest.get<ffi::AnyBuffer>(base), *rest.get<ffi::AnyBuffer>(base + 1),
+        *rest.get<ffi::AnyBuffer>(base + 2), *rest.get<ffi::AnyBuffer>(base + 3),
+        *rest.get<ffi::AnyBuffer>(base + 4), *rest.get<ffi::AnyBuffer>(base + 5),
+        *rest.get<ffi::AnyBuffer>(base + 6)};
+    const int64_t want[7] = {p.nnz, p.n_pre, p.n_post, p.n_post + 1, p.nnz, p.nnz, 6};
+    for (int a = 0; a < 7; ++a) {
+      const bool index = a >= 3 && a <= 5;
+      if (in[a].element_type() != (index ? ffi::DataType::S32 : F32) ||
+          static_cast<int64_t>(in[a].element_count()) != want[a]) {
+        return ffi::Error::InvalidArgument("nj_network_run: plastic projection " +
+                                           std::to_string(q) + " does not match its sizes");
+      }
+    }
+    float* out[3];
+    for (int a = 0; a < 3; ++a) {
+      auto o = raster_outs.get<ffi::AnyBuffer>(3 * q + a);
+      if (!o.has_value() || (*o)->element_type() != F32 ||
+          (*o)->element_count() != in[a].element_count()) {
+        return ffi::Error::InvalidArgument("nj_network_run: plastic results");
+      }
+      out[a] = static_cast<float*>((*o)->untyped_data());
+    }
+    Plastic pl;
+    pl.e = e;
+    pl.w = out[0];
+    pl.y = out[2];
+    pl.col_ptr = static_cast<const int32_t*>(in[3].untyped_data());
+    pl.col_syn = static_cast<const int32_t*>(in[4].untyped_data());
+    pl.col_pre = static_cast<const int32_t*>(in[5].untyped_data());
+    const float* par = static_cast<const float*>(in[6].untyped_data());
+    pl.a_plus = par[0];
+    pl.a_minus = par[1];
+    pl.lo = par[2];
+    pl.hi = par[3];
+    pl.decay_x = par[4];
+    pl.decay_y = par[5];
+    pl.multiplicative = plastic_meta[3 * q + 1] != 0;
+    pl.nearest = plastic_meta[3 * q + 2] != 0;
+    if (const char* why = PlasticProblem(p, pl)) {
+      return ffi::Error::InvalidArgument(std::string("nj_network_run: plastic projection ") +
+                                         std::to_string(q) + ": corrupted " + why);
+    }
+    // x after step k lives in xb[k & 1]; the last step's in the result
+    pl.x_other.assign(p.n_pre, 0.0f);
+    pl.xb[last_parity] = out[1];
+    pl.xb[last_parity ^ 1] = pl.x_other.data();
+    std::memcpy(pl.xb[(run.step0 + 1) & 1], in[1].untyped_data(), in[1].size_bytes());
+    std::memcpy(pl.w, in[0].untyped_data(), in[0].size_bytes());
+    std::memcpy(pl.y, in[2].untyped_data(), in[2].size_bytes());
+    p.w = pl.w;
+    p.plastic = q;
+    run.plastics.push_back(std::move(pl));
   }
 
   // neuron cut: each population's expected work per neuron (its update and its synapses)
@@ -1315,7 +1568,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
                                   .Ret<ffi::AnyBuffer>()  // rings
                                   .Ret<ffi::AnyBuffer>()  // keys
                                   .Ret<ffi::AnyBuffer>()  // counts
-                                  .RemainingRets()        // rasters
+                                  .RemainingRets()        // plastic states, rasters
                                   .Attr<int64_t>("n_steps")
                                   .Attr<int64_t>("every")
                                   .Attr<int64_t>("euler")
@@ -1325,7 +1578,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
                                   .Attr<ffi::Span<const int64_t>>("ring_meta")
                                   .Attr<ffi::Span<const int64_t>>("event_meta")
                                   .Attr<ffi::Span<const int64_t>>("input_meta")
-                                  .Attr<ffi::Span<const int64_t>>("source_meta"));
+                                  .Attr<ffi::Span<const int64_t>>("source_meta")
+                                  .Attr<ffi::Span<const int64_t>>("plastic_meta"));
 
 // The number of threads the last nj_network_run call ran its steps on (after its probe).
 extern "C" int NjNetworkRunThreads() { return g_last_threads.load(); }

@@ -118,8 +118,12 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
         return f"the LIF groups integrate by different methods ({sorted(methods)})"
     for i, pr in enumerate(net.projections):
         where = f"projection {i} ({pr.pre} -> {pr.post})"
-        if pr.plasticity is not None or pr.short_term is not None or pr.learnable_delays:
-            return f"{where} is plastic or has learnable delays"
+        if pr.short_term is not None or pr.learnable_delays:
+            return f"{where} has short-term plasticity or learnable delays"
+        if pr.plasticity is not None:
+            why = _plastic_reason(pr, state.plastic[i])
+            if why is not None:
+                return f"{where}: {why}"
         if type(pr.synapse) is not Exponential or type(pr.output) not in (
             CurrentOutput,
             ConductanceOutput,
@@ -145,6 +149,33 @@ def _network_reason(net, state, inputs, dt, every, options) -> str | None:
     for buf in state.buffers:
         if not _is_f32(buf) or buf.ndim != 2:
             return "a ring buffer is batched or not float32"
+    return None
+
+
+def _plastic_reason(pr, ps) -> str | None:
+    """Why the plastic projection `pr` (state `ps`) is not one the kernel updates, or None:
+    pair STDP (`pair_kernel()`, `nj.STDP` in both modes and pairings) through the event
+    layout, float32, one trial, without a delay history."""
+    rule = pr.plasticity
+    if rule.pair_kernel() is None:
+        return f"the rule {type(rule).__name__} is not pair STDP (the kernel runs nj.STDP)"
+    if getattr(pr.layout, "name", None) != "event" or pr.layout.col_ptr is None:
+        return "plastic through a layout without columns"
+    if getattr(ps, "history", None) is not None:
+        return "its presynaptic spikes reach the rule through a delay history"
+    pair = rule.pair_kernel()
+    for x in (pair.a_plus, pair.a_minus, pair.w_min, pair.w_max):
+        if not _is_f32(jnp.asarray(x)) or jnp.ndim(x) != 0:
+            return "its rule's parameters are not float32 scalars"
+    w, pre, post = ps.weights, ps.pre_traces, ps.post_traces
+    if not (_is_f32(w) and w.shape == pr.layout.indices.shape):
+        return "its plastic weights are not float32, one per synapse (one trial per call)"
+    if len(pre) != 1 or len(post) != 1:
+        return "its rule keeps other traces than one per side"
+    if not (_is_f32(pre[0]) and pre[0].shape == (pr.layout.n_pre,)):
+        return "its presynaptic trace is not float32, one per neuron (one trial per call)"
+    if not (_is_f32(post[0]) and post[0].shape == (pr.layout.n_post,)):
+        return "its postsynaptic trace is not float32, one per neuron (one trial per call)"
     return None
 
 
@@ -241,11 +272,33 @@ def _args(net, state, dt: float):
     tables = jnp.concatenate(tables) if tables else jnp.zeros((0,), jnp.float32)
     counts = jnp.concatenate(counts) if counts else jnp.zeros((0,), jnp.float32)
     # projections
-    event_meta, input_meta, extra = [], [], []
+    event_meta, input_meta, extra, plastic_meta, plastic_extra = [], [], [], [], []
     for i, pr in enumerate(net.projections):
         ring, col0 = plan.ring_of[i]
         lay = pr.layout
         n_post = net.sizes[pr.post]
+        if lay.name == "event" and pr.plasticity is not None:
+            # pair STDP: its state, columns and parameters (the decays as the per-step path
+            # computes them, `plastic_step`)
+            ps = state.plastic[i]
+            pair = pr.plasticity.pair_kernel()
+            (decay_x,), (decay_y,) = pr.plasticity.trace_decays(dt)
+            rule_params = jnp.stack(
+                [
+                    jnp.asarray(x).astype(jnp.float32)
+                    for x in (pair.a_plus, pair.a_minus, pair.w_min, pair.w_max, decay_x, decay_y)
+                ]
+            )
+            plastic_meta += [len(event_meta) // 9, int(pair.multiplicative), int(pair.nearest)]
+            plastic_extra += [
+                ps.weights,
+                ps.pre_traces[0],
+                ps.post_traces[0],
+                lay.col_ptr.astype(jnp.int32),
+                lay.col_syn.astype(jnp.int32),
+                lay.col_pre.astype(jnp.int32),
+                rule_params,
+            ]
         if lay.name == "event":
             per = net.delay_steps[i] is not None
             d = net.delay_steps[i] if per else jnp.zeros((1,), jnp.int32)
@@ -276,6 +329,7 @@ def _args(net, state, dt: float):
                 int(plan.delay_steps[i] or 0),
             ]
             extra += [lay.pre.astype(jnp.int32), lay.weight.astype(jnp.float32)]
+    extra += plastic_extra
     meta = dict(
         euler=np.int64(euler),
         pop_meta=np.asarray(pop_meta, np.int64),
@@ -285,6 +339,7 @@ def _args(net, state, dt: float):
         event_meta=np.asarray(event_meta, np.int64),
         input_meta=np.asarray(input_meta, np.int64),
         source_meta=np.asarray(source_meta, np.int64),
+        plastic_meta=np.asarray(plastic_meta, np.int64),
     )
     arrays = (
         v,
@@ -309,6 +364,7 @@ def _args(net, state, dt: float):
         n_src=n_src,
         syn_index=syn_index,
         sources=sources,
+        plastic=[i for i, pr in enumerate(net.projections) if pr.plasticity is not None],
     )
     return arrays, meta, layout
 
@@ -331,14 +387,32 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         jax.ShapeDtypeStruct(rings.shape, rings.dtype),
         jax.ShapeDtypeStruct(keys.shape, keys.dtype),
         jax.ShapeDtypeStruct(counts.shape, counts.dtype),
+        # per plastic projection its weights and traces
+        *(
+            jax.ShapeDtypeStruct(x.shape, jnp.float32)
+            for i in lay["plastic"]
+            for x in (
+                state.plastic[i].weights,
+                state.plastic[i].pre_traces[0],
+                state.plastic[i].post_traces[0],
+            )
+        ),
         # one raster per LIF population (in the kernel's order), then one per source
         *(jax.ShapeDtypeStruct((n_rec, net.sizes[n]), spike_t) for n in lay["lif_off"]),
         *(jax.ShapeDtypeStruct((n_rec, net.sizes[n]), src_t) for n, _ in lay["sources"]),
     )
     call = jax.ffi.ffi_call(TARGET, shapes, input_output_aliases={7: 3}, vmap_method="sequential")
-    v, r, g, rings, keys, counts, *rasters = call(
+    v, r, g, rings, keys, counts, *rest = call(
         *arrays, n_steps=np.int64(n_steps), every=np.int64(every), **meta
     )
+    n_plastic = len(lay["plastic"])
+    plastic_out, rasters = rest[: 3 * n_plastic], rest[3 * n_plastic :]
+    plastic = list(state.plastic)
+    for q, i in enumerate(lay["plastic"]):
+        w, x, y = plastic_out[3 * q : 3 * q + 3]
+        plastic[i] = eqx.tree_at(
+            lambda s: (s.weights, s.pre_traces, s.post_traces), plastic[i], (w, (x,), (y,))
+        )
     # the new state
     pops = dict(state.populations)
     for n, off in lay["lif_off"].items():
@@ -377,7 +451,7 @@ def _kernel(net, state, dt: float, n_rec: int, every: int):
         tuple(synapses),
         tuple(buffers),
         state.step + n_steps,
-        state.plastic,
+        tuple(plastic),
         peak,
         state.short_term,
     )
