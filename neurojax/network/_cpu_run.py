@@ -4,16 +4,18 @@ threads (`neurojax/kernels/network_run.cc`, FFI target `nj_network_run`).
 On the CPU, `Network.fused_run` hands a chunk here when the network is one the kernel runs
 with the per-step path's numbers, bit for bit: populations of `nj.LIF` (its own `step`,
 float32), spike sources that draw their counts as `nj.models.PoissonCounts` does (the
-source says so with a `cpu_run_counts` method), projections without plasticity, short-term
-plasticity or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput`
-or `nj.ConductanceOutput`, through the event layout (from neurons) or the input layout
-(from a source), with one or per-synapse delays; the network's constant inputs (a scalar
-or one value per neuron; not a function of time), no input through `simulate`, no gap
+source says so with a `cpu_run_counts` method), projections without short-term plasticity
+or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput` or
+`nj.ConductanceOutput`, through the event layout (from neurons) or the input layout (from a
+source), with one or per-synapse delays, static or with pair STDP (`nj.STDP`, both modes and
+pairings, the rule reading this step's presynaptic spikes: no delay history); the network's
+constant inputs (a scalar or one value per neuron; not a function of time), no input
+through `simulate`, no gap
 junctions, no bounded spike buffer; spikes recorded as the bool raster or window counts
 and nothing else; one trial per call (a `vmap` runs one call per trial). The
 Potjans-Diesmann microcircuit with its Poisson background (`nj.models.microcircuit`) and
 COBA (`nj.models.coba` with `method="event"`, or its default on networks large enough
-that "auto" picks the event layout) are such networks.
+that "auto" picks the event layout), also with pair STDP on E -> E, are such networks.
 
 Why: a step of the per-step path is some eighty XLA operations (the group's update written
 output by output, the kinetics, the recording, the kernels' calls), most of them on one
