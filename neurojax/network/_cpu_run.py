@@ -10,9 +10,8 @@ or learnable delays whose kinetics are `nj.Exponential` with `nj.CurrentOutput` 
 source), with one or per-synapse delays, static or with pair STDP (`nj.STDP`, both modes and
 pairings, the rule reading this step's presynaptic spikes: no delay history); the network's
 constant inputs (a scalar or one value per neuron; not a function of time), no input
-through `simulate`, no gap
-junctions, no bounded spike buffer; spikes recorded as the bool raster or window counts
-and nothing else; one trial per call (a `vmap` runs one call per trial). The
+through `simulate`, no gap junctions, no bounded spike buffer; spikes recorded as the bool
+raster or window counts and nothing else; one trial per call (a `vmap` runs one call per trial). The
 Potjans-Diesmann microcircuit with its Poisson background (`nj.models.microcircuit`) and
 COBA (`nj.models.coba` with `method="event"`, or its default on networks large enough
 that "auto" picks the event layout), also with pair STDP on E -> E, are such networks.
