@@ -98,13 +98,24 @@ def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
     """Shapes of the outputs of every compiled-kernel (FFI) call in `fn`'s jaxpr.
 
     Under `vmap` a kernel batched into one call shows the vmapped axis in its output shape;
-    a kernel run one call per trial shows the unbatched shape inside a loop.
+    a kernel run one call per trial shows the unbatched shape inside a loop. The run-start
+    check of a traced network's indices (`nj_out_of_range`, one boolean per array checked)
+    is not a kernel of the trials and is left out.
     """
     import re
 
     shapes = []
-    for line in str(jax.make_jaxpr(fn)(*args)).splitlines():
+    lines = str(jax.make_jaxpr(fn)(*args)).splitlines()
+    for at, line in enumerate(lines):
         if "= ffi_call[" in line:
+            # the call's parameters follow on their own lines, its target among them
+            params = []
+            for nxt in lines[at + 1 :]:
+                if "target_name=" in nxt:
+                    params.append(nxt)
+                    break
+            if any("nj_out_of_range" in p for p in params):
+                continue
             lhs = line.split("= ffi_call[")[0]
             shapes += [
                 tuple(int(d) for d in dims.split(",") if d)
