@@ -5,8 +5,8 @@ delays when the network reaches `nj.simulate` as traced arrays (passed into the 
 
 On the CPU it is the compiled kernel `nj_out_of_range` (`ranges.cc`), which splits the array
 over the kernels' threads; XLA's own reduction runs on one thread, and at the scale-0.1
-microcircuit (30 million synapses) the check of a traced network cost 15 ms of every call,
-serial, beside a network run spread over the threads. Elsewhere (and under
+microcircuit (30 million synapses) the check of a traced network cost 15-30 ms of every
+call, serial, beside a network run spread over the threads. Elsewhere (and under
 `nj.kernels.use("reference")`) it is the same test in `jax.numpy`.
 """
 
@@ -23,14 +23,9 @@ __all__ = ["out_of_range", "OUT_OF_RANGE"]
 _DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 
 
-def _clamped(dtype: Any, lo: int, hi: int) -> tuple[bool, bool, int, int]:
-    """Which of the two bounds can be crossed by a value of `dtype`, and the bounds."""
-    info = jnp.iinfo(dtype)
-    return lo > int(info.min), hi <= int(info.max), lo, hi
-
-
 def _reference(x: jax.Array, *, lo: int, hi: int) -> jax.Array:
-    below, above, lo, hi = _clamped(x.dtype, lo, hi)
+    info = jnp.iinfo(x.dtype)
+    below, above = lo > int(info.min), hi <= int(info.max)  # can a value cross each bound?
     if x.size == 0:
         return jnp.zeros((), bool)
     if lo >= hi:

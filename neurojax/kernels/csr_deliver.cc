@@ -39,6 +39,7 @@ namespace ffi = xla::ffi;
 using nj_events::AnyBits;
 using nj_events::Clip;
 using nj_events::ColumnOk;
+using nj_events::DepressRow;
 using nj_events::kLanes;
 using nj_events::RowOk;
 
@@ -620,18 +621,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjCsrDeliver, nj_ffi::Ordered<CsrDeliverImpl>,
 namespace {
 
 
-// Depression of the synapses [begin, end) of one arriving row. A function of its own, with
-// restrict pointers and the bound rule as a template parameter, so that the compiler
-// vectorises it (gathering the postsynaptic traces); the operations per synapse are those of
-// the pure-JAX update, in its order.
-template <typename F, bool kMultiplicative>
-void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restrict post,
-                int32_t begin, int32_t end, F a_minus, F decay_y, F s, F lo, F hi) {
-  for (int32_t k = begin; k < end; ++k) {
-    const F v = w[k];
-    const F f = kMultiplicative ? v - lo : F(1);
-    const F yd = y[post[k]] * decay_y;
-    w[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
+// The potentiation of one column (nj_events::PotentiateColumn) with the bound rule chosen at
+// run time.
+template <typename F>
+inline void Potentiate(bool multiplicative, F* w, const F* x, const int32_t* col_syn,
+                       const int32_t* col_pre, int64_t begin, int64_t end, F a_plus, F s, F lo,
+                       F hi) {
+  if (multiplicative) {
+    nj_events::PotentiateColumn<F, true>(w, x, col_syn, col_pre, begin, end, a_plus, s, lo, hi);
+  } else {
+    nj_events::PotentiateColumn<F, false>(w, x, col_syn, col_pre, begin, end, a_plus, s, lo, hi);
   }
 }
 
@@ -716,15 +715,8 @@ int64_t SharedStdp(int n, F* wb, F* xb, F* yb, const F* pb, const F* ab, const i
     nj_pool::Split(n_fired, t, n, q0, q1);
     for (int64_t q = q0; q < q1; ++q) {
       const int32_t j = fired[q];
-      const F s = pb[j];
-      const int32_t end = col_ptr[j + 1];
-      for (int32_t m = col_ptr[j]; m < end; ++m) {
-        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
-        const int32_t k = col_syn[m];
-        const F v = wb[k];
-        const F f = multiplicative ? hi - v : F(1);
-        wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
-      }
+      Potentiate<F>(multiplicative, wb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1],
+                    a_plus, pb[j], lo, hi);
     }
   };
   auto run = [n](auto& phase) {
@@ -839,15 +831,8 @@ int64_t Stdp(F* w, F* x, F* y, const F* s_arr, const F* s_post, const F* params,
     // Potentiation of the spiking columns with the new presynaptic trace.
     for (int64_t q = 0; q < n_fired; ++q) {
       const int32_t j = fired[q];
-      const F s = pb[j];
-      const int32_t end = col_ptr[j + 1];
-      for (int32_t m = col_ptr[j]; m < end; ++m) {
-        if (m + 8 < end) __builtin_prefetch(wb + col_syn[m + 8], 1);
-        const int32_t k = col_syn[m];
-        const F v = wb[k];
-        const F f = multiplicative ? hi - v : F(1);
-        wb[k] = Clip<F>(v + a_plus * f * xb[col_pre[m]] * s, lo, hi);
-      }
+      Potentiate<F>(multiplicative, wb, xb, col_syn, col_pre, col_ptr[j], col_ptr[j + 1],
+                    a_plus, pb[j], lo, hi);
     }
   }
   return 0;

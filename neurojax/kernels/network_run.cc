@@ -46,8 +46,8 @@
 // may read); in phase B it depresses the synapses of the spiking rows that target its own
 // neurons (its runs of those rows, the ones it delivers), advances its neurons'
 // postsynaptic trace and potentiates the columns of its own spiking neurons, so that every
-// synapse is written by the thread that owns its target, in the serial order. The neuron ranges are
-// first cut by each population's in-degree, then every 512 steps where the threads'
+// synapse is written by the thread that owns its target, in the serial order. The neuron
+// ranges are first cut by each population's in-degree, then every 512 steps where the threads'
 // measured busy times split evenly, when the wait that saves outweighs the measured cost of
 // moving the sorted rows' split points with the cut; a cut changes only at a barrier, so it
 // changes no result. The threads are chosen by timing steps on one thread and on all (see
@@ -567,13 +567,16 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
       if (r < 0 || r >= p.n_pre) continue;
       int64_t kb, ke;
       if (!RunOf(p, r, t, kb, ke)) continue;
-      for (int64_t q = kb; q < ke; ++q) {
-        const int64_t j = p.post[q];
-        if (j < lo || j >= hi) continue;  // another thread's (unsorted rows)
-        const float v = w[q];
-        const float f = kMultiplicative ? v - wlo : 1.0f;
-        const float yd = y[j] * decay_y;
-        w[q] = nj_events::Clip<float>(v - a_minus * f * yd * s, wlo, whi);
+      if (p.sorted || run.n_threads == 1) {  // the run targets only this thread's neurons
+        nj_events::DepressRow<float, kMultiplicative>(w, y, p.post, kb, ke, a_minus, decay_y,
+                                                      s, wlo, whi);
+        continue;
+      }
+      for (int64_t q = kb; q < ke; ++q) {  // an unsorted row: this thread's synapses of it
+        if (p.post[q] >= lo && p.post[q] < hi) {
+          nj_events::DepressRow<float, kMultiplicative>(w, y, p.post, q, q + 1, a_minus,
+                                                        decay_y, s, wlo, whi);
+        }
       }
     }
   }
@@ -583,14 +586,9 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
   const float* __restrict x = pl.xb[par];
   for (const int32_t jo : scratch) {
     const int64_t j = lo + jo;
-    const int32_t end = pl.col_ptr[j + 1];
-    for (int32_t m = pl.col_ptr[j]; m < end; ++m) {
-      if (m + 8 < end) __builtin_prefetch(w + pl.col_syn[m + 8], 1);
-      const int32_t q = pl.col_syn[m];
-      const float v = w[q];
-      const float f = kMultiplicative ? whi - v : 1.0f;
-      w[q] = nj_events::Clip<float>(v + a_plus * f * x[pl.col_pre[m]] * s, wlo, whi);
-    }
+    nj_events::PotentiateColumn<float, kMultiplicative>(w, x, pl.col_syn, pl.col_pre,
+                                                        pl.col_ptr[j], pl.col_ptr[j + 1],
+                                                        a_plus, s, wlo, whi);
   }
 }
 
@@ -686,17 +684,12 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
 template <typename D>
 int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int t, int64_t lo,
                  int64_t hi, int64_t& bad) {
-  const int64_t begin = p.indptr[r], end = p.indptr[r + 1];
-  if (begin < 0 || end < begin || end > p.nnz) {
+  int64_t kb, ke;  // thread t's run of the row
+  if (!RunOf(p, r, t, kb, ke)) {
     if (lo == 0) ++bad;
     return 0;
   }
   const int32_t* post = p.post;
-  int64_t kb = begin, ke = end;
-  if (!p.split.empty()) {  // sorted rows on several threads: thread t's run of the row
-    if (t > 0) kb = std::clamp<int64_t>(p.split[t - 1][r], begin, end);
-    if (t < static_cast<int>(p.split.size())) ke = std::clamp<int64_t>(p.split[t][r], kb, end);
-  }
   const D* d = static_cast<const D*>(p.delay);
   float* data = ring.data + p.col0;
   const int64_t fixed = Mod(k + 1 + p.delay_steps, ring.slots) * ring.width;
@@ -1184,7 +1177,8 @@ ffi::Error NetworkRunImpl(
     }
     run.sources.push_back(src);
   }
-  if (static_cast<int64_t>(key_in.element_count()) != 2 * static_cast<int64_t>(run.sources.size())) {
+  const int64_t n_sources = static_cast<int64_t>(run.sources.size());
+  if (static_cast<int64_t>(key_in.element_count()) != 2 * n_sources) {
     return ffi::Error::InvalidArgument("nj_network_run: one key per source");
   }
   run.keys = static_cast<uint32_t*>(key_out->untyped_data());

@@ -58,9 +58,8 @@ void Counts(uint32_t k0, uint32_t k1, const int32_t* level, const float* table, 
   }
 }
 
-// The measured cost of one element on one thread (ns, an exponential average of the calls
-// that ran on one thread), which converts a call's elements into the pool's unit of work.
-std::atomic<double> element_ns{0.0};
+// The measured cost of one element on one thread (see nj_pool::OwnCost).
+nj_pool::OwnCost element_cost;
 
 ffi::Error PoissonCountsImpl(ffi::AnyBuffer key, ffi::AnyBuffer level, ffi::AnyBuffer table,
                              ffi::Result<ffi::AnyBuffer> counts) {
@@ -92,27 +91,13 @@ ffi::Error PoissonCountsImpl(ffi::AnyBuffer key, ffi::AnyBuffer level, ffi::AnyB
   const auto* k = static_cast<const uint32_t*>(key.untyped_data());
   const auto* tb = static_cast<const float*>(table.untyped_data());
   auto* out = static_cast<float*>(counts->untyped_data());
-  const double per = element_ns.load(std::memory_order_relaxed);
-  // The call's work in the pool's unit (synapses touched): its elements times the measured
-  // cost of one element over the measured cost of one unit (one element per unit while the
-  // pool is not calibrated yet: Worth calibrates it). Before a call has been timed on one
-  // thread it runs on one thread (and is timed).
+  // Until a call has been timed on one thread, calls run on one thread (and are timed).
   int64_t work = 0;
-  int threads = 1;
-  if (per > 0.0 && nj_pool::Threads() > 1) {
-    const double unit = nj_pool::UnitNs();
-    work = unit > 0.0 ? static_cast<int64_t>(static_cast<double>(total) * per / unit) : total;
-    threads = nj_pool::Worth(work, 1);
-  }
+  const int threads = element_cost.Threads(total, work);
   if (threads <= 1) {
     const int64_t t0 = nj_pool::NowNs();
     Counts(k[0], k[1], lv, tb, out, n, n_terms, 0, total);
-    const int64_t dt = nj_pool::NowNs() - t0;
-    if (total >= 1024 && dt > 0) {
-      const double sample = static_cast<double>(dt) / static_cast<double>(total);
-      element_ns.store(per == 0.0 ? sample : 0.9 * per + 0.1 * sample,
-                       std::memory_order_relaxed);
-    }
+    if (total >= 1024) element_cost.Record(total, nj_pool::NowNs() - t0);
     return ffi::Error::Success();
   }
   auto part = [&](int t) {

@@ -23,6 +23,7 @@
 #ifndef NEUROJAX_KERNELS_POOL_H_
 #define NEUROJAX_KERNELS_POOL_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -72,6 +73,34 @@ double UnitNs();
 // Feeds the measured cost of `work` units done on one thread in `ns` nanoseconds into the
 // cost model (an exponential average).
 void RecordSerial(int64_t work, int64_t ns);
+
+// The measured cost on one thread of one unit of a kernel's own kind of work (a drawn
+// element, a byte checked), which converts a call's size into the pool's unit (a synapse
+// touched) for Worth. One per kernel, static.
+class OwnCost {
+ public:
+  // How many threads a call of `size` own units should use, with its work in the pool's
+  // unit in `work`: one (and work 0) while the cost is unmeasured or there is one thread;
+  // such a call is then timed on one thread (Record).
+  int Threads(int64_t size, int64_t& work) const {
+    work = 0;
+    const double per = ns_.load(std::memory_order_relaxed);
+    if (per <= 0.0 || nj_pool::Threads() <= 1) return 1;
+    const double unit = UnitNs();
+    work = unit > 0.0 ? static_cast<int64_t>(static_cast<double>(size) * per / unit) : size;
+    return Worth(work, 1);
+  }
+  // Feeds a call of `size` units that took `ns` on one thread (an exponential average).
+  void Record(int64_t size, int64_t ns) {
+    if (size <= 0 || ns <= 0) return;
+    const double sample = static_cast<double>(ns) / static_cast<double>(size);
+    const double per = ns_.load(std::memory_order_relaxed);
+    ns_.store(per == 0.0 ? sample : 0.9 * per + 0.1 * sample, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<double> ns_{0.0};
+};
 
 // The pause of a spin-wait loop.
 inline void CpuRelax() {

@@ -47,9 +47,8 @@ bool Outside(const T* x, int64_t begin, int64_t end, T lo, std::make_unsigned_t<
   return false;
 }
 
-// The measured cost of one byte on one thread (ns, an exponential average of the calls that
-// ran on one thread), which converts a call's bytes into the pool's unit of work.
-std::atomic<double> byte_ns{0.0};
+// The measured cost of one byte on one thread (see nj_pool::OwnCost).
+nj_pool::OwnCost byte_cost;
 
 template <typename T>
 bool AnyOutside(const T* x, int64_t n, int64_t lo, int64_t hi) {
@@ -64,22 +63,12 @@ bool AnyOutside(const T* x, int64_t n, int64_t lo, int64_t hi) {
   const T tlo = static_cast<T>(lo);
   const U span = static_cast<U>(hi - lo);  // < 2**bits: one bound at least is inside T
   const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  const double per = byte_ns.load(std::memory_order_relaxed);
-  int threads = 1;
   int64_t work = 0;
-  if (per > 0.0 && nj_pool::Threads() > 1) {
-    const double unit = nj_pool::UnitNs();
-    work = unit > 0.0 ? static_cast<int64_t>(static_cast<double>(bytes) * per / unit) : bytes;
-    threads = nj_pool::Worth(work, 1);
-  }
+  const int threads = byte_cost.Threads(bytes, work);
   if (threads <= 1) {
     const int64_t t0 = nj_pool::NowNs();
     const bool bad = Outside(x, 0, n, tlo, span);
-    const int64_t dt = nj_pool::NowNs() - t0;
-    if (!bad && bytes >= (1 << 16) && dt > 0) {
-      const double sample = static_cast<double>(dt) / static_cast<double>(bytes);
-      byte_ns.store(per == 0.0 ? sample : 0.9 * per + 0.1 * sample, std::memory_order_relaxed);
-    }
+    if (!bad && bytes >= (1 << 16)) byte_cost.Record(bytes, nj_pool::NowNs() - t0);
     return bad;
   }
   std::atomic<bool> found{false};

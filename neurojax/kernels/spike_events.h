@@ -1,7 +1,7 @@
-// Shared by the event kernels (csr_deliver.cc, plastic_trace.cc): the block test of the spike
-// scans, the weight clip, and the bounds checks of a CSR row and a CSC column that every
-// plastic update runs before it writes. Part of the compiled library's source hash
-// (neurojax.kernels._build).
+// Shared by the event kernels (csr_deliver.cc, plastic_trace.cc, network_run.cc): the block
+// test of the spike scans, the weight clip, pair STDP's events on a row and a column, and the
+// bounds checks of a CSR row and a CSC column that every plastic update runs before it
+// writes. Part of the compiled library's source hash (neurojax.kernels._build).
 
 #ifndef NEUROJAX_KERNELS_SPIKE_EVENTS_H_
 #define NEUROJAX_KERNELS_SPIKE_EVENTS_H_
@@ -34,6 +34,39 @@ template <typename F>
 inline F Clip(F w, F lo, F hi) {
   w = w < lo ? lo : w;  // max(w, lo) then min(., hi), as jnp.clip
   return w > hi ? hi : w;
+}
+
+// Pair STDP's events on a run of synapses, the operations of `STDP.on_pre` / `on_post` in
+// their order (shared by nj_stdp_update and nj_network_run, so that both give the pure-JAX
+// update's numbers). Depression of the synapses [begin, end) of an arriving row:
+// w <- clip(w - a_minus * f_-(w) * (y[post] * decay_y) * s), with f_- = w - lo
+// (multiplicative) or 1; a function of its own with restrict pointers so that the compiler
+// vectorises it (gathering the postsynaptic trace).
+template <typename F, bool kMultiplicative>
+void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restrict post,
+                int64_t begin, int64_t end, F a_minus, F decay_y, F s, F lo, F hi) {
+  for (int64_t k = begin; k < end; ++k) {
+    const F v = w[k];
+    const F f = kMultiplicative ? v - lo : F(1);
+    const F yd = y[post[k]] * decay_y;
+    w[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
+  }
+}
+
+// Potentiation of the synapses of a spiking postsynaptic neuron's column entries
+// [begin, end): w <- clip(w + a_plus * f_+(w) * x[pre] * s), with f_+ = hi - w
+// (multiplicative) or 1 and x the presynaptic trace after this step's arrivals.
+template <typename F, bool kMultiplicative>
+void PotentiateColumn(F* __restrict w, const F* __restrict x, const int32_t* __restrict col_syn,
+                      const int32_t* __restrict col_pre, int64_t begin, int64_t end, F a_plus,
+                      F s, F lo, F hi) {
+  for (int64_t m = begin; m < end; ++m) {
+    if (m + 8 < end) __builtin_prefetch(w + col_syn[m + 8], 1);
+    const int32_t k = col_syn[m];
+    const F v = w[k];
+    const F f = kMultiplicative ? hi - v : F(1);
+    w[k] = Clip<F>(v + a_plus * f * x[col_pre[m]] * s, lo, hi);
+  }
 }
 
 // The largest of the indices idx[begin, end) as unsigned (a negative index is larger than
