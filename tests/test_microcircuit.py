@@ -278,6 +278,32 @@ def _nj_stats(seed, scale, k_scale, t_presim, t_sim):
     return out
 
 
+def test_spike_ids_through_the_whole_run_equal_the_stepped_network():
+    """`run_spike_ids` runs the network's whole run where it serves (the CPU's
+    `nj_network_run`) and turns the eight rasters into ids on the host; forced onto the
+    stepped network recorded with `spikes="ids"`, the same ids, counts and final state, over
+    a chunk boundary (2 000 + 500 steps)."""
+    net, state = nj.models.microcircuit(jax.random.key(3), scale=0.02, k_scale=1.0)
+    n_steps = 2500
+    assert net.explain_run(state, dt=0.1, n_steps=2000)["cpu"].startswith("network_run")
+    whole = mc.run_spike_ids(net, state, n_steps, 0.1)
+    with nj.kernels.whole_networks(False):
+        assert net.explain_run(state, dt=0.1, n_steps=2000)["cpu"].startswith("per-step")
+        stepped = mc.run_spike_ids(net, state, n_steps, 0.1)
+    assert whole[2].shape == (n_steps,) and whole[2].sum() == whole[1].size > 1000
+    np.testing.assert_array_equal(whole[1], stepped[1])
+    np.testing.assert_array_equal(whole[2], stepped[2])
+    assert whole[1].dtype == stepped[1].dtype == np.int32
+    # every spike's id lies in the eight populations, ascending within each step
+    assert whole[1].min() >= 0 and whole[1].max() < sum(net.sizes[p] for p in POPS)
+    steps = np.repeat(np.arange(n_steps), whole[2])
+    assert np.all((np.diff(steps) > 0) | (np.diff(whole[1]) > 0))
+    for a, b in zip(jax.tree.leaves(whole[0]), jax.tree.leaves(stepped[0]), strict=True):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            a, b = jax.random.key_data(a), jax.random.key_data(b)
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.slow
 def test_rates_and_cv_match_nest_at_reduced_scale():
     """Scale 0.1, k_scale 0.1, Poisson background, 1 s after 500 ms: per-population mean
