@@ -1448,13 +1448,22 @@ ffi::Error NetworkRunImpl(
     return nj_pool::ParallelFor(threads, part);
   };
   // How many threads: the pool's size, unless the run measures that a step on one thread is
-  // faster than a step shared out (its barrier included): kProbe steps on one thread, then
-  // kProbe on all, timed, and the rest of the run on the faster. A short run stays on one
-  // thread; the tests' switch (NjSetSharing) forces either way. Results do not depend on it.
+  // faster than a step shared out (its barrier included): `probe` steps on one thread, then
+  // as many on all, timed, and the rest of the run on the faster. A run shorter than three
+  // full probes (kProbe) probes an eighth of its steps each way (a 200-step run of a network
+  // of 10^6 neurons is long in time, short in steps); one of fewer than kMinProbe steps
+  // each way stays on one thread. The tests' switch (NjSetSharing) forces either way.
+  // Results do not depend on it.
   const int most = nj_pool::Threads();
   const bool forced_on = most > 1 && nj_pool::Sharing() == 1;
   const bool allowed = most > 1 && nj_pool::Sharing() != 2;
-  constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm;
+  constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm, kMinProbe = 4;
+  const int64_t probe = n_steps >= 3 * kProbeSteps ? kProbe : n_steps / 8;
+  const int64_t warm = probe == kProbe ? kWarm : probe / 2, probe_steps = 2 * probe + warm;
+  // A decision from a probe this long (or from the full probe) is remembered for the next
+  // calls; a shorter sample decides this call only.
+  constexpr int64_t kTrustNs = 1000000;
+  bool trusted = false;
   int64_t done = 0;
   int chosen = 1;
   // What earlier calls of a network of the same shape measured (the threads and the last
@@ -1476,30 +1485,31 @@ ffi::Error NetworkRunImpl(
       run.cut = memory.cut;
       run.n_threads = chosen;
     }
-  } else if (allowed && n_steps >= 3 * kProbeSteps) {
-    // kProbe steps on one thread; kWarm on all (waking the workers, then the cut
-    // rebalanced from them); kProbe on all, timed.
+  } else if (allowed && probe >= kMinProbe) {
+    // `probe` steps on one thread; `warm` on all (waking the workers, then the cut
+    // rebalanced from them); `probe` on all, timed.
     const int64_t t0 = nj_pool::NowNs();
-    segment(1, 0, kProbe);
+    segment(1, 0, probe);
     const int64_t t1 = nj_pool::NowNs();
-    bool shared = segment(most, kProbe, kProbe + kWarm);
-    if (!shared) segment(1, kProbe, kProbe + kWarm);
+    bool shared = segment(most, probe, probe + warm);
+    if (!shared) segment(1, probe, probe + warm);
     Rebalance(run, 0);
     int64_t t2 = nj_pool::NowNs();
-    shared = shared && segment(most, kProbe + kWarm, kProbeSteps);
+    shared = shared && segment(most, probe + warm, probe_steps);
     int64_t t3 = nj_pool::NowNs();
-    if (!shared) segment(1, kProbe + kWarm, kProbeSteps);
-    done = kProbeSteps;
+    if (!shared) segment(1, probe + warm, probe_steps);
+    done = probe_steps;
+    trusted = probe == kProbe || t1 - t0 >= kTrustNs;
     // A shared sample slower than one thread's is taken again once: a worker that the
     // scheduler has just placed on a busy core can lose tens of milliseconds once (seen in
     // one first call in five at the scale-0.1 microcircuit with load from elsewhere), which
     // would keep the network on one thread for kReprobe calls.
-    if (shared && (t3 - t2) >= (t1 - t0) && n_steps - done >= kProbe + 2 * kProbe) {
+    if (shared && (t3 - t2) >= (t1 - t0) && n_steps - done >= 3 * probe) {
       const int64_t t4 = nj_pool::NowNs();
-      shared = segment(most, done, done + kProbe);
+      shared = segment(most, done, done + probe);
       const int64_t t5 = nj_pool::NowNs();
-      if (!shared) segment(1, done, done + kProbe);
-      done += kProbe;
+      if (!shared) segment(1, done, done + probe);
+      done += probe;
       if (shared && t5 - t4 < t3 - t2) t2 = t4, t3 = t5;
     }
     chosen = shared && (t3 - t2) < (t1 - t0) ? most : 1;
@@ -1519,7 +1529,7 @@ ffi::Error NetworkRunImpl(
     done = end;
   }
   // (A run forced onto one thread, NjSetSharing(2), measured nothing: it is not kept.)
-  if (!forced_on && allowed && (known || n_steps >= 3 * kProbeSteps)) {
+  if (!forced_on && allowed && (known || trusted)) {
     if (chosen > 1) Rebalance(run, 0);
     Remember(shape, chosen, chosen > 1 ? run.cut : std::vector<int64_t>{});
   }
