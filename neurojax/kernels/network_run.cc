@@ -1462,7 +1462,7 @@ ffi::Error NetworkRunImpl(
   const int64_t warm = probe == kProbe ? kWarm : probe / 2, probe_steps = 2 * probe + warm;
   // A decision from a probe this long (or from the full probe) is remembered for the next
   // calls; a shorter sample decides this call only.
-  constexpr int64_t kTrustNs = 1000000;
+  constexpr int64_t kTrustNs = 1000000, kWakeNs = 100000;
   bool trusted = false;
   int64_t done = 0;
   int chosen = 1;
@@ -1491,7 +1491,9 @@ ffi::Error NetworkRunImpl(
     const int64_t t0 = nj_pool::NowNs();
     segment(1, 0, probe);
     const int64_t t1 = nj_pool::NowNs();
-    bool shared = segment(most, probe, probe + warm);
+    // a short call whose one-thread sample is shorter than waking the workers costs
+    // (tens of microseconds) stays on one thread without timing the others
+    bool shared = (probe == kProbe || t1 - t0 >= kWakeNs) && segment(most, probe, probe + warm);
     if (!shared) segment(1, probe, probe + warm);
     Rebalance(run, 0);
     int64_t t2 = nj_pool::NowNs();
