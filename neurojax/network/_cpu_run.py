@@ -158,13 +158,13 @@ def _plastic_reason(pr, ps) -> str | None:
     pair STDP (`pair_kernel()`, `nj.STDP` in both modes and pairings) through the event
     layout, float32, one trial, without a delay history."""
     rule = pr.plasticity
-    if rule.pair_kernel() is None:
+    pair = rule.pair_kernel()
+    if pair is None:
         return f"the rule {type(rule).__name__} is not pair STDP (the kernel runs nj.STDP)"
     if getattr(pr.layout, "name", None) != "event" or pr.layout.col_ptr is None:
         return "plastic through a layout without columns"
     if getattr(ps, "history", None) is not None:
         return "its presynaptic spikes reach the rule through a delay history"
-    pair = rule.pair_kernel()
     for x in (pair.a_plus, pair.a_minus, pair.w_min, pair.w_max):
         if not _is_f32(jnp.asarray(x)) or jnp.ndim(x) != 0:
             return "its rule's parameters are not float32 scalars"
