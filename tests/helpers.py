@@ -109,12 +109,8 @@ def ffi_output_shapes(fn, *args) -> list[tuple[int, ...]]:
     for at, line in enumerate(lines):
         if "= ffi_call[" in line:
             # the call's parameters follow on their own lines, its target among them
-            params = []
-            for nxt in lines[at + 1 :]:
-                if "target_name=" in nxt:
-                    params.append(nxt)
-                    break
-            if any("nj_out_of_range" in p for p in params):
+            target = next((nxt for nxt in lines[at + 1 :] if "target_name=" in nxt), "")
+            if "nj_out_of_range" in target:
                 continue
             lhs = line.split("= ffi_call[")[0]
             shapes += [
