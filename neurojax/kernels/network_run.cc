@@ -86,6 +86,14 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it (EINVAL)
+#endif
+#endif
+
 #include "common.h"
 #include "pool.h"
 #include "spike_events.h"
@@ -100,44 +108,55 @@ namespace {
 using nj_pool::CpuRelax;
 using nj_run::MulAdd;
 
-// A sense-counting barrier for the n threads of one run: the last to arrive opens the next
-// generation. A waiting thread spins, then yields its core (a machine shared with other
-// processes may not be running the thread it waits for).
+// A dissemination barrier for the n threads of one run: in round r thread t signals thread
+// (t + 2^r) mod n and waits for the signal of thread (t - 2^r) mod n, so ceil(log2 n)
+// rounds, each one cache line from one core to another; every line has one writer and no
+// read-modify-write stalls a thread (a counting barrier's locked add waits for the line and
+// its store buffer, and the thread that opens it stores into a line the others read). A
+// waiting thread calls `fill()` (some work that needs no barrier) until it returns false or
+// its signal comes, spins, then yields its core (a machine shared with other processes may
+// not be running the thread it waits for).
 struct Barrier {
-  alignas(64) std::atomic<int> arrived{0};
-  alignas(64) std::atomic<uint32_t> generation{0};
+  static constexpr int kRounds = 16;  // up to 65 536 threads
+  struct alignas(64) Signal {
+    std::atomic<uint64_t> count{0};
+  };
+  struct alignas(64) Count {
+    uint64_t passed = 0;
+  };
   int n = 1;
+  std::unique_ptr<Signal[]> signals;  // [t * kRounds + r]: written by thread t - 2^r only
+  std::unique_ptr<Count[]> counts;    // the barriers thread t has passed
 
-  void Wait() {
-    Wait([] { return false; }, [] {});
+  // For n threads, every count at zero (between runs of the threads only).
+  void Reset(int threads) {
+    n = threads;
+    signals.reset(new Signal[static_cast<size_t>(n) * kRounds]);
+    counts.reset(new Count[n]);
   }
 
-  // The barrier; `last()` runs on the last thread to arrive, before the others go on, and a
-  // thread that waits calls `fill()` (some work that needs no barrier) until it returns
-  // false or the barrier opens.
-  template <typename Fill, typename Last>
-  void Wait(Fill&& fill, Last&& last) {
-    if (n <= 1) {
-      last();
-      return;
-    }
-    const uint32_t g = generation.load(std::memory_order_acquire);
-    if (arrived.fetch_add(1, std::memory_order_acq_rel) == n - 1) {
-      last();
-      arrived.store(0, std::memory_order_relaxed);
-      generation.store(g + 1, std::memory_order_release);
-      return;
-    }
+  void Wait(int t) {
+    Wait(t, [] { return false; });
+  }
+
+  template <typename Fill>
+  void Wait(int t, Fill&& fill) {
+    if (n <= 1) return;
+    const uint64_t mine = ++counts[t].passed;
     bool filling = true;
-    for (int64_t spins = 0; generation.load(std::memory_order_acquire) == g; ++spins) {
-      if (filling && (filling = fill())) {
-        spins = 0;
-        continue;
-      }
-      if (spins < 20000) {
-        CpuRelax();
-      } else {
-        std::this_thread::yield();
+    for (int r = 0, d = 1; d < n; ++r, d *= 2) {
+      signals[((t + d) % n) * kRounds + r].count.store(mine, std::memory_order_release);
+      const std::atomic<uint64_t>& in = signals[t * kRounds + r].count;
+      for (int64_t spins = 0; in.load(std::memory_order_acquire) < mine; ++spins) {
+        if (filling && (filling = fill())) {
+          spins = 0;
+          continue;
+        }
+        if (spins < 20000) {
+          CpuRelax();
+        } else {
+          std::this_thread::yield();
+        }
       }
     }
   }
@@ -220,6 +239,7 @@ struct Raster {
   void* data;
   ffi::DataType type;
   int64_t width;
+  int64_t bytes;  // the whole record
 
   void AddBlock(int64_t row, int64_t i0, const int32_t* flags, int64_t m, bool first) const;
 };
@@ -265,8 +285,21 @@ struct alignas(64) ChunkCursor {
 
 // One thread's spikes of one step, on a cache line of its own (the threads write theirs in
 // the same steps).
-struct alignas(64) SpikeList {
-  std::vector<int32_t> ids;
+// A thread's spikes of one step, ascending: the count and the first fifteen ids share one
+// cache line, so that another thread reads a step's few spikes with one transfer between
+// cores (the count of a std::vector lives apart from its elements, behind a pointer).
+struct SpikeList {
+  std::vector<int32_t> store;
+  int32_t* buf = nullptr;  // 64-byte aligned: buf[0] the count, buf[1..] the ids
+
+  // Room for `capacity` spikes, none listed.
+  void Reserve(int64_t capacity) {
+    store.assign(static_cast<size_t>(capacity) + 17, 0);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(store.data());
+    buf = reinterpret_cast<int32_t*>((at + 63) & ~static_cast<uintptr_t>(63));
+  }
+  const int32_t* begin() const { return buf + 1; }
+  const int32_t* end() const { return buf + 1 + buf[0]; }
 };
 
 // Everything one run needs, shared read-only by its threads except the arrays each thread
@@ -460,11 +493,14 @@ bool DrawNext(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uin
   return false;
 }
 
-// Every chunk of the step parity p unclaimed again (each thread's cursor at its range).
+// Thread t's chunks of the step parity p unclaimed again (its cursor at its range).
+void ResetChunk(Run& run, int p, int t) {
+  run.cursors[p][t].next.store(run.cursors[p][t].begin, std::memory_order_relaxed);
+}
+
+// Every chunk of the step parity p unclaimed again.
 void ResetChunks(Run& run, int p) {
-  for (int t = 0; t < run.n_threads; ++t) {
-    run.cursors[p][t].next.store(run.cursors[p][t].begin, std::memory_order_relaxed);
-  }
+  for (int t = 0; t < run.n_threads; ++t) ResetChunk(run, p, t);
 }
 
 // The threads' chunk ranges for the run's cut: chunk c goes to the thread whose neurons
@@ -513,10 +549,10 @@ void AdvanceTrace(float* tr_new, const float* tr_old, int64_t m, float decay, bo
 }
 
 // The offsets (i - off) of the spikes i in [lo, hi) of an ascending list.
-void SpikesIn(const std::vector<int32_t>& ids, int64_t lo, int64_t hi, int64_t off,
+void SpikesIn(const SpikeList& ids, int64_t lo, int64_t hi, int64_t off,
               std::vector<int32_t>& out) {
   out.clear();
-  auto it = std::lower_bound(ids.begin(), ids.end(), static_cast<int32_t>(lo));
+  const int32_t* it = std::lower_bound(ids.begin(), ids.end(), static_cast<int32_t>(lo));
   for (; it != ids.end() && *it < hi; ++it) out.push_back(static_cast<int32_t>(*it - off));
 }
 
@@ -541,7 +577,7 @@ void AdvancePre(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32
   const int64_t b = std::min(run.cut[t + 1], p.pre_off + p.n_pre);
   if (a >= b) return;
   const int par = static_cast<int>(k & 1);
-  SpikesIn(run.spikes[par][t].ids, a, b, a, scratch);
+  SpikesIn(run.spikes[par][t], a, b, a, scratch);
   const int64_t o = a - p.pre_off;
   AdvanceTrace(pl.xb[par] + o, pl.xb[par ^ 1] + o, b - a, pl.decay_x, pl.nearest,
                scratch.data(), static_cast<int64_t>(scratch.size()));
@@ -562,7 +598,7 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
   const float a_minus = pl.a_minus, a_plus = pl.a_plus, wlo = pl.lo, whi = pl.hi;
   const float decay_y = pl.decay_y, s = 1.0f;
   for (int u = 0; u < run.n_threads; ++u) {
-    for (const int32_t i : run.spikes[par][u].ids) {
+    for (const int32_t i : run.spikes[par][u]) {
       const int64_t r = i - p.pre_off;
       if (r < 0 || r >= p.n_pre) continue;
       int64_t kb, ke;
@@ -580,7 +616,7 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
       }
     }
   }
-  SpikesIn(run.spikes[par][t].ids, p.post_off + lo, p.post_off + hi, p.post_off + lo, scratch);
+  SpikesIn(run.spikes[par][t], p.post_off + lo, p.post_off + hi, p.post_off + lo, scratch);
   AdvanceTrace(y + lo, y + lo, hi - lo, decay_y, pl.nearest, scratch.data(),
                static_cast<int64_t>(scratch.size()));
   const float* __restrict x = pl.xb[par];
@@ -635,8 +671,8 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
   // 2. neurons, in blocks of at most kBlock of one population: the current (the states'
   // g summed in the projection order), then the update, branch-free so that the compiler
   // vectorises it, then the spike list and the record from the block's flags
-  std::vector<int32_t>& list = run.spikes[parity][t].ids;
-  list.clear();
+  int32_t* const list = run.spikes[parity][t].buf + 1;
+  int32_t listed = 0;
   const float dt = run.dt, half_dt = run.half_dt;
   float current[kBlock];
   int32_t flags[kBlock];
@@ -664,12 +700,13 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
         for (int64_t j = j0; j < je; ++j) any |= flags[j];
         if (!any) continue;
         for (int64_t j = j0; j < je; ++j) {
-          if (flags[j]) list.push_back(static_cast<int32_t>(i0 + j));
+          if (flags[j]) list[listed++] = static_cast<int32_t>(i0 + j);
         }
       }
       run.rasters[pi].AddBlock(rec_row, i0 - pop.off, flags, m, first);
     }
   }
+  list[-1] = listed;
   // plasticity: the presynaptic traces of its own neurons
   if (!run.plastics.empty()) {
     thread_local std::vector<int32_t> scratch;
@@ -778,7 +815,7 @@ void PhaseB(Run& run, int t, int64_t k) {
       continue;
     }
     for (int u = 0; u < run.n_threads; ++u) {
-      for (const int32_t i : run.spikes[parity][u].ids) {
+      for (const int32_t i : run.spikes[parity][u]) {
         for (int64_t e : ring.event) {
           const EventProj& p = run.events[e];
           const int64_t row = i - p.pre_off;
@@ -805,6 +842,23 @@ void PhaseB(Run& run, int t, int64_t k) {
   if (bad) run.faults.fetch_add(bad, std::memory_order_relaxed);
 }
 
+// Interior cut points moved to the nearest multiple of 64 neurons where each range holds
+// at least 1 024 (of 16 from 256, of 4 from 64): with the arrays on cache-line boundaries
+// (XLA's buffers are), two threads then never write one line of v, r, g, a ring slot or a
+// bool raster row that starts on a line (measured on COBA with STDP, two threads: about 2 %
+// of a step).
+void AlignCut(const Run& run, std::vector<int64_t>& cut) {
+  const int n = static_cast<int>(cut.size()) - 1;
+  if (n <= 1) return;
+  int64_t a = 64;
+  while (a > 1 && run.n / n < 16 * a) a /= 4;
+  if (a <= 1) return;
+  for (int t = 1; t < n; ++t) {
+    const int64_t c = (cut[t] + a / 2) / a * a;
+    cut[t] = std::clamp<int64_t>(c, cut[t - 1], run.n);
+  }
+}
+
 // The neuron cut that splits `weight` (per population, per neuron) evenly over n threads.
 void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vector<int64_t>& cut) {
   double total = 0.0;
@@ -827,6 +881,7 @@ void Cut(const Run& run, const std::vector<double>& per_neuron, int n, std::vect
     }
     cut[t] = std::max(c, cut[t - 1]);
   }
+  AlignCut(run, cut);
 }
 
 // The splits of every sorted event projection for the run's cut (see EventProj::split):
@@ -943,6 +998,7 @@ void Rebalance(Run& run, int64_t next_steps) {
     }
     cut[t] = std::max(c, cut[t - 1]);
   }
+  AlignCut(run, cut);
   run.cut = cut;
 }
 
@@ -993,6 +1049,78 @@ void Remember(const Shape& shape, int threads, const std::vector<int64_t>& cut) 
 // The threads the last run chose (NjNetworkRunThreads, for the benchmarks' reports).
 std::atomic<int> g_last_threads{0};
 
+// The rasters' pages that have no memory behind them yet (a record XLA has just allocated:
+// the first calls of a jitted run) are given it before the run, each of `threads` threads
+// taking a contiguous share of the pages. Left to the steps, each of the run's threads
+// would fault in pieces of every page (a page holds rows that all threads write), one
+// fault at a time per thread under the same page-table locks: measured on COBA's 40 MB
+// record (10 000 steps), 9 450 faults cost 13 ms of a 70 ms call on one thread. The pages
+// are populated without writing (MADV_POPULATE_WRITE) or, before Linux 5.14, by adding
+// zero to one byte of each page inside the record. A record whose pages are already there
+// (the later calls) costs one mincore call. Only with more than one thread: one thread
+// gains nothing, as the kernel then zeroes each page long before the step that writes it,
+// whose lines come back from memory instead of from the cache.
+void Populate(const Run& run, int threads) {
+#if defined(__linux__)
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  struct Span {
+    char *lo, *hi;     // the page-aligned span
+    char *first, *end;  // the record inside it
+  };
+  std::vector<Span> spans;
+  int64_t missing = 0;
+  std::vector<unsigned char> resident;
+  for (const std::vector<Raster>* list : {&run.rasters, &run.src_rasters}) {
+    for (const Raster& r : *list) {
+      if (r.bytes < 256 * page) continue;  // a fault or two hundred: left to the steps
+      char* first = static_cast<char*>(r.data);
+      char* end = first + r.bytes;
+      const uintptr_t p = static_cast<uintptr_t>(page);
+      char* lo = reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(first) / p * p);
+      char* hi = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(end) + p - 1) / p * p);
+      resident.resize((hi - lo) / page);
+      if (mincore(lo, hi - lo, resident.data()) != 0) continue;
+      int64_t absent = 0;
+      for (unsigned char c : resident) absent += (c & 1) ? 0 : 1;
+      if (absent * 8 < static_cast<int64_t>(resident.size())) continue;  // mostly there
+      missing += absent;
+      spans.push_back({lo, hi, first, end});
+    }
+  }
+  if (spans.empty()) return;
+  int64_t pages = 0;
+  for (const Span& sp : spans) pages += (sp.hi - sp.lo) / page;
+  const int n = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, missing / 256)));
+  auto part = [&](int t) {
+    // thread t's pages: [pages * t / n, pages * (t + 1) / n) of the spans, in order
+    const int64_t from = pages * t / n, to = pages * (t + 1) / n;
+    int64_t at = 0;
+    for (const Span& sp : spans) {
+      const int64_t count = (sp.hi - sp.lo) / page;
+      const int64_t a = std::max(from, at), b = std::min(to, at + count);
+      if (a < b) {
+        char* lo = sp.lo + (a - at) * page;
+        char* hi = sp.lo + (b - at) * page;
+        if (madvise(lo, hi - lo, MADV_POPULATE_WRITE) == 0) {
+          at += count;
+          continue;
+        }
+        for (char* q = lo; q < hi; q += page) {
+          char* byte = std::max(q, sp.first);
+          if (byte < sp.end) __atomic_fetch_add(byte, 0, __ATOMIC_RELAXED);
+        }
+      }
+      at += count;
+    }
+  };
+  nj_pool::RunParts(n, part);
+#else
+  (void)run;
+  (void)threads;
+#endif
+}
+
 // Steps [s0, s1) of the run on the run's threads (thread t runs part t).
 void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps, int64_t s0,
           int64_t s1) {
@@ -1015,6 +1143,10 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
   std::vector<uint32_t> final_key = key;  // the key after the last step run
   split(key, sub.data());  // the subkey of step s0; key is then the one step s0 + 1 splits
   int64_t busy = 0;  // ns spent outside the barrier
+  // (a network without sources has no chunk cursors to reset: the last thread at the
+  // barrier would otherwise write lines the others read, before it opens the barrier)
+  const bool chunks = !run.chunk_src.empty();
+  const bool fill = run.prefetch && chunks;
   for (int64_t step = s0; step < s1; ++step) {
     const int64_t k = run.step0 + step;
     std::vector<uint32_t> key_after = key;
@@ -1022,11 +1154,14 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
     const int64_t a0 = nj_pool::NowNs();
     PhaseA(run, t, k, step / run.every, step % run.every == 0, sub.data());
     const int64_t a1 = nj_pool::NowNs();
-    const bool fill = run.prefetch && step + 1 < s1;
+    const bool more = fill && step + 1 < s1;
     run.barrier.Wait(
-        [&] { return fill && DrawNext(run, t, k + 1, step + 1, true, sub_next.data()); },
-        // the chunks of step k are all drawn: their counter serves step k + 2
-        [&] { ResetChunks(run, static_cast<int>(k & 1)); });
+        t, [&] { return more && DrawNext(run, t, k + 1, step + 1, true, sub_next.data()); });
+    // Every chunk of step k is claimed (each thread claimed until none was left before the
+    // barrier): its own cursor serves step k + 2. A thread that reaches the next barrier
+    // first and claims step k + 2's chunks there may find this cursor not yet reset and
+    // leave its chunks to a later claim.
+    if (chunks) ResetChunk(run, static_cast<int>(k & 1), t);
     const int64_t b0 = nj_pool::NowNs();
     busy += a1 - a0;
     if (t == 0) {
@@ -1044,7 +1179,7 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
   }
   run.busy[t] = busy;
   if (t == 0) std::memcpy(run.keys, final_key.data(), sizeof(uint32_t) * final_key.size());
-  run.barrier.Wait();
+  run.barrier.Wait(t);
 }
 
 ffi::Error NetworkRunImpl(
@@ -1343,7 +1478,9 @@ ffi::Error NetworkRunImpl(
     if (static_cast<int64_t>((*out)->element_count()) != n_rec * width) {
       return ffi::Error::InvalidArgument("nj_network_run: raster sizes");
     }
-    (is_pop ? run.rasters : run.src_rasters).push_back(Raster{(*out)->untyped_data(), type, width});
+    (is_pop ? run.rasters : run.src_rasters)
+        .push_back(Raster{(*out)->untyped_data(), type, width,
+                          static_cast<int64_t>((*out)->size_bytes())});
   }
 
   // plastic projections: the results start as copies of the state, the columns are checked
@@ -1424,11 +1561,14 @@ ffi::Error NetworkRunImpl(
   auto setup = [&](int threads) {
     const bool keep = run.n_threads == threads && static_cast<int>(run.cut.size()) == threads + 1;
     run.n_threads = threads;
-    run.barrier.n = threads;
+    if (run.barrier.n != threads || !run.barrier.signals) run.barrier.Reset(threads);
     run.busy.assign(threads, 0);
     if (!keep) Cut(run, per_neuron, threads, run.cut);
     run.prefetch = threads > 1 && every == 1;
-    for (int p = 0; p < 2; ++p) run.spikes[p].assign(threads, {});
+    for (int p = 0; p < 2; ++p) {
+      run.spikes[p].resize(threads);
+      for (int t = 0; t < threads; ++t) run.spikes[p][t].Reserve(run.cut[t + 1] - run.cut[t]);
+    }
     for (int p = 0; p < 3; ++p) run.counts[p].assign(run.n_src, 0.0f);
   };
   // Steps [s0, s1) on `threads` threads; false (nothing run) when the pool is held by
@@ -1457,6 +1597,7 @@ ffi::Error NetworkRunImpl(
   const int most = nj_pool::Threads();
   const bool forced_on = most > 1 && nj_pool::Sharing() == 1;
   const bool allowed = most > 1 && nj_pool::Sharing() != 2;
+  if (allowed) Populate(run, most);
   constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm, kMinProbe = 4;
   const int64_t probe = n_steps >= 3 * kProbeSteps ? kProbe : n_steps / 8;
   const int64_t warm = probe == kProbe ? kWarm : probe / 2, probe_steps = 2 * probe + warm;
