@@ -283,8 +283,6 @@ struct alignas(64) ChunkCursor {
   int64_t begin = 0, end = 0;
 };
 
-// One thread's spikes of one step, on a cache line of its own (the threads write theirs in
-// the same steps).
 // A thread's spikes of one step, ascending: the count and the first fifteen ids share one
 // cache line, so that another thread reads a step's few spikes with one transfer between
 // cores (the count of a std::vector lives apart from its elements, behind a pointer).
@@ -1102,13 +1100,11 @@ void Populate(const Run& run, int threads) {
       if (a < b) {
         char* lo = sp.lo + (a - at) * page;
         char* hi = sp.lo + (b - at) * page;
-        if (madvise(lo, hi - lo, MADV_POPULATE_WRITE) == 0) {
-          at += count;
-          continue;
-        }
-        for (char* q = lo; q < hi; q += page) {
-          char* byte = std::max(q, sp.first);
-          if (byte < sp.end) __atomic_fetch_add(byte, 0, __ATOMIC_RELAXED);
+        if (madvise(lo, hi - lo, MADV_POPULATE_WRITE) != 0) {  // before Linux 5.14
+          for (char* q = lo; q < hi; q += page) {
+            char* byte = std::max(q, sp.first);
+            if (byte < sp.end) __atomic_fetch_add(byte, 0, __ATOMIC_RELAXED);
+          }
         }
       }
       at += count;
@@ -1143,8 +1139,8 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
   std::vector<uint32_t> final_key = key;  // the key after the last step run
   split(key, sub.data());  // the subkey of step s0; key is then the one step s0 + 1 splits
   int64_t busy = 0;  // ns spent outside the barrier
-  // (a network without sources has no chunk cursors to reset: the last thread at the
-  // barrier would otherwise write lines the others read, before it opens the barrier)
+  // (a network without sources has no chunks: nothing to draw at the barrier, no cursor
+  // to reset after it)
   const bool chunks = !run.chunk_src.empty();
   const bool fill = run.prefetch && chunks;
   for (int64_t step = s0; step < s1; ++step) {
