@@ -286,3 +286,48 @@ def test_corrupted_plastic_columns_are_refused_before_the_run():
 
     with pytest.raises(Exception, match="corrupted columns"):
         jax.block_until_ready(jax.jit(run)(forged, state))
+
+
+_SLOW_SHARING = """
+import ctypes, json, sys
+import jax, jax.random as jr, numpy as np
+import neurojax as nj
+from neurojax.kernels import _build
+lib = _build.library()
+lib.NjSetSharePenalty.argtypes = [ctypes.c_int64]
+lib.NjSetSharePenalty.restype = ctypes.c_int64
+lib.NjSetSharePenalty(int(sys.argv[1]))
+net, state = nj.models.coba(jr.key(0))
+run = jax.jit(lambda s: nj.simulate(net, s, dt=0.1, n_steps=2000)[1].spikes)
+spikes = [sum(int(np.asarray(x).sum()) for x in jax.tree.leaves(run(state)))]
+threads = [lib.NjNetworkRunThreads()]
+print(json.dumps({"threads": threads, "spikes": spikes}))
+"""
+
+
+def test_probe_keeps_a_network_on_one_thread_where_sharing_loses():
+    # Each shared step made 8 us slower (NjSetSharePenalty stands in for two cores whose
+    # round trip is slow; COBA's step is 4-6 us on one thread): the first call's probe must
+    # keep the run on one thread. Its first steps, timed cold, once made one thread look
+    # about 2.5 times slower than it is and chose the two threads.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("NEUROJAX_CPU_THREADS", "PJRT_NPROC")}
+    env["NEUROJAX_CPU_THREADS"] = "2"
+    out = []
+    for penalty in (8000, 0):
+        proc = subprocess.run(
+            [sys.executable, "-c", _SLOW_SHARING, str(penalty)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert out[0]["threads"] == [1]
+    # the same spikes whichever way it ran
+    assert out[0]["spikes"] == out[1]["spikes"] and out[0]["spikes"][0] > 1000

@@ -1046,6 +1046,10 @@ void Remember(const Shape& shape, int threads, const std::vector<int64_t>& cut) 
 
 // The threads the last run chose (NjNetworkRunThreads, for the benchmarks' reports).
 std::atomic<int> g_last_threads{0};
+// The tests' switch (NjSetSharePenalty): nanoseconds that thread 0 spins in every shared
+// step, standing in for cores whose round trip is slow, so that a test can check that the
+// probe then keeps a network on one thread.
+std::atomic<int64_t> g_share_penalty_ns{0};
 
 // The rasters' pages that have no memory behind them yet (a record XLA has just allocated:
 // the first calls of a jitted run) are given it before the run, each of `threads` threads
@@ -1143,6 +1147,7 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
   // to reset after it)
   const bool chunks = !run.chunk_src.empty();
   const bool fill = run.prefetch && chunks;
+  const int64_t penalty = run.n_threads > 1 && t == 0 ? g_share_penalty_ns.load() : 0;
   for (int64_t step = s0; step < s1; ++step) {
     const int64_t k = run.step0 + step;
     std::vector<uint32_t> key_after = key;
@@ -1150,6 +1155,10 @@ void Body(Run& run, int t, const std::vector<std::pair<int64_t, int64_t>>* gaps,
     const int64_t a0 = nj_pool::NowNs();
     PhaseA(run, t, k, step / run.every, step % run.every == 0, sub.data());
     const int64_t a1 = nj_pool::NowNs();
+    if (penalty > 0) {  // (outside the busy time: it moves no cut)
+      while (nj_pool::NowNs() < a1 + penalty) {
+      }
+    }
     const bool more = fill && step + 1 < s1;
     run.barrier.Wait(
         t, [&] { return more && DrawNext(run, t, k + 1, step + 1, true, sub_next.data()); });
@@ -1584,19 +1593,24 @@ ffi::Error NetworkRunImpl(
     return nj_pool::ParallelFor(threads, part);
   };
   // How many threads: the pool's size, unless the run measures that a step on one thread is
-  // faster than a step shared out (its barrier included): `probe` steps on one thread, then
-  // as many on all, timed, and the rest of the run on the faster. A run shorter than three
-  // full probes (kProbe) probes an eighth of its steps each way (a 200-step run of a network
-  // of 10^6 neurons is long in time, short in steps); one of fewer than kMinProbe steps
-  // each way stays on one thread. The tests' switch (NjSetSharing) forces either way.
-  // Results do not depend on it.
+  // faster than a step shared out (its barrier included): `warm` steps on one thread, then
+  // `probe` on one thread, timed; `warm` on all, then `probe` on all, timed; the rest of the
+  // run on the faster. (The first steps of a call touch its output buffers for the first
+  // time: timed, they made one thread look up to four times slower than it is, and sharing
+  // won where it lost, on COBA, when the two cores' round trip was 550 ns instead of 110.)
+  // A run shorter than three full probes (kProbeSteps) probes an eighth of its steps each
+  // way (a 200-step run of a network of 10^6 neurons is long in time, short in steps); one
+  // of fewer than kMinProbe steps each way stays on one thread. The tests' switches
+  // (NjSetSharing, NjSetSharePenalty) force either way or slow the shared steps. Results
+  // do not depend on it.
   const int most = nj_pool::Threads();
   const bool forced_on = most > 1 && nj_pool::Sharing() == 1;
   const bool allowed = most > 1 && nj_pool::Sharing() != 2;
   if (allowed) Populate(run, most);
-  constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * kProbe + kWarm, kMinProbe = 4;
+  constexpr int64_t kProbe = 64, kWarm = 32, kProbeSteps = 2 * (kProbe + kWarm), kMinProbe = 4;
   const int64_t probe = n_steps >= 3 * kProbeSteps ? kProbe : n_steps / 8;
-  const int64_t warm = probe == kProbe ? kWarm : probe / 2, probe_steps = 2 * probe + warm;
+  const int64_t warm = probe == kProbe ? kWarm : probe / 2;
+  const int64_t probe_steps = 2 * (probe + warm);
   // A decision from a probe this long (or from the full probe) is remembered for the next
   // calls; a shorter sample decides this call only.
   constexpr int64_t kTrustNs = 1000000, kWakeNs = 100000;
@@ -1623,33 +1637,53 @@ ffi::Error NetworkRunImpl(
       run.n_threads = chosen;
     }
   } else if (allowed && probe >= kMinProbe) {
-    // `probe` steps on one thread; `warm` on all (waking the workers, then the cut
-    // rebalanced from them); `probe` on all, timed.
-    const int64_t t0 = nj_pool::NowNs();
-    segment(1, 0, probe);
-    const int64_t t1 = nj_pool::NowNs();
+    // `warm` steps on one thread (the first touch of the call's buffers), `probe` on one
+    // thread, timed; `warm` on all (waking the workers, then the cut rebalanced from
+    // them); `probe` on all, timed.
+    segment(1, 0, warm);
+    int64_t t0 = nj_pool::NowNs();
+    segment(1, warm, warm + probe);
+    int64_t t1 = nj_pool::NowNs();
+    int64_t at = warm + probe;
     // a short call whose one-thread sample is shorter than waking the workers costs
     // (tens of microseconds) stays on one thread without timing the others
-    bool shared = (probe == kProbe || t1 - t0 >= kWakeNs) && segment(most, probe, probe + warm);
-    if (!shared) segment(1, probe, probe + warm);
+    bool shared = (probe == kProbe || t1 - t0 >= kWakeNs) && segment(most, at, at + warm);
+    if (!shared) segment(1, at, at + warm);
     Rebalance(run, 0);
+    at += warm;
     int64_t t2 = nj_pool::NowNs();
-    shared = shared && segment(most, probe + warm, probe_steps);
+    shared = shared && segment(most, at, at + probe);
     int64_t t3 = nj_pool::NowNs();
-    if (!shared) segment(1, probe + warm, probe_steps);
+    if (!shared) segment(1, at, at + probe);
     done = probe_steps;
     trusted = probe == kProbe || t1 - t0 >= kTrustNs;
-    // A shared sample slower than one thread's is taken again once: a worker that the
-    // scheduler has just placed on a busy core can lose tens of milliseconds once (seen in
-    // one first call in five at the scale-0.1 microcircuit with load from elsewhere), which
-    // would keep the network on one thread for kReprobe calls.
-    if (shared && (t3 - t2) >= (t1 - t0) && n_steps - done >= 3 * probe) {
-      const int64_t t4 = nj_pool::NowNs();
-      shared = segment(most, done, done + probe);
-      const int64_t t5 = nj_pool::NowNs();
-      if (!shared) segment(1, done, done + probe);
-      done += probe;
-      if (shared && t5 - t4 < t3 - t2) t2 = t4, t3 = t5;
+    // The slower sample is taken again once (the faster of its two counts): a worker that
+    // the scheduler has just placed on a busy core can lose tens of milliseconds once (seen
+    // in one first call in five at the scale-0.1 microcircuit with load from elsewhere), and
+    // a one-thread sample can lose as much, either of which would keep the network on the
+    // slower way for kReprobe calls.
+    if (shared && n_steps - done >= 3 * probe) {
+      const bool again_shared = t3 - t2 >= t1 - t0;
+      if (!again_shared && (t1 - t0) * 4 > (t3 - t2) * 5) {
+        // sharing won by more than a quarter: no second look
+      } else {
+        const int64_t t4 = nj_pool::NowNs();
+        bool ok = true;
+        if (again_shared) {
+          ok = segment(most, done, done + probe);
+          if (!ok) segment(1, done, done + probe);
+        } else {
+          segment(1, done, done + probe);
+        }
+        const int64_t t5 = nj_pool::NowNs();
+        done += probe;
+        if (again_shared) {
+          shared = ok;
+          if (ok && t5 - t4 < t3 - t2) t2 = t4, t3 = t5;
+        } else if (t5 - t4 < t1 - t0) {
+          t0 = t4, t1 = t5;
+        }
+      }
     }
     chosen = shared && (t3 - t2) < (t1 - t0) ? most : 1;
   }
@@ -1726,3 +1760,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(NjNetworkRun, nj_ffi::Ordered<NetworkRunImpl>,
 
 // The number of threads the last nj_network_run call ran its steps on (after its probe).
 extern "C" int NjNetworkRunThreads() { return g_last_threads.load(); }
+
+// The tests' switch: every shared step of nj_network_run takes `ns` nanoseconds longer
+// (thread 0 spins; 0, the default, for none). Returns the previous value.
+extern "C" int64_t NjSetSharePenalty(int64_t ns) {
+  return g_share_penalty_ns.exchange(ns < 0 ? 0 : ns);
+}
