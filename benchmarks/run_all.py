@@ -51,6 +51,7 @@ BENCHMARKS = (
     "time_to_result",
     "threads_default",
     "thread_scaling",
+    "thread_choice",
     "start_check",
     "eventprop",
     "eventprop_peers",
@@ -114,6 +115,7 @@ OWN = {
         quick=("--cases", "coba", "--rounds", "1", "--duration", "100"),
         no_peers=("--peers", ""),
     ),
+    "thread_choice": Own(quick=("--cases", "coba", "--rounds", "1", "--repeats", "1")),
     "start_check": Own(quick=("--repeats", "3")),
     "eventprop": Own(full=("--steps", "1000", "10000", "100000"), quick=("--steps", "1000")),
     "eventprop_peers": Own(
