@@ -1,8 +1,8 @@
 """Does the whole network run (`nj_network_run`) choose the faster of one thread and all?
 
-For each case (`coba`: the COBA network, 1 s at dt = 0.1 ms; `coba_stdp`: the same with pair
-STDP on E -> E, `benchmarks.stdp_overhead`'s rule; `mc0.1`: the Potjans-Diesmann microcircuit
-at scale 0.1, k_scale 1, 200 ms) one fresh process with the kernels' threads set to the
+For each case, the networks of `benchmarks.thread_scaling` (`coba`: the COBA network, 1 s at
+dt = 0.1 ms; `coba_stdp`: the same with pair STDP on E -> E; `mc<scale>`: the Potjans-Diesmann
+microcircuit, k_scale 1, 200 ms; `lif1e6`: 10^6 LIF neurons, 200 steps), one fresh process with the kernels' threads set to the
 machine's cores reports: the thread pool's calibrated round trip (an empty job handed to the
 workers and back, the smallest of seven: it grows where the cores pass a cache line slowly),
 the threads its first call chose (the probe), and the best of `--repeats` calls in each of
@@ -23,31 +23,23 @@ import os
 import subprocess
 import sys
 
+from . import thread_scaling
+
 _CHILD = r"""
 import ctypes, json, sys, time
 import jax, neurojax as nj
 from neurojax.kernels import _build
+from benchmarks.thread_scaling import _network, _pool_model
 case, rounds, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 lib = _build.library()
 lib.NjSetSharing.argtypes = [ctypes.c_int]
 lib.NjSetSharing.restype = ctypes.c_int
-lib.NjPoolModel.argtypes = [ctypes.POINTER(ctypes.c_double)]
-if case.startswith("mc"):
-    net, state = nj.models.microcircuit(jax.random.key(0), scale=float(case[2:]), k_scale=1.0)
-    n_steps = 2000
-else:
-    net, state = nj.models.coba(jax.random.key(0))
-    if case == "coba_stdp":
-        from benchmarks.peers.brian2_coba_stdp import STDP_PARAMS
-        from benchmarks.stdp_overhead import with_stdp
-        net, state = with_stdp(net, state, nj.STDP(**STDP_PARAMS, mode="additive"))
-    n_steps = 10_000
-run = jax.jit(lambda s: nj.simulate(net, s, dt=0.1, n_steps=n_steps)[1].spikes)
+net, state, n_steps, record = _network(case, 1000.0, 200.0, 200)
+every = {} if record is None else {"record_every": record}
+run = jax.jit(lambda s: nj.simulate(net, s, dt=0.1, n_steps=n_steps, **every)[1].spikes)
 t = time.perf_counter()
 jax.block_until_ready(run(state))
 first_s, first_threads = time.perf_counter() - t, lib.NjNetworkRunThreads()
-model = (ctypes.c_double * 3)()
-lib.NjPoolModel(model)
 best = {"one": float("inf"), "all": float("inf"), "auto": float("inf")}
 auto_threads = []
 for _ in range(rounds):
@@ -61,7 +53,7 @@ for _ in range(rounds):
                 auto_threads.append(lib.NjNetworkRunThreads())
         lib.NjSetSharing(0)
 print(json.dumps({
-    "case": case, "threads": nj.cpu_threads(), "pool_round_trip_ns": model[0],
+    "case": case, "threads": nj.cpu_threads(), "pool_round_trip_ns": _pool_model(lib)[0],
     "first_call_s": first_s, "first_call_threads": first_threads,
     "one_s": best["one"], "all_s": best["all"], "auto_s": best["auto"],
     "auto_threads": sorted(set(auto_threads)),
@@ -70,12 +62,9 @@ print(json.dumps({
 
 
 def measure(case: str, rounds: int, repeats: int) -> dict:
-    cores = len(os.sched_getaffinity(0))
-    env = {k: v for k, v in os.environ.items() if k not in ("NEUROJAX_CPU_THREADS", "PJRT_NPROC")}
-    env["NEUROJAX_CPU_THREADS"] = str(cores)
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, case, str(rounds), str(repeats)],
-        env=env,
+        env=thread_scaling._env(len(os.sched_getaffinity(0))),
         capture_output=True,
         text=True,
         timeout=1800,
@@ -98,8 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     for case in cases:
-        if case not in ("coba", "coba_stdp") and not case.startswith("mc"):
-            ap.error(f"--cases: {case!r} is not one of coba, coba_stdp, mc<scale>")
+        if case not in thread_scaling.CASES and not case.startswith("mc"):
+            ap.error(f"--cases: {case!r} is not one of {', '.join(thread_scaling.CASES)}")
     if args.rounds < 1 or args.repeats < 1:
         ap.error(f"--rounds {args.rounds} / --repeats {args.repeats}: both must be at least 1")
     rows = []

@@ -35,16 +35,12 @@ CASES = ("coba", "coba_stdp", "mc0.1", "mc1", "lif1e6")
 DT = 0.1
 
 
-def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: int) -> dict:
-    import ctypes
-
+def _network(case: str, duration: float, mc_duration: float, lif_steps: int):
+    """The case's network and state, its steps and its `record_every` (None: every step)."""
     import jax
-    import numpy as np
 
     import neurojax as nj
-    from neurojax.kernels import _build
 
-    t0 = time.perf_counter()
     record = None
     if case in ("coba", "coba_stdp"):
         net, state = nj.models.coba(jax.random.key(0))
@@ -81,6 +77,20 @@ def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: i
         state = net.init_state(k_state)
         n_steps = lif_steps
         record = 100
+    return net, state, n_steps, record
+
+
+def _neurojax_child(case: str, duration: float, mc_duration: float, lif_steps: int) -> dict:
+    import ctypes
+
+    import jax
+    import numpy as np
+
+    import neurojax as nj
+    from neurojax.kernels import _build
+
+    t0 = time.perf_counter()
+    net, state, n_steps, record = _network(case, duration, mc_duration, lif_steps)
     jax.block_until_ready(state)
     build_s = time.perf_counter() - t0
 
