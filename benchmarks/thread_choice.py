@@ -2,8 +2,8 @@
 
 For each case, the networks of `benchmarks.thread_scaling` (`coba`: the COBA network, 1 s at
 dt = 0.1 ms; `coba_stdp`: the same with pair STDP on E -> E; `mc<scale>`: the Potjans-Diesmann
-microcircuit, k_scale 1, 200 ms; `lif1e6`: 10^6 LIF neurons, 200 steps), one fresh process with the kernels' threads set to the
-machine's cores reports: the thread pool's calibrated round trip (an empty job handed to the
+microcircuit, k_scale 1, 200 ms; `lif1e6`: 10^6 LIF neurons, 200 steps), one fresh process
+with the kernels' threads set to the machine's cores reports: the thread pool's calibrated round trip (an empty job handed to the
 workers and back, the smallest of seven: it grows where the cores pass a cache line slowly),
 the threads its first call chose (the probe), and the best of `--repeats` calls in each of
 three modes, interleaved for `--rounds` rounds: `one` (the tests' switch forcing one thread),

@@ -343,6 +343,11 @@ struct Run {
   int64_t busy_steps = 0;             // the steps of that segment
   int64_t split_ns = 0;               // what the last recomputed splits cost (Splits)
   std::vector<SpikeList> spikes[2];
+  // With plasticity, per step parity, 1 at the LIF neurons that spiked in the step (each
+  // thread writes its own neurons', 64 to a line, in phase A): the fused walk of a plastic
+  // row asks whether a target spiked, the column pass whether a source did.
+  std::vector<uint8_t> spiked_store[2];
+  uint8_t* spiked[2] = {nullptr, nullptr};
   // per source, the counts of step k in counts[k mod 3]: while a thread still delivers step
   // k - 1's, another may be drawing step k + 1's at the barrier
   std::vector<float> counts[3];
@@ -581,9 +586,18 @@ void AdvancePre(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32
                scratch.data(), static_cast<int64_t>(scratch.size()));
 }
 
-// Phase B's part: depression of thread t's runs of the spiking rows, its neurons'
-// postsynaptic trace, potentiation of its spiking neurons' columns (nj_stdp_update's
-// operations; the rows and columns were checked before the run).
+// Whether the plastic projection p's rows are walked once for depression and delivery
+// together (FusedRow): a thread's run of a row then holds only its own targets (rows sorted
+// by target, or one thread).
+inline bool FusedWalk(const Run& run, const EventProj& p) {
+  return p.plastic >= 0 && (p.sorted || run.n_threads == 1);
+}
+
+// Phase B's part: depression of thread t's runs of the spiking rows (unless the delivery
+// walks them, FusedWalk), its neurons' postsynaptic trace, potentiation of its spiking
+// neurons' columns (nj_stdp_update's operations; the rows and columns were checked before
+// the run). After a fused walk the column entries of spiking sources are skipped: the walk
+// potentiated them, right after their depression, as the serial order does.
 template <bool kMultiplicative>
 void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t>& scratch) {
   const EventProj& p = run.events[pl.e];
@@ -595,17 +609,13 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
   float* __restrict y = pl.y;
   const float a_minus = pl.a_minus, a_plus = pl.a_plus, wlo = pl.lo, whi = pl.hi;
   const float decay_y = pl.decay_y, s = 1.0f;
-  for (int u = 0; u < run.n_threads; ++u) {
+  const bool fused = FusedWalk(run, p);
+  for (int u = 0; u < run.n_threads && !fused; ++u) {
     for (const int32_t i : run.spikes[par][u]) {
       const int64_t r = i - p.pre_off;
       if (r < 0 || r >= p.n_pre) continue;
       int64_t kb, ke;
       if (!RunOf(p, r, t, kb, ke)) continue;
-      if (p.sorted || run.n_threads == 1) {  // the run targets only this thread's neurons
-        nj_events::DepressRow<float, kMultiplicative>(w, y, p.post, kb, ke, a_minus, decay_y,
-                                                      s, wlo, whi);
-        continue;
-      }
       for (int64_t q = kb; q < ke; ++q) {  // an unsorted row: this thread's synapses of it
         if (p.post[q] >= lo && p.post[q] < hi) {
           nj_events::DepressRow<float, kMultiplicative>(w, y, p.post, q, q + 1, a_minus,
@@ -618,11 +628,27 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
   AdvanceTrace(y + lo, y + lo, hi - lo, decay_y, pl.nearest, scratch.data(),
                static_cast<int64_t>(scratch.size()));
   const float* __restrict x = pl.xb[par];
+  const int32_t* __restrict col_syn = pl.col_syn;
+  const int32_t* __restrict col_pre = pl.col_pre;
+  const uint8_t* __restrict source_spiked = run.spiked[par] + p.pre_off;
   for (const int32_t jo : scratch) {
     const int64_t j = lo + jo;
-    nj_events::PotentiateColumn<float, kMultiplicative>(w, x, pl.col_syn, pl.col_pre,
-                                                        pl.col_ptr[j], pl.col_ptr[j + 1],
-                                                        a_plus, s, wlo, whi);
+    if (!fused) {
+      nj_events::PotentiateColumn<float, kMultiplicative>(w, x, col_syn, col_pre,
+                                                          pl.col_ptr[j], pl.col_ptr[j + 1],
+                                                          a_plus, s, wlo, whi);
+      continue;
+    }
+    const int64_t end = pl.col_ptr[j + 1];
+    for (int64_t m = pl.col_ptr[j]; m < end; ++m) {  // PotentiateColumn's operations
+      if (m + 8 < end) __builtin_prefetch(w + col_syn[m + 8], 1);
+      const int32_t r = col_pre[m];
+      if (source_spiked[r]) continue;
+      const int32_t q = col_syn[m];
+      const float v = w[q];
+      const float f = kMultiplicative ? whi - v : 1.0f;
+      w[q] = nj_events::Clip<float>(v + a_plus * f * x[r] * s, wlo, whi);
+    }
   }
 }
 
@@ -670,6 +696,10 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
   // g summed in the projection order), then the update, branch-free so that the compiler
   // vectorises it, then the spike list and the record from the block's flags
   int32_t* const list = run.spikes[parity][t].buf + 1;
+  uint8_t* const spiked = run.spiked[parity];
+  if (spiked) {  // step k - 2's flags of its neurons off (its list is still in this buffer)
+    for (int32_t q = 0; q < list[-1]; ++q) spiked[list[q]] = 0;
+  }
   int32_t listed = 0;
   const float dt = run.dt, half_dt = run.half_dt;
   float current[kBlock];
@@ -705,6 +735,9 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
     }
   }
   list[-1] = listed;
+  if (spiked) {
+    for (int32_t q = 0; q < listed; ++q) spiked[list[q]] = 1;
+  }
   // plasticity: the presynaptic traces of its own neurons
   if (!run.plastics.empty()) {
     thread_local std::vector<int32_t> scratch;
@@ -766,6 +799,55 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
   return added;
 }
 
+// Row r of the plastic projection p (FusedWalk) in one walk of thread t's run: each
+// synapse depressed (DepressRow's operations, with the postsynaptic trace before this
+// step's spikes), potentiated if its target spiked in this step (PotentiateColumn's, with
+// the presynaptic trace after them: the serial order depresses every spiking row, then
+// potentiates every spiking target's column), then its new weight added at its slot. The
+// rows' targets and order were checked before the run.
+template <typename D, bool kMultiplicative>
+void FusedRow(const Run& run, const EventProj& p, const Plastic& pl, const Ring& ring,
+              int64_t r, int64_t k, int t, int64_t& bad) {
+  int64_t kb, ke;
+  if (!RunOf(p, r, t, kb, ke)) return;
+  const int par = static_cast<int>(k & 1);
+  const int32_t* __restrict post = p.post;
+  const D* __restrict d = static_cast<const D*>(p.delay);
+  float* __restrict w = pl.w;
+  const float* __restrict y = pl.y;
+  const uint8_t* __restrict target_spiked = run.spiked[par] + p.post_off;
+  const float xr = pl.xb[par][r];
+  const float a_minus = pl.a_minus, a_plus = pl.a_plus, wlo = pl.lo, whi = pl.hi;
+  const float decay_y = pl.decay_y, s = 1.0f;
+  float* __restrict data = ring.data + p.col0;
+  const int64_t fixed = Mod(k + 1 + p.delay_steps, ring.slots) * ring.width;
+  const int64_t next = Mod(k + 1, ring.slots);  // slot of delay 0
+  for (int64_t q = kb; q < ke; ++q) {
+    const int64_t j = post[q];
+    float v = w[q];
+    const float f = kMultiplicative ? v - wlo : 1.0f;
+    const float yd = y[j] * decay_y;
+    v = nj_events::Clip<float>(v - a_minus * f * yd * s, wlo, whi);
+    if (target_spiked[j]) {
+      const float g = kMultiplicative ? whi - v : 1.0f;
+      v = nj_events::Clip<float>(v + a_plus * g * xr * s, wlo, whi);
+    }
+    w[q] = v;
+    int64_t row = fixed;
+    if (p.per_synapse) {
+      if (d[q] < 0) {
+        ++bad;
+        continue;
+      }
+      int64_t slot = next + static_cast<int64_t>(d[q]);
+      slot = slot < ring.slots ? slot : (slot - ring.slots < ring.slots ? slot - ring.slots
+                                                                         : Mod(slot, ring.slots));
+      row = slot * ring.width;
+    }
+    data[row + j] += v;
+  }
+}
+
 // Phase B of step k for thread t: zero the slot read, deliver into its own columns.
 void PhaseB(Run& run, int t, int64_t k) {
   const int64_t a = run.cut[t], b = run.cut[t + 1];
@@ -781,17 +863,20 @@ void PhaseB(Run& run, int t, int64_t k) {
       if (lo < hi) std::memset(slot + z.col0 + lo, 0, sizeof(float) * (hi - lo));
     }
   }
-  // plasticity of the synapses onto its own neurons, before they deliver
-  if (!run.plastics.empty()) {
-    thread_local std::vector<int32_t> scratch;
+  // plasticity of the synapses onto its own neurons, before they deliver (a fused walk's
+  // depression is part of its delivery, and its trace and columns follow it)
+  thread_local std::vector<int32_t> scratch;
+  auto plastic_b = [&](bool fused) {
     for (const Plastic& pl : run.plastics) {
+      if (FusedWalk(run, run.events[pl.e]) != fused) continue;
       if (pl.multiplicative) {
         PlasticB<true>(run, pl, t, k, scratch);
       } else {
         PlasticB<false>(run, pl, t, k, scratch);
       }
     }
-  }
+  };
+  plastic_b(false);
   for (const Ring& ring : run.rings) {
     if (ring.from_source) {
       const float* counts = run.counts[Mod(k, 3)].data();
@@ -821,6 +906,24 @@ void PhaseB(Run& run, int t, int64_t k) {
           const int64_t lo = std::max<int64_t>(a - p.post_off, 0);
           const int64_t hi = std::min<int64_t>(b - p.post_off, p.n_post);
           if (lo >= hi) continue;
+          if (FusedWalk(run, p)) {
+            const Plastic& pl = run.plastics[p.plastic];
+            const bool mul = pl.multiplicative;
+            switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
+              case ffi::DataType::S8:
+                mul ? FusedRow<int8_t, true>(run, p, pl, ring, row, k, t, bad)
+                    : FusedRow<int8_t, false>(run, p, pl, ring, row, k, t, bad);
+                break;
+              case ffi::DataType::S16:
+                mul ? FusedRow<int16_t, true>(run, p, pl, ring, row, k, t, bad)
+                    : FusedRow<int16_t, false>(run, p, pl, ring, row, k, t, bad);
+                break;
+              default:
+                mul ? FusedRow<int32_t, true>(run, p, pl, ring, row, k, t, bad)
+                    : FusedRow<int32_t, false>(run, p, pl, ring, row, k, t, bad);
+            }
+            continue;
+          }
           int64_t added;
           switch (p.per_synapse ? p.delay_type : ffi::DataType::S32) {
             case ffi::DataType::S8:
@@ -837,6 +940,7 @@ void PhaseB(Run& run, int t, int64_t k) {
       }
     }
   }
+  if (!run.plastics.empty()) plastic_b(true);
   if (bad) run.faults.fetch_add(bad, std::memory_order_relaxed);
 }
 
@@ -1575,6 +1679,13 @@ ffi::Error NetworkRunImpl(
       for (int t = 0; t < threads; ++t) run.spikes[p][t].Reserve(run.cut[t + 1] - run.cut[t]);
     }
     for (int p = 0; p < 3; ++p) run.counts[p].assign(run.n_src, 0.0f);
+    if (!run.plastics.empty()) {  // no spike flagged (the lists start empty)
+      for (int p = 0; p < 2; ++p) {
+        run.spiked_store[p].assign(static_cast<size_t>(run.n) + 64, 0);
+        const uintptr_t at = reinterpret_cast<uintptr_t>(run.spiked_store[p].data());
+        run.spiked[p] = reinterpret_cast<uint8_t*>((at + 63) & ~static_cast<uintptr_t>(63));
+      }
+    }
   };
   // Steps [s0, s1) on `threads` threads; false (nothing run) when the pool is held by
   // another call.
