@@ -1,14 +1,15 @@
 """Does the whole network run (`nj_network_run`) choose the faster of one thread and all?
 
-For each case, the networks of `benchmarks.thread_scaling` (`coba`: the COBA network, 1 s at
-dt = 0.1 ms; `coba_stdp`: the same with pair STDP on E -> E; `mc<scale>`: the Potjans-Diesmann
-microcircuit, k_scale 1, 200 ms; `lif1e6`: 10^6 LIF neurons, 200 steps), one fresh process
-with the kernels' threads set to the machine's cores reports: the thread pool's calibrated round trip (an empty job handed to the
-workers and back, the smallest of seven: it grows where the cores pass a cache line slowly),
-the threads its first call chose (the probe), and the best of `--repeats` calls in each of
-three modes, interleaved for `--rounds` rounds: `one` (the tests' switch forcing one thread),
-`all` (forcing every thread) and `auto` (the measured rule, as a user runs it). `right` says
-whether the first call's choice was the faster forced mode (within 3 %, a tie).
+For each case, the networks of `benchmarks.thread_scaling` (`coba`: the COBA network, 1 s at dt
+= 0.1 ms; `coba_stdp`: the same with pair STDP on E -> E; `mc<scale>`: the Potjans-Diesmann
+microcircuit, k_scale 1, 200 ms; `lif1e6`: 10^6 LIF neurons, 200 steps), one fresh process with
+the kernels' threads set to the machine's cores reports: the thread pool's calibrated round trip
+(an empty job handed to the workers and back, the smallest of seven: it grows where the cores
+pass a cache line slowly), the threads its first call chose (the probe), and the best of
+`--repeats` calls in each of three modes, interleaved for `--rounds` rounds: `one` (the tests'
+switch forcing one thread), `all` (forcing every thread) and `auto` (the measured rule, as a
+user runs it). `right` says whether the first call's choice was the faster forced mode (within 3
+%, a tie).
 
     python -m benchmarks.thread_choice [--cases coba,coba_stdp,mc0.1] [--rounds 2]
         [--repeats 5]
