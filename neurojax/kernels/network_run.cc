@@ -44,9 +44,11 @@
 // advances the presynaptic trace of its own neurons in phase A, into the buffer of the
 // step's parity (the other parity holds the last step's, which a thread still in phase B
 // may read); in phase B it depresses the synapses of the spiking rows that target its own
-// neurons (its runs of those rows, the ones it delivers), advances its neurons'
-// postsynaptic trace and potentiates the columns of its own spiking neurons, so that every
-// synapse is written by the thread that owns its target, in the serial order. The neuron
+// neurons (its runs of those rows, the ones it delivers: with rows sorted by target, in the
+// same walk as the delivery, which also potentiates a synapse whose target spiked too),
+// advances its neurons' postsynaptic trace and potentiates the columns of its own spiking
+// neurons, so that every synapse is written by the thread that owns its target, in the
+// serial order. The neuron
 // ranges are first cut by each population's in-degree, then every 512 steps where the threads'
 // measured busy times split evenly, when the wait that saves outweighs the measured cost of
 // moving the sorted rows' split points with the cut; a cut changes only at a barrier, so it
