@@ -647,9 +647,7 @@ void PlasticB(Run& run, const Plastic& pl, int t, int64_t k, std::vector<int32_t
       const int32_t r = col_pre[m];
       if (source_spiked[r]) continue;
       const int32_t q = col_syn[m];
-      const float v = w[q];
-      const float f = kMultiplicative ? whi - v : 1.0f;
-      w[q] = nj_events::Clip<float>(v + a_plus * f * x[r] * s, wlo, whi);
+      w[q] = nj_events::Potentiated<float, kMultiplicative>(w[q], x[r], a_plus, s, wlo, whi);
     }
   }
 }
@@ -750,6 +748,17 @@ void PhaseA(Run& run, int t, int64_t k, int64_t rec_row, bool first, const uint3
   }
 }
 
+// The offset of the ring row (slot (k + 1 + d) mod D, with next = (k + 1) mod D) that a
+// synapse of delay d >= 0 adds to: without a division for the delays below D (all of them
+// in a network whose ring is as long as its longest delay).
+inline int64_t DelayRow(const Ring& ring, int64_t next, int64_t d) {
+  int64_t slot = next + d;
+  slot = slot < ring.slots
+             ? slot
+             : (slot - ring.slots < ring.slots ? slot - ring.slots : Mod(slot, ring.slots));
+  return slot * ring.width;
+}
+
 // The run of row r of event projection p whose targets lie in [lo, hi), added at its slots.
 template <typename D>
 int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int t, int64_t lo,
@@ -788,12 +797,7 @@ int64_t RowRange(const EventProj& p, const Ring& ring, int64_t r, int64_t k, int
         ++bad;
         continue;
       }
-      // (k + 1 + d) mod D without a division for the delays below D (all of them in a
-      // network whose ring is as long as its longest delay)
-      int64_t slot = next + static_cast<int64_t>(d[q]);
-      slot = slot < ring.slots ? slot : (slot - ring.slots < ring.slots ? slot - ring.slots
-                                                                         : Mod(slot, ring.slots));
-      row = slot * ring.width;
+      row = DelayRow(ring, next, static_cast<int64_t>(d[q]));
     }
     data[row + j] += p.w[q];
     ++added;
@@ -826,13 +830,10 @@ void FusedRow(const Run& run, const EventProj& p, const Plastic& pl, const Ring&
   const int64_t next = Mod(k + 1, ring.slots);  // slot of delay 0
   for (int64_t q = kb; q < ke; ++q) {
     const int64_t j = post[q];
-    float v = w[q];
-    const float f = kMultiplicative ? v - wlo : 1.0f;
-    const float yd = y[j] * decay_y;
-    v = nj_events::Clip<float>(v - a_minus * f * yd * s, wlo, whi);
+    float v = nj_events::Depressed<float, kMultiplicative>(w[q], y[j], a_minus, decay_y, s,
+                                                          wlo, whi);
     if (target_spiked[j]) {
-      const float g = kMultiplicative ? whi - v : 1.0f;
-      v = nj_events::Clip<float>(v + a_plus * g * xr * s, wlo, whi);
+      v = nj_events::Potentiated<float, kMultiplicative>(v, xr, a_plus, s, wlo, whi);
     }
     w[q] = v;
     int64_t row = fixed;
@@ -841,10 +842,7 @@ void FusedRow(const Run& run, const EventProj& p, const Plastic& pl, const Ring&
         ++bad;
         continue;
       }
-      int64_t slot = next + static_cast<int64_t>(d[q]);
-      slot = slot < ring.slots ? slot : (slot - ring.slots < ring.slots ? slot - ring.slots
-                                                                         : Mod(slot, ring.slots));
-      row = slot * ring.width;
+      row = DelayRow(ring, next, static_cast<int64_t>(d[q]));
     }
     data[row + j] += v;
   }

@@ -42,14 +42,26 @@ inline F Clip(F w, F lo, F hi) {
 // w <- clip(w - a_minus * f_-(w) * (y[post] * decay_y) * s), with f_- = w - lo
 // (multiplicative) or 1; a function of its own with restrict pointers so that the compiler
 // vectorises it (gathering the postsynaptic trace).
+// One synapse's depression (weight v, postsynaptic trace y_post) and potentiation
+// (presynaptic trace x_pre): the rows and columns below, and nj_network_run's walk that
+// does both on one row, apply exactly these operations.
+template <typename F, bool kMultiplicative>
+inline F Depressed(F v, F y_post, F a_minus, F decay_y, F s, F lo, F hi) {
+  const F f = kMultiplicative ? v - lo : F(1);
+  return Clip<F>(v - a_minus * f * (y_post * decay_y) * s, lo, hi);
+}
+
+template <typename F, bool kMultiplicative>
+inline F Potentiated(F v, F x_pre, F a_plus, F s, F lo, F hi) {
+  const F f = kMultiplicative ? hi - v : F(1);
+  return Clip<F>(v + a_plus * f * x_pre * s, lo, hi);
+}
+
 template <typename F, bool kMultiplicative>
 void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restrict post,
                 int64_t begin, int64_t end, F a_minus, F decay_y, F s, F lo, F hi) {
   for (int64_t k = begin; k < end; ++k) {
-    const F v = w[k];
-    const F f = kMultiplicative ? v - lo : F(1);
-    const F yd = y[post[k]] * decay_y;
-    w[k] = Clip<F>(v - a_minus * f * yd * s, lo, hi);
+    w[k] = Depressed<F, kMultiplicative>(w[k], y[post[k]], a_minus, decay_y, s, lo, hi);
   }
 }
 
@@ -63,9 +75,7 @@ void PotentiateColumn(F* __restrict w, const F* __restrict x, const int32_t* __r
   for (int64_t m = begin; m < end; ++m) {
     if (m + 8 < end) __builtin_prefetch(w + col_syn[m + 8], 1);
     const int32_t k = col_syn[m];
-    const F v = w[k];
-    const F f = kMultiplicative ? hi - v : F(1);
-    w[k] = Clip<F>(v + a_plus * f * x[col_pre[m]] * s, lo, hi);
+    w[k] = Potentiated<F, kMultiplicative>(w[k], x[col_pre[m]], a_plus, s, lo, hi);
   }
 }
 
