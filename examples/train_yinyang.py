@@ -37,7 +37,10 @@ from neurojax import training as nt
 T_EARLY, T_LATE, T_BIAS, T_MAX = 2.0, 27.0, 0.0, 40.0
 N_HIDDEN = 120
 # per recipe: input window [ms], hidden neurons, output weights (mean, s.d.; None: by the
-# fan-in, see `build`), spikes kept per neuron, events per run (None: the bound), epochs
+# fan-in, see `build`), spikes kept per neuron, events per run (None: the bound), epochs,
+# what a silent output does in the loss (`SILENT_RULES`), the seeds of the training and test
+# sets (None: `seed + 1` and `seed + 2`, a new data set per seed) and the epochs run at the
+# full learning rate before it decays by `lr_decay` per epoch
 RECIPES = {
     "default": dict(
         t_early=T_EARLY,
@@ -47,6 +50,9 @@ RECIPES = {
         max_spikes=16,
         max_events=None,
         epochs=15,
+        silent="extend",
+        data_seeds=None,
+        decay_after=0,
     ),
     "published": dict(
         t_early=0.0,
@@ -56,6 +62,9 @@ RECIPES = {
         max_spikes=48,
         max_events=768,
         epochs=100,
+        silent="skip",
+        data_seeds=(1, 2),
+        decay_after=1,
     ),
 }
 LIF = dict(tau_m=20.0, v_rest=0.0, v_reset=0.0, v_th=1.0)
@@ -114,8 +123,16 @@ def first_spikes(net, times, max_spikes=16, silent_slope=None, max_events=None):
 
 
 # ms per unit of voltage below threshold added to T_MAX for an output that did not fire, so
-# that the exact gradient reaches silent outputs (None: they get T_MAX and no gradient)
+# that the exact gradient reaches silent outputs (the rule "extend")
 SILENT_SLOPE = 10.0
+# what an output that did not fire contributes to the loss:
+#   extend: its time is T_MAX + SILENT_SLOPE x (threshold - voltage maximum), with the exact
+#           gradient of that (neurojax's extension, `nt.first_spike_times`);
+#   skip:   it leaves the softmax, and a sample whose label output is silent gives no
+#           gradient at all (Wunderlich and Pehle's code, `nt.first_spike_cross_entropy`'s
+#           `t_max`);
+#   none:   its time is T_MAX, with no gradient of its own, inside the softmax.
+SILENT_RULES = ("extend", "skip", "none")
 
 DT = 0.1  # grid step of the surrogate-gradient run [ms]
 
@@ -157,14 +174,16 @@ def first_spikes_grid(net, times):
     return jax.vmap(one)(times)
 
 
-def loss_fn(net, times, labels, gradient="eventprop", silent_slope=None, runs=None):
-    """`runs`: `first_spikes`' max_spikes and max_events (the default recipe's if None)."""
+def loss_fn(net, times, labels, gradient="eventprop", silent_slope=None, runs=None, skip=False):
+    """`runs`: `first_spikes`' max_spikes and max_events (the default recipe's if None);
+    `skip`: the rule "skip" of `SILENT_RULES` (then `silent_slope` must be None)."""
     t_first = (
         first_spikes(net, times, silent_slope=silent_slope, **(runs or {}))
         if gradient == "eventprop"
         else first_spikes_grid(net, times)
     )
-    return nt.first_spike_cross_entropy(t_first, labels), t_first
+    t_max = T_MAX if skip else None
+    return nt.first_spike_cross_entropy(t_first, labels, t_max=t_max), t_first
 
 
 @eqx.filter_jit
@@ -173,7 +192,8 @@ def evaluate(net, times, labels, gradient="eventprop", max_spikes=16, max_events
         t = first_spikes(net, times, max_spikes=max_spikes, max_events=max_events)
     else:
         t = first_spikes_grid(net, times)
-    return nt.first_spike_accuracy(t, labels)
+    # a sample whose label output stayed silent counts as wrong
+    return nt.first_spike_accuracy(t, labels, t_max=T_MAX)
 
 
 def train(
@@ -187,14 +207,16 @@ def train(
     n_hidden=None,
     gradient="eventprop",
     lr_decay=0.95,
+    silent=None,
     silent_slope=SILENT_SLOPE,
     recipe="default",
     log=print,
 ):
     """Train and return `(network, history)`; `gradient` is `"eventprop"` (exact run and
     gradient) or `"surrogate"` (the grid run of `first_spikes_grid`, evaluated on the grid);
-    `recipe` one of `RECIPES`, whose epochs and hidden size `epochs` and `n_hidden` replace
-    where given."""
+    `recipe` one of `RECIPES`, whose epochs, hidden size and silent-output rule `epochs`,
+    `n_hidden` and `silent` (one of `SILENT_RULES`) replace where given; `silent_slope`
+    applies to the rule "extend"."""
     if gradient not in ("eventprop", "surrogate"):
         raise ValueError(f"train: gradient must be 'eventprop' or 'surrogate', got {gradient!r}")
     if recipe not in RECIPES:
@@ -202,14 +224,22 @@ def train(
     rc = RECIPES[recipe]
     epochs = rc["epochs"] if epochs is None else epochs
     n_hidden = rc["n_hidden"] if n_hidden is None else n_hidden
+    silent = rc["silent"] if silent is None else silent
+    if silent not in SILENT_RULES:
+        raise ValueError(f"train: silent must be one of {SILENT_RULES} or None, got {silent!r}")
     runs = dict(max_spikes=rc["max_spikes"], max_events=rc["max_events"])
-    if silent_slope is not None and not (0 < silent_slope < float("inf")):
+    if silent == "extend" and not (
+        isinstance(silent_slope, (int, float)) and 0 < silent_slope < float("inf")
+    ):
         raise ValueError(
-            "train: silent_slope must be a finite number of ms per unit of voltage > 0, or "
-            f"None (a silent output gets T_MAX), got {silent_slope!r}"
+            "train: silent_slope must be a finite number of ms per unit of voltage > 0 with "
+            f"silent='extend', got {silent_slope!r}"
         )
-    x_train, y_train = nt.yin_yang(n_train, seed=seed + 1)
-    x_test, y_test = nt.yin_yang(n_test, seed=seed + 2)
+    slope = silent_slope if silent == "extend" else None
+    skip = silent == "skip"
+    s_train, s_test = rc["data_seeds"] or (seed + 1, seed + 2)
+    x_train, y_train = nt.yin_yang(n_train, seed=s_train)
+    x_test, y_test = nt.yin_yang(n_test, seed=s_test)
     t_train = encode(x_train, rc["t_early"], rc["t_late"])
     t_test = encode(x_test, rc["t_early"], rc["t_late"])
     net = build(seed, n_hidden, rc["w_out"])
@@ -220,15 +250,21 @@ def train(
         trainable,
         replace=[True] * len(net.projections),
     )
-    # the learning rate decays by `lr_decay` every epoch (mlGeNN's Yin-Yang example: 0.95)
+    # the learning rate decays by `lr_decay` every epoch (mlGeNN's Yin-Yang example: 0.95),
+    # after `decay_after` epochs at the full rate (Wunderlich and Pehle's code decays it
+    # from the end of the second epoch on)
     n_batches = n_train // batch
-    opt = optax.adam(optax.exponential_decay(lr, n_batches, lr_decay, staircase=True))
+    opt = optax.adam(
+        optax.exponential_decay(
+            lr, n_batches, lr_decay, staircase=True, transition_begin=rc["decay_after"] * n_batches
+        )
+    )
     opt_state = opt.init(params)
 
     @eqx.filter_jit
     def step(params, opt_state, times, labels):
         def f(p):
-            return loss_fn(eqx.combine(p, static), times, labels, gradient, silent_slope, runs)
+            return loss_fn(eqx.combine(p, static), times, labels, gradient, slope, runs, skip)
 
         (loss, t_first), g = jax.value_and_grad(f, has_aux=True)(params)
         # only the weights learn here; time constants, thresholds and delays stay fixed
@@ -295,11 +331,17 @@ def main():
     ap.add_argument("--n-hidden", type=int, help="default: the recipe's (120 or 200)")
     ap.add_argument("--lr-decay", type=float, default=0.95)
     ap.add_argument(
+        "--silent",
+        choices=SILENT_RULES,
+        help="what an output that did not fire gives the loss (default: the recipe's, "
+        "extend or skip; see SILENT_RULES in this file)",
+    )
+    ap.add_argument(
         "--silent-slope",
         type=float,
         default=SILENT_SLOPE,
-        help="ms per unit of voltage below threshold for an output that did not fire "
-        "(0: such an output gets T_MAX and no gradient, the earlier recipe)",
+        help="with --silent extend: ms per unit of voltage below threshold for an output that "
+        "did not fire (0: the rule none, the earlier recipe)",
     )
     ap.add_argument("--json", help="write the per-epoch history to this JSON file")
     args = ap.parse_args()
@@ -312,7 +354,8 @@ def main():
         seed=args.seed,
         n_hidden=args.n_hidden,
         lr_decay=args.lr_decay,
-        silent_slope=args.silent_slope or None,
+        silent="none" if args.silent is None and args.silent_slope == 0 else args.silent,
+        silent_slope=args.silent_slope,
         recipe=args.recipe,
     )
     if args.json:

@@ -222,6 +222,90 @@ def test_forward_spike_times_equal_the_reference_to_float64_precision():
         )
 
 
+@pytest.mark.parametrize("twins", [0, 24])
+def test_the_crossing_search_finds_the_earliest_of_many_neurons_at_threshold(twins):
+    """A 4 -> 60 hidden layer with recurrent synapses, where tens of neurons reach threshold
+    between two arrivals: the forward run screens the brackets and searches a few neurons
+    in full (`_SEARCH_K`), or all of them where more remain. With `twins` neurons whose
+    input weights differ by 1e-9 (their crossings about 1e-8 ms apart, so that their
+    narrowed brackets overlap and the search falls back to all neurons; searching only
+    `_SEARCH_K` of them puts spikes 4e-8 ms off), and without: spike times,
+    one trial and a vmapped batch of three, against the float64 event-queue reference."""
+    rng = np.random.default_rng(11)
+    n_in, n_hid = 4, 60
+    lif = nj.LIF(tau_m=rng.uniform(10.0, 20.0, n_hid), v_rest=0.0, v_reset=0.0, v_th=1.0)
+    w1 = rng.uniform(1.5, 4.0, (n_in, n_hid))
+    if twins:
+        w1[:, :twins] = w1[:, :1] + 1e-9 * np.arange(twins)
+        lif = nj.LIF(
+            tau_m=np.concatenate([np.full(twins, 15.0), rng.uniform(10.0, 20.0, n_hid - twins)]),
+            v_rest=0.0,
+            v_reset=0.0,
+            v_th=1.0,
+        )
+    wr = rng.normal(0.0, 0.1, (n_hid, n_hid))
+    if twins:  # the same recurrent input too, and none among the twins
+        wr[:, :twins] = wr[:, :1]
+        wr[:twins, :twins] = 0.0
+    np.fill_diagonal(wr, 0.0)
+    syn = nj.Exponential(5.0)
+    net = EventNetwork(
+        {"hid": (lif, n_hid)},
+        {"in": n_in},
+        [
+            EventProjection("in", "hid", w1, delay=0.5, synapse=syn),
+            EventProjection("hid", "hid", wr, delay=1.0, synapse=syn),
+        ],
+    )
+    batch = np.stack([rng.uniform(0.0, 6.0, (n_in, 1)) for _ in range(3)])
+    run = lambda t: eventprop_run(net, {"in": t}, t_max=T_MAX, max_spikes=6)  # noqa: E731
+    batched = jax.jit(jax.vmap(run))(jnp.asarray(batch))
+    for b in range(3):
+        want = _reference(net, {"in": batch[b]})["hid"]["spikes"]
+        single = run(jnp.asarray(batch[b]))
+        assert sum(len(tr) for tr in want) > 1.5 * n_hid  # most neurons fire twice or more
+        for rec, name in ((single, "one trial"), (batched, "batched")):
+            times = np.asarray(rec.spike_times["hid"])
+            counts = np.asarray(rec.counts["hid"])
+            if name == "batched":
+                times, counts = times[b], counts[b]
+            for i, train in enumerate(want):
+                assert counts[i] == len(train), (name, b, i)
+                np.testing.assert_allclose(times[i, : len(train)], train, rtol=0, atol=1e-10)
+
+
+def test_the_screen_keeps_the_neuron_that_crosses_first():
+    """`_candidates` on 400 random states of 50 neurons (brackets from `_bracket`, some
+    short, ending at a turning point just above threshold, some long): the neuron whose
+    crossing `_earliest_all` finds first is always kept, and `_earliest_crossing` returns
+    it with its time, batched and one state at a time."""
+    from neurojax._eventprop import _bracket, _candidates, _earliest_all, _earliest_crossing
+
+    rng = np.random.default_rng(5)
+    n, b = 50, 400
+    u = rng.uniform(-0.5, 0.99, (b, n))
+    i = rng.uniform(0.0, 1.0, (b, n)) * rng.uniform(0.5, 6.0, (b, 1))
+    tau_m = rng.uniform(8.0, 30.0, (b, n))
+    tau_s = rng.uniform(2.0, 7.0, (b, n))
+    r, theta = np.ones((b, n)), np.ones((b, n))
+    horizon = rng.uniform(0.5, 20.0, (b, 1)) * np.ones((b, n))
+    lo, hi, found = jax.vmap(_bracket)(u, i, tau_m, tau_s, r, theta, horizon)
+    p = tuple(jnp.asarray(a) for a in (u, i, tau_m, tau_s, r, theta))
+    keep = jax.jit(jax.vmap(_candidates))(found, lo, hi, p)
+    i_all, s_all = jax.jit(jax.vmap(_earliest_all))(found, lo, hi, p)
+    i_got, s_got = jax.jit(jax.vmap(_earliest_crossing))(found, lo, hi, p)
+    has = np.asarray(jnp.any(found, axis=1))
+    assert 50 < has.sum() < b and int(jnp.max(jnp.sum(found, axis=1))) > 8
+    rows = np.arange(b)[has]
+    assert np.all(np.asarray(keep)[rows, np.asarray(i_all)[rows]])
+    assert np.asarray(jnp.sum(keep, axis=1))[rows].mean() < 3  # the screen leaves few
+    np.testing.assert_array_equal(np.asarray(i_got)[rows], np.asarray(i_all)[rows])
+    np.testing.assert_allclose(s_got, s_all, rtol=1e-13)
+    for k in rows[:20]:
+        one = _earliest_crossing(found[k], lo[k], hi[k], tuple(a[k] for a in p))
+        assert int(one[0]) == int(i_all[k]) and float(one[1]) == pytest.approx(float(s_all[k]), rel=1e-13)
+
+
 def test_jit_and_vmap_equal_single_eager_runs_and_grad_is_finite():
     net, inputs = _net(3)
     batch = jnp.stack([inputs["in"], inputs["in"] + 0.5, inputs["in"] * 0.9])
@@ -378,6 +462,62 @@ def test_a_silent_neuron_gets_a_time_past_t_max_with_the_exact_gradient_of_its_v
         nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(3), v_th=1.0, silent_slope=1.0)
     with pytest.raises(ValueError, match="v_th of shape \\(3,\\) does not broadcast"):
         nt.first_spike_times(s, t_max=T_MAX, v_max=jnp.zeros(2), v_th=jnp.ones(3), silent_slope=1.0)
+
+
+def test_the_authors_silent_rule_drops_silent_outputs_and_samples_with_a_silent_label():
+    """`first_spike_cross_entropy(..., t_max=)` against the loss and gradient written out by
+    hand in numpy (Wunderlich and Pehle's code: `nansum` over the outputs that fired, no
+    error for a sample whose label output is silent, the mean over all samples)."""
+    from neurojax import training as nt
+
+    tau0, tau1, alpha, t_max = 0.5, 6.4, 3e-3, 40.0
+    t = np.array(
+        [
+            [3.0, 4.2, t_max],  # label fired, one output silent
+            [t_max, 2.0, 2.6],  # label silent: no loss, no gradient
+            [5.1, 4.9, 5.4],  # every output fired
+            [t_max, t_max, t_max],  # every output silent
+        ]
+    )
+    labels = np.array([0, 0, 1, 1])
+    want_loss, want_grad = 0.0, np.zeros_like(t)
+    for i, (row, lab) in enumerate(zip(t, labels)):
+        fired = row < t_max
+        if not fired[lab]:
+            continue
+        e = np.where(fired, np.exp(-row / tau0), 0.0)
+        p = e / e.sum()
+        want_loss += -np.log(p[lab]) + alpha * (np.exp(row[lab] / tau1) - 1)
+        g = np.where(fired, -p / tau0, 0.0)  # d(-log p_lab)/dt_k = ([k = lab] - p_k) / tau0
+        g[lab] += 1 / tau0 + alpha / tau1 * np.exp(row[lab] / tau1)
+        want_grad[i] = g
+    n = len(t)
+
+    def f(tt):
+        return nt.first_spike_cross_entropy(tt, labels, t_max=t_max)
+
+    loss, grad = jax.jit(jax.value_and_grad(f))(jnp.asarray(t))
+    np.testing.assert_allclose(loss, want_loss / n, rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad / n, rtol=1e-12, atol=1e-15)
+    assert np.all(np.asarray(grad[1]) == 0) and np.all(np.asarray(grad[3]) == 0)
+    # without t_max a silent output's time takes part: the second sample's loss is huge and
+    # it pushes its firing outputs later
+    g_all = jax.grad(lambda tt: nt.first_spike_cross_entropy(tt, labels))(jnp.asarray(t))
+    assert float(g_all[1, 1]) < 0
+    # a vmapped batch of batches gives the same values
+    both = jax.vmap(f)(jnp.stack([jnp.asarray(t), jnp.asarray(t)]))
+    np.testing.assert_allclose(both, [want_loss / n] * 2, rtol=1e-12)
+
+    # accuracy: a silent label counts as wrong, even where every output is silent
+    acc = nt.first_spike_accuracy(jnp.asarray(t), labels, t_max=t_max)
+    assert float(acc) == 0.5  # samples 0 and 2 right; 1 (label silent) and 3 (all silent) wrong
+    assert float(nt.first_spike_accuracy(jnp.asarray(t), np.array([0, 0, 1, 0]))) == 0.75
+    assert float(nt.first_spike_accuracy(jnp.asarray(t), np.array([0, 0, 1, 0]), t_max=t_max)) == 0.5
+
+    with pytest.raises(ValueError, match="first_spike_cross_entropy: t_max must be .* got -1.0"):
+        nt.first_spike_cross_entropy(jnp.asarray(t), labels, t_max=-1.0)
+    with pytest.raises(ValueError, match="first_spike_accuracy: t_max must be .* got inf"):
+        nt.first_spike_accuracy(jnp.asarray(t), labels, t_max=float("inf"))
 
 
 def test_simulate_switch_runs_eventprop_and_refuses_what_it_cannot_do():

@@ -120,6 +120,7 @@ def first_spike_cross_entropy(
     tau0: float = 0.5,
     tau1: float = 6.4,
     alpha: float = 3e-3,
+    t_max: float | None = None,
 ) -> Float[Array, ""]:
     r"""Cross-entropy over first-spike times, with the early-spike regulariser of
     Wunderlich and Pehle (2021, Sci. Rep. 11:12829, Eq. 13):
@@ -129,12 +130,20 @@ def first_spike_cross_entropy(
 
     with `t_l` the first spike time of the label's neuron. The earliest output wins.
 
+    By default every output takes part with the time it is given (a silent one with
+    `first_spike_times`' `t_max` or its extension past it). With `t_max`, the rule of
+    Wunderlich and Pehle's own code applies instead: an output with a time at or after
+    `t_max` is silent and leaves the softmax, and a trial whose label output is silent adds
+    nothing to the loss and no gradient (it is not pushed, and neither are the other
+    outputs on its account); the mean is still over all trials.
+
     Args:
         t_first: `(*batch, n_classes)` first spike times [ms] (`first_spike_times`).
         labels: integer classes of shape `batch`.
         tau0: softmax temperature [ms], > 0.
         tau1: time constant of the regulariser [ms], > 0.
         alpha: strength of the regulariser, >= 0.
+        t_max: the run's duration [ms], > 0, or None (see above).
     """
     owner = "first_spike_cross_entropy"
     for name, v, lo in (("tau0", tau0, 0.0), ("tau1", tau1, 0.0)):
@@ -142,19 +151,47 @@ def first_spike_cross_entropy(
             raise ValueError(f"{owner}: {name} must be a number of ms > 0, got {v!r}")
     if not (isinstance(alpha, (int, float)) and alpha >= 0):
         raise ValueError(f"{owner}: alpha must be a number >= 0, got {alpha!r}")
+    if t_max is not None and not (
+        isinstance(t_max, (int, float)) and not isinstance(t_max, bool) and 0 < t_max < float("inf")
+    ):
+        raise ValueError(f"{owner}: t_max must be a finite number of ms > 0 or None, got {t_max!r}")
     t = jnp.asarray(t_first)
     logits = -t / tau0
     labels = _labels(owner, labels, logits)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     t_label = jnp.take_along_axis(t, labels[..., None], axis=-1)[..., 0]
-    return jnp.mean(ce + alpha * (jnp.exp(t_label / tau1) - 1.0))
+    if t_max is None:
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        return jnp.mean(ce + alpha * (jnp.exp(t_label / tau1) - 1.0))
+    silent = t >= t_max
+    # a silent output's logit sits far below every other (its softmax weight underflows to
+    # 0) and is a constant, so no gradient reaches its time; finite, so that a trial with
+    # every output silent has a finite (unused) softmax and no NaN reaches the gradient
+    floor = jax.lax.stop_gradient(jnp.min(jnp.where(silent, 0.0, logits)) - 1e4)
+    ce = optax.softmax_cross_entropy_with_integer_labels(jnp.where(silent, floor, logits), labels)
+    label_fired = ~jnp.take_along_axis(silent, labels[..., None], axis=-1)[..., 0]
+    t_reg = jnp.where(label_fired, t_label, 0.0)
+    per_trial = ce + alpha * (jnp.exp(t_reg / tau1) - 1.0)
+    return jnp.mean(jnp.where(label_fired, per_trial, 0.0))
 
 
-def first_spike_accuracy(t_first: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
-    """Fraction of trials whose earliest output neuron is the label's (ties: lower index)."""
+def first_spike_accuracy(
+    t_first: ArrayLike, labels: ArrayLike, *, t_max: float | None = None
+) -> Float[Array, ""]:
+    """Fraction of trials whose earliest output neuron is the label's (ties: lower index).
+    With `t_max` [ms], a trial whose label output's time is at or after it (silent) counts
+    as wrong, as it does in Wunderlich and Pehle's code, even where every output is silent."""
+    owner = "first_spike_accuracy"
+    if t_max is not None and not (
+        isinstance(t_max, (int, float)) and not isinstance(t_max, bool) and 0 < t_max < float("inf")
+    ):
+        raise ValueError(f"{owner}: t_max must be a finite number of ms > 0 or None, got {t_max!r}")
     t = jnp.asarray(t_first)
-    labels = _labels("first_spike_accuracy", labels, t)
-    return jnp.mean((jnp.argmin(t, axis=-1) == labels).astype(t.dtype))
+    labels = _labels(owner, labels, t)
+    right = jnp.argmin(t, axis=-1) == labels
+    if t_max is not None:
+        t_label = jnp.take_along_axis(t, labels[..., None], axis=-1)[..., 0]
+        right = right & (t_label < t_max)
+    return jnp.mean(right.astype(t.dtype))
 
 
 def voltage_max_cross_entropy(v_max: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
