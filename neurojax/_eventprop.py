@@ -500,7 +500,9 @@ def _earliest_crossing(found, lo, hi, p):
 def _earliest_crossing_batched(axis_size, in_batched, found, lo, hi, p):
     leaves, tree = jax.tree_util.tree_flatten((found, lo, hi, tuple(p)))
     flags = jax.tree_util.tree_leaves(in_batched)
-    leaves = [a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(leaves, flags)]
+    leaves = [
+        a if b else jnp.broadcast_to(a, (axis_size, *jnp.shape(a))) for a, b in zip(leaves, flags)
+    ]
     found, lo, hi, p = jax.tree_util.tree_unflatten(tree, leaves)
     found = jax.vmap(_candidates)(found, lo, hi, p)
     args = (found, lo, hi, p)

@@ -303,7 +303,9 @@ def test_the_screen_keeps_the_neuron_that_crosses_first():
     np.testing.assert_allclose(s_got, s_all, rtol=1e-13)
     for k in rows[:20]:
         one = _earliest_crossing(found[k], lo[k], hi[k], tuple(a[k] for a in p))
-        assert int(one[0]) == int(i_all[k]) and float(one[1]) == pytest.approx(float(s_all[k]), rel=1e-13)
+        assert int(one[0]) == int(i_all[k]) and float(one[1]) == pytest.approx(
+            float(s_all[k]), rel=1e-13
+        )
 
 
 def test_jit_and_vmap_equal_single_eager_runs_and_grad_is_finite():
@@ -512,7 +514,9 @@ def test_the_authors_silent_rule_drops_silent_outputs_and_samples_with_a_silent_
     acc = nt.first_spike_accuracy(jnp.asarray(t), labels, t_max=t_max)
     assert float(acc) == 0.5  # samples 0 and 2 right; 1 (label silent) and 3 (all silent) wrong
     assert float(nt.first_spike_accuracy(jnp.asarray(t), np.array([0, 0, 1, 0]))) == 0.75
-    assert float(nt.first_spike_accuracy(jnp.asarray(t), np.array([0, 0, 1, 0]), t_max=t_max)) == 0.5
+    assert (
+        float(nt.first_spike_accuracy(jnp.asarray(t), np.array([0, 0, 1, 0]), t_max=t_max)) == 0.5
+    )
 
     with pytest.raises(ValueError, match="first_spike_cross_entropy: t_max must be .* got -1.0"):
         nt.first_spike_cross_entropy(jnp.asarray(t), labels, t_max=-1.0)
