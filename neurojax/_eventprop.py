@@ -567,6 +567,28 @@ def _pre_times(cfg, pj: _Proj, s_all, s_in):
     return jnp.concatenate([t, jnp.full((t.shape[0], 1), jnp.inf, t.dtype)], axis=1)
 
 
+def _arrival_args(cfg: _Cfg, j, k, i, s_all, s_in, prm):
+    """What an arrival at spike `k` of presynaptic neuron `j` (synapse `(j, i)` where delays
+    are per synapse) reads, for every projection: the spike time (`inf` past the last),
+    the weight row or synapse, its mask and the delay. Indices are clipped into each
+    projection's range; only the projection of the event's branch is used."""
+    out = []
+    for p, pj in enumerate(cfg.projs):
+        if pj.pre_input >= 0:
+            src, row = s_in[pj.pre_input], jnp.clip(j, 0, pj.n_pre - 1)
+        else:
+            src, row = s_all, pj.pre_off + jnp.clip(j, 0, pj.n_pre - 1)
+        jj = jnp.clip(j, 0, pj.n_pre - 1)
+        t_pre = jnp.where(k < src.shape[1], src[row, jnp.clip(k, 0, src.shape[1] - 1)], jnp.inf)
+        w, m, d = prm["w"][p], prm["mask"][p], prm["d"][p]
+        if pj.per_synapse:
+            ii = jnp.clip(i, 0, pj.n_post - 1)
+            out.append((t_pre, w[jj, ii], m[jj, ii], d[jj, ii]))
+        else:
+            out.append((t_pre, w[jj], m[jj], d))
+    return tuple(out)
+
+
 def _event(
     cfg: _Cfg,
     branch,
@@ -575,14 +597,14 @@ def _event(
     i,
     x,
     t_prev,
-    s_all,
-    s_in,
+    arr,
     prm,
     t_max,
     s_known,
     spiked=None,
 ):
-    """One event, differentiable in `x`, `t_prev`, the spike times and the parameters.
+    """One event, differentiable in `x`, `t_prev`, what the arrival reads (`arr`, from
+    `_arrival_args`), the neuron parameters and `t_max`.
 
     `branch`: projection index for an arrival, `P` for a threshold crossing of neuron `i`
     after `s_known` ms (the forward pass's root, differentiated implicitly), `P + 1` for the
@@ -597,15 +619,12 @@ def _event(
         pj = cfg.projs[p]
 
         def fn():
-            pre = _pre_times(cfg, pj, s_all, s_in)
-            w_all = prm["w"][p] * prm["mask"][p]
-            d = prm["d"][p]
+            t_pre, w, m, d = arr[p]
+            t_e = t_pre + d
             if pj.per_synapse:
-                t_e = pre[j, k] + d[j, i]
-                w = jnp.zeros((pj.n_post,), w_all.dtype).at[i].set(w_all[j, i])
+                w = jnp.zeros((pj.n_post,), w.dtype).at[i].set(w * m)
             else:
-                t_e = pre[j, k] + d
-                w = w_all[j]
+                w = w * m
             full = jax.lax.dynamic_update_slice(zero, w, (pj.post_off,))
             if pj.delta:
                 return t_e, zero, full
@@ -768,7 +787,8 @@ def _forward_body(cfg: _Cfg, c, prm, s_in, t_max):
     branch = jnp.where(is_cross, n_p, jnp.where(is_arr, p_star, n_p + 1)).astype(jnp.int32)
     i_ev = jnp.where(is_cross, i_c, i_a)
     # the crossing time just found is reused (no second search inside the event)
-    x1, t_e, spiked = _event(cfg, branch, j, kk, i_ev, x, t, c["s"], s_in, prm, t_max, s_c)
+    arr_args = _arrival_args(cfg, j, kk, i_ev, c["s"], s_in, prm)
+    x1, t_e, spiked = _event(cfg, branch, j, kk, i_ev, x, t, arr_args, prm, t_max, s_c)
     e = c["e"]
     slot = jnp.minimum(c["counts"], k - 1)
     room = c["counts"] < k
@@ -827,20 +847,32 @@ def _run_fwd(cfg, prm, s_in, t_max):
     return _outputs(c), (prm, s_in, t_max, res)
 
 
+_NEURON_KEYS = ("tau_m", "tau_s", "r", "theta", "u_r")
+
+
 def _run_bwd(cfg, saved, cts):
     prm, s_in, t_max, res = saved
     ct_s, _, ct_x, _, _ = cts
     zeros_like = lambda tree: jax.tree_util.tree_map(jnp.zeros_like, tree)  # noqa: E731
     ct_x = tuple(ct_x)
-    ct_s = jnp.where(jnp.isfinite(res["s"]), ct_s, 0.0)
     s_all = res["s"]
     eidx = res["eidx"]
+    e_max = cfg.max_events
+    # a spike's time is read at its arrivals and set at the event that made it: its
+    # cotangent is gathered per making event (one number per event, not one per neuron and
+    # spike slot), from the loss here and from each arrival as the backward pass meets it
+    ct_s = jnp.where(jnp.isfinite(s_all), ct_s, 0.0)
+    ct_ev = (
+        jnp.zeros((e_max,), ct_s.dtype).at[jnp.where(eidx >= 0, eidx, e_max)].add(ct_s, mode="drop")
+    )
+    nprm = {key: prm[key] for key in _NEURON_KEYS}
 
     def cond(c):
         return c["e"] >= 0
 
     def body(c):
         e = c["e"]
+        br, j, kk, ii = res["branch"][e], res["j"][e], res["kk"][e], res["i"][e]
         # the running integral never changes a derivative (it only adds), so it is not
         # stored: zeros stand in for it
         u_b, i_b = res["xs"][e, 0], res["xs"][e, 1]
@@ -850,40 +882,50 @@ def _run_bwd(cfg, saved, cts):
         vmax_b = jnp.where(res["vmax_e"] == e, -jnp.inf, jnp.inf).astype(u_b.dtype)
         x_b = (u_b, i_b, jnp.zeros_like(u_b), vmax_b)
         t_prev = jnp.where(e > 0, res["ts"][jnp.maximum(e - 1, 0)], 0.0).astype(res["ts"].dtype)
-        here = eidx == e
-        spiked = here.any(axis=1)
-        ct_te = c["ct_t"] + jnp.sum(jnp.where(here, c["ct_s"], 0.0))
+        spiked = (eidx == e).any(axis=1)
+        ct_te = c["ct_t"] + c["ct_ev"][e]
         # a crossing's time is not searched again: the forward's value, a constant here
         s_known = res["ts"][e] - t_prev
+        arr = _arrival_args(cfg, j, kk, ii, s_all, s_in, prm)
 
-        def f(x_b, t_prev, s_all, s_in, prm, t_max):
+        def f(x_b, t_prev, arr, nprm, t_max):
             x1, t_e, _ = _event(
-                cfg,
-                res["branch"][e],
-                res["j"][e],
-                res["kk"][e],
-                res["i"][e],
-                x_b,
-                t_prev,
-                s_all,
-                s_in,
-                prm,
-                t_max,
-                s_known,
-                spiked=spiked,
+                cfg, br, j, kk, ii, x_b, t_prev, arr, nprm, t_max, s_known, spiked=spiked
             )
             return x1, t_e
 
-        _, vjp = jax.vjp(f, x_b, t_prev, s_all, s_in, prm, t_max)
-        gx, gt, gs, gsin, gprm, gtmax = vjp((c["ct_x"], ct_te))
+        _, vjp = jax.vjp(f, x_b, t_prev, arr, nprm, t_max)
+        gx, gt, garr, gn, gtmax = vjp((c["ct_x"], ct_te))
+        # the arrival's cotangents go to the one spike, row or synapse and delay it read
+        ct_ev, ct_sin = c["ct_ev"], list(c["ct_sin"])
+        ct_w, ct_d = list(c["ct_w"]), list(c["ct_d"])
+        for p, pj in enumerate(cfg.projs):
+            on = br == p
+            g_pre, g_w, _, g_d = (jnp.where(on, g, jnp.zeros_like(g)) for g in garr[p])
+            jj = jnp.clip(j, 0, pj.n_pre - 1)
+            if pj.pre_input >= 0:
+                ct_sin[pj.pre_input] = ct_sin[pj.pre_input].at[jj, kk].add(g_pre, mode="drop")
+            else:
+                src = eidx[pj.pre_off + jj, jnp.clip(kk, 0, cfg.k - 1)]
+                at = jnp.where(on & (kk < cfg.k) & (src >= 0), src, e_max)
+                ct_ev = ct_ev.at[at].add(g_pre, mode="drop")
+            if pj.per_synapse:
+                i_c = jnp.clip(ii, 0, pj.n_post - 1)
+                ct_w[p] = ct_w[p].at[jj, i_c].add(g_w)
+                ct_d[p] = ct_d[p].at[jj, i_c].add(g_d)
+            else:
+                ct_w[p] = ct_w[p].at[jj].add(g_w)
+                ct_d[p] = ct_d[p] + g_d
         add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)  # noqa: E731
         return dict(
             e=e - 1,
             ct_x=gx,
             ct_t=gt,
-            ct_s=c["ct_s"] + gs,
-            ct_sin=add(c["ct_sin"], gsin),
-            ct_prm=add(c["ct_prm"], gprm),
+            ct_ev=ct_ev,
+            ct_sin=type(c["ct_sin"])(ct_sin),
+            ct_w=ct_w,
+            ct_d=ct_d,
+            ct_n=add(c["ct_n"], gn),
             ct_tmax=c["ct_tmax"] + gtmax,
         )
 
@@ -891,13 +933,16 @@ def _run_bwd(cfg, saved, cts):
         e=res["e"] - 1,
         ct_x=ct_x,
         ct_t=jnp.zeros((), res["ts"].dtype),
-        ct_s=ct_s,
+        ct_ev=ct_ev,
         ct_sin=zeros_like(s_in),
-        ct_prm=zeros_like(prm),
+        ct_w=zeros_like(prm["w"]),
+        ct_d=zeros_like(prm["d"]),
+        ct_n=zeros_like(nprm),
         ct_tmax=jnp.zeros_like(t_max),
     )
     c = jax.lax.while_loop(cond, body, c0)
-    return c["ct_prm"], c["ct_sin"], c["ct_tmax"]
+    ct_prm = dict(c["ct_n"], w=c["ct_w"], d=c["ct_d"], mask=zeros_like(prm["mask"]))
+    return ct_prm, c["ct_sin"], c["ct_tmax"]
 
 
 _run.defvjp(_run_fwd, _run_bwd)
