@@ -20,9 +20,9 @@ Wunderlich and Pehle's Yin-Yang run as their code sets them (5-200-3, inputs bet
 sample whose label output is silent left without gradient, one data set for every seed, the
 learning rate decayed from the end of the second epoch), whose published test accuracy is
 98.1 +- 0.2 % over 10 seeds; its outputs fire up to about 27 times per sample at the start,
-so it keeps 48 spikes per neuron and 768 events per run; its epochs cost 90-105 CPU s at
-the start and about 30 once training has thinned the spikes, on one core of this project's
-2-core machine (benchmarks/results/eventprop_yinyang.md).
+so it keeps 48 spikes per neuron and 768 events per run; its first epoch costs about 90
+CPU s and, once training has thinned the spikes, an epoch 22-36 CPU s on one core of this
+project's 2-core machine (benchmarks/results/eventprop_yinyang.md).
 """
 
 import argparse
