@@ -574,11 +574,11 @@ def _arrival_args(cfg: _Cfg, j, k, i, s_all, s_in, prm):
     projection's range; only the projection of the event's branch is used."""
     out = []
     for p, pj in enumerate(cfg.projs):
-        if pj.pre_input >= 0:
-            src, row = s_in[pj.pre_input], jnp.clip(j, 0, pj.n_pre - 1)
-        else:
-            src, row = s_all, pj.pre_off + jnp.clip(j, 0, pj.n_pre - 1)
         jj = jnp.clip(j, 0, pj.n_pre - 1)
+        if pj.pre_input >= 0:
+            src, row = s_in[pj.pre_input], jj
+        else:
+            src, row = s_all, pj.pre_off + jj
         t_pre = jnp.where(k < src.shape[1], src[row, jnp.clip(k, 0, src.shape[1] - 1)], jnp.inf)
         w, m, d = prm["w"][p], prm["mask"][p], prm["d"][p]
         if pj.per_synapse:

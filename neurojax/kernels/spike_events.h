@@ -38,13 +38,9 @@ inline F Clip(F w, F lo, F hi) {
 
 // Pair STDP's events on a run of synapses, the operations of `STDP.on_pre` / `on_post` in
 // their order (shared by nj_stdp_update and nj_network_run, so that both give the pure-JAX
-// update's numbers). Depression of the synapses [begin, end) of an arriving row:
-// w <- clip(w - a_minus * f_-(w) * (y[post] * decay_y) * s), with f_- = w - lo
-// (multiplicative) or 1; a function of its own with restrict pointers so that the compiler
-// vectorises it (gathering the postsynaptic trace).
-// One synapse's depression (weight v, postsynaptic trace y_post) and potentiation
-// (presynaptic trace x_pre): the rows and columns below, and nj_network_run's walk that
-// does both on one row, apply exactly these operations.
+// update's numbers). One synapse's depression (weight v, postsynaptic trace y_post) and
+// potentiation (presynaptic trace x_pre): the rows and columns below, and nj_network_run's
+// walk that does both on one row, apply exactly these operations.
 template <typename F, bool kMultiplicative>
 inline F Depressed(F v, F y_post, F a_minus, F decay_y, F s, F lo, F hi) {
   const F f = kMultiplicative ? v - lo : F(1);
@@ -57,6 +53,10 @@ inline F Potentiated(F v, F x_pre, F a_plus, F s, F lo, F hi) {
   return Clip<F>(v + a_plus * f * x_pre * s, lo, hi);
 }
 
+// Depression of the synapses [begin, end) of an arriving row:
+// w <- clip(w - a_minus * f_-(w) * (y[post] * decay_y) * s), with f_- = w - lo
+// (multiplicative) or 1; a function of its own with restrict pointers so that the compiler
+// vectorises it (gathering the postsynaptic trace).
 template <typename F, bool kMultiplicative>
 void DepressRow(F* __restrict w, const F* __restrict y, const int32_t* __restrict post,
                 int64_t begin, int64_t end, F a_minus, F decay_y, F s, F lo, F hi) {
