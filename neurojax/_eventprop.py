@@ -947,6 +947,11 @@ def _run_bwd(cfg, saved, cts):
 
 _run.defvjp(_run_fwd, _run_bwd)
 
+# One compiled program per network layout: called eagerly (outside `jax.jit`), `eventprop_run`
+# would otherwise trace and compile its while loops again on every call (about a second each).
+# Under an enclosing `jax.jit`, `jax.vmap` or `jax.grad` this is inlined like any jitted call.
+_run_jit = jax.jit(_run, static_argnums=0)
+
 
 def _per_neuron(value, n, dtype):
     return jnp.broadcast_to(jnp.asarray(value, dtype), (n,))
@@ -1153,7 +1158,7 @@ def eventprop_run(
         u_r=cat(u_r),
     )
     t_max_arr = jnp.asarray(t_max, dtype)
-    s, counts, x, n_events, overflow = _run(cfg, prm, s_in, t_max_arr)
+    s, counts, x, n_events, overflow = _run_jit(cfg, prm, s_in, t_max_arr)
     s = eqx.error_if(
         s,
         overflow == 1,

@@ -339,6 +339,41 @@ def test_jit_and_vmap_equal_single_eager_runs_and_grad_is_finite():
     assert np.any(np.asarray(g.projections[0].weight) != 0)
 
 
+def test_eager_runs_of_one_network_layout_compile_once():
+    # called outside jax.jit (as a notebook does, one weight at a time), a run and its gradient
+    # must reuse one compiled program per layout: new weights and input times compile nothing
+    from jax._src import dispatch, monitoring
+
+    net, inputs = _net(3)
+
+    def first(net, t):
+        return jnp.sum(eventprop_run(net, {"in": t}, t_max=T_MAX).spike_times["hid"][:, 0])
+
+    eventprop_run(net, inputs, t_max=T_MAX)
+    jax.grad(first)(net, inputs["in"])
+    compiles = []
+
+    def listen(event, duration, **_):
+        if event == dispatch.BACKEND_COMPILE_EVENT:
+            compiles.append(duration)
+
+    monitoring.register_event_duration_secs_listener(listen)
+    try:
+        for scale in (0.9, 1.1):
+            other = eqx.tree_at(
+                lambda n: n.projections[0].weight, net, net.projections[0].weight * scale
+            )
+            rec = eventprop_run(other, {"in": inputs["in"] + 0.25}, t_max=T_MAX)
+            g = jax.grad(first)(other, inputs["in"] + 0.25)
+    finally:
+        monitoring.unregister_event_duration_listener(listen)
+    assert np.isfinite(np.asarray(rec.spike_times["hid"])).any()
+    assert np.any(np.asarray(g.projections[0].weight) != 0)
+    # a couple of small eager ops compile (about 0.04 s each here); the run and its gradient,
+    # whose while loops take 1-2 s each to compile (8 compiles when they are not cached), must not
+    assert len(compiles) <= 4 and max(compiles, default=0.0) < 0.5, compiles
+
+
 def test_gradient_is_zero_off_the_mask():
     net, inputs = _net(3)
     coeffs = _coeffs(net, 3)
