@@ -5,6 +5,7 @@
     python examples/train_yinyang.py --gradient surrogate
     python examples/train_yinyang.py --epochs 2 --n-train 500   # a quick look
     python examples/train_yinyang.py --recipe published          # 5-200-3, 100 epochs
+    python examples/train_yinyang.py --recipe published --x64    # in float64, as the paper
 
 Network and loss follow Wunderlich and Pehle (2021, Sci. Rep. 11:12829, Yin-Yang section):
 inputs (x, y, 1 - x, 1 - y) as one spike each between `T_EARLY` and `T_LATE` plus a bias
@@ -347,8 +348,15 @@ def main():
         help="with --silent extend: ms per unit of voltage below threshold for an output that "
         "did not fire (0: the rule none, the earlier recipe)",
     )
+    ap.add_argument(
+        "--x64",
+        action="store_true",
+        help="run in float64 (as Wunderlich and Pehle's code does) instead of float32",
+    )
     ap.add_argument("--json", help="write the per-epoch history to this JSON file")
     args = ap.parse_args()
+    if args.x64:
+        jax.config.update("jax_enable_x64", True)
     _, hist = train(
         gradient=args.gradient,
         epochs=args.epochs,
