@@ -78,24 +78,89 @@ def test_the_published_recipe_holds_the_runs_of_its_untrained_network():
     np.testing.assert_allclose(times[:, :4, 0], 30.0 * x, rtol=1e-6)  # 0-30 ms
     np.testing.assert_array_equal(times[:, 4, 0], 0.0)  # the bias at 0 ms
 
-    @jax.jit
-    @jax.vmap
-    def run(t):
-        rec = nt.eventprop_run(
-            net,
-            {"in": t},
-            t_max=ex.T_MAX,
-            max_spikes=rc["max_spikes"],
-            max_events=rc["max_events"],
-        )
-        return rec.n_events, rec.counts["out"]
+    def run(t_max):
+        @jax.jit
+        @jax.vmap
+        def one(t):
+            rec = nt.eventprop_run(
+                net,
+                {"in": t},
+                t_max=t_max,
+                max_spikes=rc["max_spikes"],
+                max_events=rc["max_events"],
+            )
+            return rec.n_events, rec.counts["out"], rec.spike_times
 
-    n_events, counts = (np.asarray(a) for a in run(jnp.asarray(times)))
+        return one(jnp.asarray(times))
+
+    n_events, counts, spikes = run(rc["t_max"])
+    n_events, counts = np.asarray(n_events), np.asarray(counts)
     assert n_events.max() <= rc["max_events"] // 2, n_events.max()
     assert counts.max() <= rc["max_spikes"] // 1.5, counts.max()
     assert counts.min() >= 1, counts.min()
+    # the authors' runs have no end; the recipe's t_max stands in for that: ten times as long
+    # a run gives the same spikes (at 40 ms, outputs still fire up to about 44 ms)
+    _, _, longer = run(10 * rc["t_max"])
+    for name in spikes:
+        np.testing.assert_array_equal(spikes[name], longer[name])
+    _, _, shorter = run(40.0)
+    assert (
+        np.isfinite(np.asarray(spikes["out"])).sum() > np.isfinite(np.asarray(shorter["out"])).sum()
+    )
     with pytest.raises(ValueError, match="recipe must be one of"):
         ex.train(recipe="fast")
+
+
+def _write_sets(folder, x_train, y_train, x_test, y_test):
+    for name, a in (
+        ("train_samples", x_train),
+        ("train_labels", y_train),
+        ("test_samples", x_test),
+        ("test_labels", y_test),
+    ):
+        np.save(folder / f"{name}.npy", a)
+
+
+def test_the_published_sets_load_and_an_epoch_ends_with_the_samples_left_over(
+    tmp_path, monkeypatch
+):
+    """`--data` reads Kriener et al.'s file layout (validated), and the published recipe's
+    epoch takes the samples left over after its full batches as one more, smaller batch, as
+    Wunderlich and Pehle's code does."""
+    ex = _example()
+    x, y = nt.yin_yang(90, seed=3)
+    _write_sets(tmp_path, x[:40], y[:40], x[40:], y[40:])
+    (xa, ya), (xb, yb) = ex.load_data(tmp_path)
+    np.testing.assert_array_equal(xa, x[:40])
+    np.testing.assert_array_equal(yb, y[40:])
+
+    def weights(partial):
+        monkeypatch.setitem(ex.RECIPES["published"], "partial_batch", partial)
+        with jax.numpy_dtype_promotion("standard"):  # optax's step count meets floats
+            net, hist = ex.train(
+                recipe="published", data=str(tmp_path), epochs=1, n_hidden=12, log=lambda *a: None
+            )
+        assert abs(hist[0]["test_accuracy"] * 50 - round(hist[0]["test_accuracy"] * 50)) < 1e-9
+        return np.asarray(net.projections[0].weight)
+
+    full_only = weights(False)
+    # the 8 samples past the one full batch of 32 make a second Adam step
+    assert np.abs(weights(True) - full_only).max() > 1e-4
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    _write_sets(bad, x[:40, :3], y[:40], x[40:], y[40:])
+    with pytest.raises(ValueError, match=r"train_samples.npy must hold floats of shape \(n, 4\)"):
+        ex.load_data(bad)
+    _write_sets(bad, x[:40], y[:40] + 1, x[40:], y[40:])
+    with pytest.raises(ValueError, match="train_labels.npy must hold 40 classes 0, 1 or 2"):
+        ex.load_data(bad)
+    _write_sets(bad, x[:40], y[:40], x[40:], y[40:])
+    (bad / "test_labels.npy").unlink()
+    with pytest.raises(ValueError, match="test_labels.npy' is missing"):
+        ex.load_data(bad)
+    with pytest.raises(ValueError, match="n_train=30 but the data"):
+        ex.train(recipe="published", data=str(tmp_path), n_train=30)
 
 
 def test_ttfs_encode_and_latency_digits():
