@@ -177,7 +177,10 @@ FAST_TESTS: dict[str, tuple[str, ...]] = {
     ),
     "test_thread_determinism.py": ("test_coba",),
     "test_network_cpu_run.py": ("test_what_it_does_not_take_is_said",),
-    "test_yinyang.py": ("test_ttfs_encode_and_latency_digits",),
+    "test_yinyang.py": (
+        "test_ttfs_encode_and_latency_digits",
+        "test_the_published_sets_load_with_their_layout_checked",
+    ),
     "test_validation.py": ("test_public_helpers_are_the_ones_the_models_use",),
     "test_vogels.py": ("test_alpha_and_bad_parameters",),
 }

@@ -121,32 +121,15 @@ def _write_sets(folder, x_train, y_train, x_test, y_test):
         np.save(folder / f"{name}.npy", a)
 
 
-def test_the_published_sets_load_and_an_epoch_ends_with_the_samples_left_over(
-    tmp_path, monkeypatch
-):
-    """`--data` reads Kriener et al.'s file layout (validated), and the published recipe's
-    epoch takes the samples left over after its full batches as one more, smaller batch, as
-    Wunderlich and Pehle's code does."""
+def test_the_published_sets_load_with_their_layout_checked(tmp_path):
+    """`--data` reads Kriener et al.'s file layout, and a folder that does not fit it is
+    refused with the file and what it must hold."""
     ex = _example()
     x, y = nt.yin_yang(90, seed=3)
     _write_sets(tmp_path, x[:40], y[:40], x[40:], y[40:])
     (xa, ya), (xb, yb) = ex.load_data(tmp_path)
     np.testing.assert_array_equal(xa, x[:40])
     np.testing.assert_array_equal(yb, y[40:])
-
-    def weights(partial):
-        monkeypatch.setitem(ex.RECIPES["published"], "partial_batch", partial)
-        with jax.numpy_dtype_promotion("standard"):  # optax's step count meets floats
-            net, hist = ex.train(
-                recipe="published", data=str(tmp_path), epochs=1, n_hidden=12, log=lambda *a: None
-            )
-        assert abs(hist[0]["test_accuracy"] * 50 - round(hist[0]["test_accuracy"] * 50)) < 1e-9
-        return np.asarray(net.projections[0].weight)
-
-    full_only = weights(False)
-    # the 8 samples past the one full batch of 32 make a second Adam step
-    assert np.abs(weights(True) - full_only).max() > 1e-4
-
     bad = tmp_path / "bad"
     bad.mkdir()
     _write_sets(bad, x[:40, :3], y[:40], x[40:], y[40:])
@@ -161,6 +144,30 @@ def test_the_published_sets_load_and_an_epoch_ends_with_the_samples_left_over(
         ex.load_data(bad)
     with pytest.raises(ValueError, match="n_train=30 but the data"):
         ex.train(recipe="published", data=str(tmp_path), n_train=30)
+
+
+@pytest.mark.slow
+def test_an_epoch_of_the_published_recipe_ends_with_the_samples_left_over(tmp_path, monkeypatch):
+    """The published recipe's epoch takes the samples left over after its full batches as
+    one more, smaller batch, as Wunderlich and Pehle's code does, and tests on the folder's
+    test set."""
+    ex = _example()
+    x, y = nt.yin_yang(90, seed=3)
+    _write_sets(tmp_path, x[:40], y[:40], x[40:], y[40:])
+
+    def weights(partial):
+        monkeypatch.setitem(ex.RECIPES["published"], "partial_batch", partial)
+        with jax.numpy_dtype_promotion("standard"):  # optax's step count meets floats
+            net, hist = ex.train(
+                recipe="published", data=str(tmp_path), epochs=1, n_hidden=12, log=lambda *a: None
+            )
+        # 50 test samples
+        assert abs(hist[0]["test_accuracy"] * 50 - round(hist[0]["test_accuracy"] * 50)) < 1e-9
+        return np.asarray(net.projections[0].weight)
+
+    full_only = weights(False)
+    # the 8 samples past the one full batch of 32 make a second Adam step
+    assert np.abs(weights(True) - full_only).max() > 1e-4
 
 
 def test_ttfs_encode_and_latency_digits():
