@@ -329,6 +329,10 @@ def train(
     # after `decay_after` epochs at the full rate (Wunderlich and Pehle's code decays it
     # from the end of the second epoch on)
     n_batches = -(-n_train // batch) if rc["partial_batch"] else n_train // batch
+    if n_batches == 0:
+        raise ValueError(
+            f"train: {n_train} training samples make no batch of {batch}; give at least {batch}"
+        )
     opt = optax.adam(
         optax.exponential_decay(
             lr, n_batches, lr_decay, staircase=True, transition_begin=rc["decay_after"] * n_batches
