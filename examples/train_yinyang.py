@@ -31,6 +31,7 @@ project's 2-core machine (benchmarks/results/eventprop_yinyang.md).
 
 import argparse
 import json
+import pathlib
 import time
 
 import equinox as eqx
@@ -123,8 +124,6 @@ def load_data(folder):
     files (`publication_data` of github.com/lkriener/yin_yang_data_set, the sets Wunderlich
     and Pehle trained and tested on): `train_samples.npy` and `test_samples.npy`, features
     `(n, 4)` in [0, 1]; `train_labels.npy` and `test_labels.npy`, classes 0, 1, 2."""
-    import pathlib
-
     root = pathlib.Path(folder)
     if not root.is_dir():
         raise ValueError(f"load_data: data must be a folder of .npy files, got {str(folder)!r}")
